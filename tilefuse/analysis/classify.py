@@ -1,0 +1,105 @@
+"""Prim categories, derived from structure alone (never declared by fission rules).
+
+- opaque:      the body is an opaque call;
+- indirect:    some load index depends on loaded data (gather, embedding);
+- contraction: sum-reduce of a product whose factors read different subsets of the axes
+               (matmul, bmm, conv, linear: each operand is reused across the other's axes);
+- reduce:      any other reduction (sum, max, mean, variance, pooling);
+- elementwise: every load reads at exactly the output axes;
+- broadcast:   loads read at a subset of the output axes (in order, constants for size-1 dims);
+- layout:      loads through any other (quasi-)affine map (transpose, reshape, slice, pad, concat).
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, walk
+from ..ir.prim import Prim
+
+
+class Category(str, Enum):
+    elementwise = "elementwise"
+    broadcast = "broadcast"
+    layout = "layout"
+    reduce = "reduce"
+    contraction = "contraction"
+    indirect = "indirect"
+    opaque = "opaque"
+
+
+CATEGORIES = tuple(c.value for c in Category)
+MEMORY_BOUND = frozenset({Category.elementwise, Category.broadcast, Category.layout, Category.reduce,
+                          Category.indirect})
+
+
+def _strip_casts(e: Expr) -> Expr:
+    while isinstance(e, Cast):
+        e = e.x
+    return e
+
+
+def _factors(e: Expr) -> list[Expr]:
+    e = _strip_casts(e)
+    if isinstance(e, Binary) and e.op == "mul":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _vars(e: Expr) -> frozenset:
+    return frozenset(n for n in walk(e) if isinstance(n, Var))
+
+
+def is_contraction(p: Prim) -> bool:
+    if p.reduce is None or p.reduce.combiner != "sum":
+        return False
+    facs = [f for f in _factors(p.body) if any(isinstance(n, Load) for n in walk(f))]
+    if len(facs) < 2:
+        return False
+    rvars = set(p.reduce.axes)
+    var_sets = [_vars(f) for f in facs]
+    if not all(vs & rvars for vs in var_sets):
+        return False
+    out_axes = set(p.axes)
+    # Reuse: some operand misses an output axis another operand has.
+    return len({vs & out_axes for vs in var_sets}) > 1
+
+
+def _index_kind(p: Prim, ld: Load) -> str:
+    if any(isinstance(n, Load) for i in ld.index for n in walk(i)):
+        return "indirect"
+    if ld.index == p.axes:
+        return "elementwise"
+    pos = {v: k for k, v in enumerate(p.axes)}
+    last = -1
+    for i in ld.index:
+        if isinstance(i, Const):
+            if i.value != 0:
+                return "layout"
+            continue
+        if not isinstance(i, Var) or i not in pos or pos[i] <= last:
+            return "layout"
+        last = pos[i]
+    return "broadcast"
+
+
+_ORDER = ("elementwise", "broadcast", "layout", "indirect")
+
+
+def classify(p: Prim) -> Category:
+    if p.is_opaque:
+        return Category.opaque
+    lds = [n for n in walk(p.body) if isinstance(n, Load)]
+    kinds = {_index_kind(p, ld) for ld in lds}
+    if "indirect" in kinds:
+        return Category.indirect
+    if p.reduce is not None:
+        return Category.contraction if is_contraction(p) else Category.reduce
+    worst = max((_ORDER.index(k) for k in kinds), default=0)
+    return Category(_ORDER[worst])
+
+
+def count_by_category(prims) -> dict[str, int]:
+    counts = {c: 0 for c in CATEGORIES}
+    for p in prims:
+        counts[classify(p).value] += 1
+    return counts

@@ -1,0 +1,17 @@
+"""Operator fission: one module per operator family registers its rules in ``registry.RULES``."""
+from __future__ import annotations
+
+import importlib
+
+from .registry import RULES, Fission, TensorRef, fission, rule
+
+FAMILIES = ("elementwise", "reduce", "norm", "linear", "conv", "pool", "layout", "indirect", "attention",
+            "opaque")
+
+
+def load_rules() -> None:
+    for fam in FAMILIES:
+        importlib.import_module(f"{__name__}.{fam}")
+
+
+__all__ = ["RULES", "Fission", "TensorRef", "fission", "rule", "load_rules", "FAMILIES"]

@@ -1,0 +1,3 @@
+"""Fission rules: attention operators."""
+from __future__ import annotations
+

@@ -1,0 +1,3 @@
+"""Fission rules: conv operators."""
+from __future__ import annotations
+

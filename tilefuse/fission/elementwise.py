@@ -1,0 +1,3 @@
+"""Fission rules: elementwise operators."""
+from __future__ import annotations
+

@@ -1,0 +1,3 @@
+"""Fission rules: indirect operators."""
+from __future__ import annotations
+

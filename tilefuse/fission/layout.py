@@ -1,0 +1,3 @@
+"""Fission rules: layout operators."""
+from __future__ import annotations
+

@@ -1,0 +1,3 @@
+"""Fission rules: linear operators."""
+from __future__ import annotations
+

@@ -1,0 +1,3 @@
+"""Fission rules: norm operators."""
+from __future__ import annotations
+

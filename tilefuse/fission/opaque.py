@@ -1,0 +1,3 @@
+"""Fission rules: opaque operators."""
+from __future__ import annotations
+

@@ -1,0 +1,3 @@
+"""Fission rules: pool operators."""
+from __future__ import annotations
+

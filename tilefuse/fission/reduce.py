@@ -1,0 +1,3 @@
+"""Fission rules: reduce operators."""
+from __future__ import annotations
+
