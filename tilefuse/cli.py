@@ -1,0 +1,101 @@
+"""Command line: `tilefuse demo | inspect MODEL.onnx`."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .errors import TilefuseError
+
+
+def _category_table(title: str, counts: dict[str, int]) -> Table:
+    t = Table(title=title)
+    t.add_column("category")
+    t.add_column("prims", justify="right")
+    for k, v in counts.items():
+        if v:
+            t.add_row(k, str(v))
+    return t
+
+
+def cmd_demo(args, console: Console) -> int:
+    import torch
+
+    import tilefuse
+    from .demo import demo_model
+
+    model, inputs = demo_model()
+    console.print("[bold]tilefuse demo[/]: a BERT-style encoder block (random weights), batch 2, sequence 16")
+    compiled = tilefuse.compile(model, inputs, backend="reference")
+    r = compiled.report
+    console.print(f"imported {r.num_ops} operators, split into {r.num_prims} tensor-expression prims "
+                  f"in {r.compile_seconds:.2f} s")
+    ops = Table(title="operators")
+    ops.add_column("operator")
+    ops.add_column("count", justify="right")
+    for op, n in r.ops_by_type.items():
+        ops.add_row(op, str(n))
+    console.print(ops)
+    console.print(_category_table("prims by category", r.prims_by_category))
+    with torch.no_grad():
+        want = model(*inputs)
+    got = compiled(*inputs)
+    err = (got - want).abs().max().item()
+    ok = torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+    console.print(f"reference executor vs eager: max abs difference {err:.2e} "
+                  + ("[green]match[/]" if ok else "[red]MISMATCH[/]"))
+    return 0 if ok else 1
+
+
+def cmd_inspect(args, console: Console) -> int:
+    from .analysis.classify import count_by_category
+    from .fission import fission
+    from .frontend.onnx import import_onnx
+
+    graph = import_onnx(args.model).graph
+    pg, errors = fission(graph, collect_errors=True)
+    console.print(f"[bold]{args.model}[/]: {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, "
+                  f"{len(graph.constants)} constants, {len(graph.nodes)} operators")
+    ops = Table(title="operators")
+    ops.add_column("operator")
+    ops.add_column("count", justify="right")
+    for op, n in sorted(Counter(n.op for n in graph.nodes).items()):
+        ops.add_row(op, str(n))
+    console.print(ops)
+    if pg is not None:
+        console.print(_category_table(f"{len(pg.prims)} prims by category", count_by_category(pg.prims)))
+        if args.prims:
+            console.print(str(pg), markup=False, highlight=False)
+        return 0
+    console.print(f"[red]{len(errors)} operator(s) cannot be compiled:[/]")
+    for e in errors:
+        console.print(f"  {e}", markup=False, highlight=False)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="compile a small BERT-style block and check it against eager")
+    p = sub.add_parser("inspect", help="operators and prims of an ONNX model; unsupported operators by node")
+    p.add_argument("model")
+    p.add_argument("--prims", action="store_true", help="print every prim")
+    args = parser.parse_args(argv)
+    console = Console()
+    handler = {"demo": cmd_demo, "inspect": cmd_inspect}[args.command]
+    try:
+        return handler(args, console)
+    except TilefuseError as e:
+        if args.debug:
+            raise
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
