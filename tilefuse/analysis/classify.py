@@ -64,6 +64,24 @@ def is_contraction(p: Prim) -> bool:
     return len({vs & out_axes for vs in var_sets}) > 1
 
 
+def contraction_operands(p: Prim) -> tuple[tuple, tuple, tuple] | None:
+    """(batch, M, N) output axes of a two-operand contraction, or None.
+
+    Factors without loads (scales) are ignored; M axes are read only by the first operand, N axes
+    only by the second, batch axes by both.  Output axes read by neither make it no GEMM.
+    """
+    if not is_contraction(p):
+        return None
+    facs = [f for f in _factors(p.body) if any(isinstance(n, Load) for n in walk(f))]
+    if len(facs) != 2:
+        return None
+    a, b = (_vars(f) & set(p.axes) for f in facs)
+    if a | b != set(p.axes):
+        return None
+    order = lambda vs: tuple(v for v in p.axes if v in vs)  # noqa: E731 - keep axis order
+    return order(a & b), order(a - b), order(b - a)
+
+
 def _index_kind(p: Prim, ld: Load) -> str:
     if any(isinstance(n, Load) for i in ld.index for n in walk(i)):
         return "indirect"
