@@ -46,7 +46,8 @@ def render() -> str:
     for op in sorted(RULES):
         info = RULES[op]
         aten = ", ".join(f"`{a}`" for a in sorted(aten_targets.get(op, []))) or "—"
-        lines.append(f"| {op} | {info.family} | {info.doc or '—'} | {aten} |")
+        doc = (info.doc or "—").replace("|", "\\|")
+        lines.append(f"| {op} | {info.family} | {doc} | {aten} |")
     if folded:
         lines += ["", "Evaluated at import time by the ONNX frontend (never reach fission): "
                   + ", ".join(folded) + "."]

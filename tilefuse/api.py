@@ -1,6 +1,7 @@
 """The tilefuse pipeline, stage by stage.
 
-    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► (orchestration, codegen: to come) ─► CompiledModel
+    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► orchestrate (segments,
+    candidates costed by kernel families on the target, BLP) ─► Plan ─► CompiledModel
 
 Each stage is a plain function from one IR to the next; ``dump`` (a directory) writes what each
 stage produced.
@@ -10,61 +11,100 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .analysis.classify import count_by_category
+from .cost.target import Target
 from .fission import fission
 from .frontend.common import Imported
-from .report.report import Report
+from .ir.prim import PrimGraph
+from .orchestrate.costing import Coster
+from .orchestrate.plan import Plan
+from .orchestrate.strategies import STRATEGIES, plan_strategies
+from .report.report import KernelInfo, Report, kernel_name
 from .runtime.compiled import CompiledModel
+from .transform.simplify import simplify_graph
 
 BACKENDS = ("reference",)
-STRATEGIES = ("optimal", "greedy", "unfused")
 
 
-def _check_options(backend: str, strategy: str, target: str) -> None:
+def _check_options(backend: str, strategy: str) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available; choose one of {BACKENDS}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
 
 
-def _pipeline(imported: Imported, *, target: str, backend: str, strategy: str, t0: float,
-              dump: str | Path | None) -> CompiledModel:
+def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0,
+                progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Plan], Coster]:
+    """Plans for every strategy, costed on the target."""
+    coster = Coster(pg.types, target)
+    return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress)), coster
+
+
+def _kernel_infos(plan: Plan, coster: Coster) -> list[KernelInfo]:
+    out = []
+    for i, k in enumerate(plan.kernels):
+        cost, sched = coster.best(k.candidate)
+        ops = list(dict.fromkeys(f"{p.origin.op}:{p.origin.name}" for p in k.prims))
+        types = [p.origin.op for p in k.prims]
+        out.append(KernelInfo(kernel_name(i, sched.family, types), sched.family, list(k.candidate.names), ops,
+                              round(cost.seconds * 1e6, 3), int(cost.bytes), int(cost.flops)))
+    return out
+
+
+def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
+              dump: str | Path | None, time_limit: float = 10.0, progress=None) -> CompiledModel:
     graph = imported.graph
-    primgraph = fission(graph)
+    primgraph = simplify_graph(fission(graph))
+    tgt = Target.get(target)
+    plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, progress=progress)
+    plan = plans[strategy]
     if dump is not None:
         d = Path(dump)
         d.mkdir(parents=True, exist_ok=True)
         (d / "1-graph.txt").write_text(str(graph) + "\n")
         (d / "2-prims.txt").write_text(str(primgraph) + "\n")
+        (d / "3-plan.txt").write_text("\n".join(
+            f"{i}: {k.candidate}  est {k.cost * 1e6:.2f} us" for i, k in enumerate(plan.kernels)) + "\n")
+    kernels = _kernel_infos(plan, coster)
     report = Report(
-        target=target, backend=backend, strategy=strategy,
+        target=tgt.name, backend=backend, strategy=strategy,
         num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
         prims_by_category=count_by_category(primgraph.prims),
-        compile_seconds=round(time.perf_counter() - t0, 4),
+        num_kernels=len(plan.kernels), kernels=kernels,
+        est_total_us=round(plan.cost * 1e6, 3),
+        strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3)}
+                    for s, p in plans.items()},
+        solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
         ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
     )
-    return CompiledModel(imported, primgraph, report, backend)
+    report.compile_seconds = round(time.perf_counter() - t0, 4)
+    return CompiledModel(imported, primgraph, plan, report, backend, tgt)
 
 
-def compile(model, example_inputs, *, target: str = "auto", backend: str = "reference",
+def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "reference",
             strategy: str = "optimal", dump: str | Path | None = None, **options: Any) -> CompiledModel:
     """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args)."""
-    _check_options(backend, strategy, target)
+    _check_options(backend, strategy)
     from .frontend.torch import import_torch
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
+    time_limit = options.pop("time_limit", 10.0)
     imported = import_torch(model, tuple(example_inputs), **options)
-    return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump)
+    return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
+                     time_limit=time_limit)
 
 
-def compile_onnx(model_or_path, *, target: str = "auto", backend: str = "reference",
+def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "reference",
                  strategy: str = "optimal", dump: str | Path | None = None, **options: Any) -> CompiledModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``)."""
-    _check_options(backend, strategy, target)
+    _check_options(backend, strategy)
     from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
+    time_limit = options.pop("time_limit", 10.0)
+    progress = options.pop("progress", None)
     imported = import_onnx(model_or_path, **options)
-    return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump)
+    return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
+                     time_limit=time_limit, progress=progress)

@@ -104,6 +104,15 @@ _ORDER = ("elementwise", "broadcast", "layout", "indirect")
 
 
 def classify(p: Prim) -> Category:
+    # Derived data of an immutable prim: cached on the prim itself (hashing a prim is not cheap).
+    got = p.__dict__.get("_category")
+    if got is None:
+        got = _classify(p)
+        object.__setattr__(p, "_category", got)
+    return got
+
+
+def _classify(p: Prim) -> Category:
     if p.is_opaque:
         return Category.opaque
     lds = [n for n in walk(p.body) if isinstance(n, Load)]

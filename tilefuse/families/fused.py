@@ -36,8 +36,8 @@ from .base import Cost, Group, Schedule
 MAX_EXPR_NODES = 4000          # beyond this, inlining has blown up (stencils of stencils): reject
 MAX_TILE_ELEMS = 8192          # XBLOCK·RBLOCK values live per program (registers)
 MAX_PERSISTENT = 4096          # largest reduced/inner extent held whole in one program
-XBLOCKS = tuple(2 ** k for k in range(0, 11))
-RBLOCKS = tuple(2 ** k for k in range(4, 13))
+XBLOCKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+RBLOCKS = (64, 256, 1024)          # chunk sizes of looped reductions (persistent: next_pow2(extent))
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,10 @@ class FusedFamily:
     name = "fused"
 
     def schedule(self, group: Group, target: Target) -> FusedSchedule | None:
-        if any(c in (Category.contraction, Category.opaque) for c in group.categories):
+        cats = group.categories
+        # A contraction is the library's (or a gemm family's) unless it stands alone: then a fused
+        # kernel is the fallback that makes every single prim buildable.
+        if Category.opaque in cats or (Category.contraction in cats and len(cats) > 1):
             return None
         built = _build(group)
         if built is None:

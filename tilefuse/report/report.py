@@ -1,9 +1,22 @@
-"""The compile report: what was imported, split and (later) fused, and how long it took."""
+"""The compile report: what was imported, split, fused and chosen, with modelled costs."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    family: str
+    prims: list[str]
+    ops: list[str]
+    est_us: float
+    bytes: int
+    flops: int
+    measured_us: float | None = None
 
 
 @dataclass
@@ -14,7 +27,12 @@ class Report:
     num_ops: int
     num_prims: int
     prims_by_category: dict[str, int]
-    compile_seconds: float
+    num_kernels: int = 0
+    kernels: list[KernelInfo] = field(default_factory=list)
+    est_total_us: float = 0.0
+    strategies: dict[str, dict[str, float]] = field(default_factory=dict)
+    solver: dict[str, Any] = field(default_factory=dict)
+    compile_seconds: float = 0.0
     ops_by_type: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -22,3 +40,14 @@ class Report:
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), indent=kw.pop("indent", 2), **kw)
+
+
+def kernel_name(index: int, family: str, op_types: list[str]) -> str:
+    """``k3_fused_add_layernormalization``: position, family, and the operator types it fuses."""
+    words = []
+    for t in op_types:
+        w = re.sub(r"[^0-9a-z]+", "", t.lower())
+        if w and w not in words:
+            words.append(w)
+    tail = "_".join(words[:4]) + ("_etc" if len(words) > 4 else "")
+    return f"k{index}_{family}_{tail}" if tail else f"k{index}_{family}"

@@ -10,18 +10,20 @@ from ..errors import InputError
 from ..ir.dtypes import DType
 from ..ir.prim import PrimGraph
 from ..frontend.common import Imported
-from .reference import run_reference
+from ..orchestrate.plan import Plan, execute_reference
 
 
 class CompiledModel:
     """Callable with the model's inputs (torch tensors); ``run`` takes ONNX-style numpy feeds."""
 
-    def __init__(self, imported: Imported, primgraph: PrimGraph, report, backend: str):
+    def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target):
         self.imported = imported
         self.graph = imported.graph
         self.primgraph = primgraph
+        self.plan = plan
         self.report = report
         self.backend = backend
+        self.target = target
 
     @property
     def input_names(self) -> list[str]:
@@ -50,7 +52,8 @@ class CompiledModel:
         return feeds
 
     def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        outs = run_reference(self.primgraph, feeds)
+        # backend "reference": the plan's kernels one by one, each evaluated by the reference executor
+        outs = execute_reference(self.plan, self.primgraph, feeds)
         aliased = {d.name for d in self.primgraph.inputs} | {c.name for c in self.primgraph.constants}
         return [o.clone() if n in aliased else o for n, o in zip(self.primgraph.outputs, outs)]
 

@@ -1,0 +1,73 @@
+"""Plans for every strategy over one segmentation: unfused, greedy and optimal (the BLP).
+
+All three use the same segments and the same cost function, so their modelled totals compare:
+per segment the optimum is never worse than greedy, which is never worse than unfused (greedy
+merges only when the model says the merge does not slow things down; if the solver stops at its
+time limit with an incumbent worse than greedy, the greedy selection is used and the status says
+so).  Identical segments are solved once.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Mapping
+
+from ..ir.prim import PrimGraph
+from .baselines import greedy_groups, selection_from_groups, unfused_groups
+from .blp import DEFAULT_TIME_LIMIT, Selection, select
+from .candidates import enumerate_candidates
+from .costing import Coster
+from .plan import Plan, build_plan
+from .segment import split_segments
+from .states import DEFAULT_CAPS, Caps
+
+STRATEGIES = ("unfused", "greedy", "optimal")
+_STATUS_RANK = ("fallback", "time_limit+greedy", "time_limit", "optimal", "empty")
+
+
+def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
+                    time_limit: float = DEFAULT_TIME_LIMIT, progress=None) -> Mapping[str, Plan]:
+    """``progress(done, total)`` is called after each segment (for a progress bar)."""
+    t0 = time.perf_counter()
+    segments = split_segments(pg, caps)
+    solved: dict[tuple, dict[str, Selection]] = {}
+    chosen: dict[str, list[Selection]] = {s: [] for s in STRATEGIES}
+    num_candidates = 0
+    for k, seg in enumerate(segments):
+        key = seg.canonical_key()
+        if key in solved:
+            for s in STRATEGIES:
+                chosen[s].append(solved[key][s].remap(seg))
+        else:
+            unfused = selection_from_groups(seg, unfused_groups(seg, coster), coster, "unfused")
+            greedy = selection_from_groups(seg, greedy_groups(seg, coster, caps), coster, "greedy")
+            cands = enumerate_candidates(seg, coster, caps)
+            num_candidates += len(cands)
+            optimal = select(seg, cands, time_limit=time_limit)
+            if optimal.objective > greedy.objective:
+                optimal = replace(greedy, status=f"{optimal.status}+greedy")
+            solved[key] = {"unfused": unfused, "greedy": greedy, "optimal": optimal}
+            for s in STRATEGIES:
+                chosen[s].append(solved[key][s])
+        if progress is not None:
+            progress(k + 1, len(segments))
+    statuses = [sel["optimal"].status for sel in solved.values()]
+    solver = {
+        "status": min(statuses, key=_rank, default="empty"),
+        "num_segments": len(segments),
+        "num_distinct_segments": len(solved),
+        "num_candidates": num_candidates,
+        "lazy_rounds": sum(sel["optimal"].lazy_rounds for sel in solved.values()),
+        "mip_gap": max((sel["optimal"].mip_gap for sel in solved.values()), default=0.0),
+        "seconds": round(time.perf_counter() - t0, 4),
+    }
+    plans = {}
+    for s in STRATEGIES:
+        plan = build_plan(pg, segments, chosen[s], solver)
+        kernels = tuple(replace(kn, schedule=coster.best(kn.candidate)[1]) for kn in plan.kernels)
+        plans[s] = replace(plan, kernels=kernels)
+    return plans
+
+
+def _rank(status: str) -> int:
+    return _STATUS_RANK.index(status) if status in _STATUS_RANK else -1
