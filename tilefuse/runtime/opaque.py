@@ -4,6 +4,7 @@ Each function takes the prim's input tensors and its attributes and returns one 
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -23,3 +24,40 @@ def _topk_indices(x: torch.Tensor, *, k: int, axis: int, largest: bool, sorted: 
     # Ties resolve to the lower index (ONNX TopK semantics): a stable sort gives that order.
     order = torch.sort(x, dim=axis, descending=largest, stable=True).indices
     return order.narrow(axis, 0, k).to(torch.int64)
+
+
+# ONNX scatter reductions as torch.scatter_reduce modes ("none" overwrites).
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+def _wrap(indices: torch.Tensor, n) -> torch.Tensor:
+    indices = indices.to(torch.int64)
+    return torch.where(indices < 0, indices + n, indices)
+
+
+@opaque_fn("scatter_elements")
+def _scatter_elements(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, *, axis: int,
+                      reduction: str) -> torch.Tensor:
+    idx = _wrap(indices, data.shape[axis])
+    if reduction == "none":
+        return data.scatter(axis, idx, updates)
+    return data.scatter_reduce(axis, idx, updates, _SCATTER_REDUCE[reduction], include_self=True)
+
+
+@opaque_fn("scatter_nd")
+def _scatter_nd(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor, *,
+                reduction: str) -> torch.Tensor:
+    # Address the first m dims of data by one linear row index, then scatter whole rows.
+    m = indices.shape[-1]
+    lead = data.shape[:m]
+    idx = _wrap(indices.reshape(-1, m), torch.tensor(lead, dtype=torch.int64, device=data.device))
+    strides = torch.tensor([math.prod(lead[k + 1:]) for k in range(m)], dtype=torch.int64, device=data.device)
+    rows = (idx * strides).sum(-1)
+    flat = data.reshape(math.prod(lead), *data.shape[m:]).clone()
+    upd = updates.reshape(rows.shape[0], *data.shape[m:])
+    if reduction == "none":
+        flat[rows] = upd
+    else:
+        index = rows.reshape(-1, *[1] * (flat.dim() - 1)).expand_as(upd)
+        flat = flat.scatter_reduce(0, index, upd, _SCATTER_REDUCE[reduction], include_self=True)
+    return flat.reshape(data.shape)

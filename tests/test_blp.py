@@ -1,0 +1,180 @@
+"""Kernel selection (Korch §4.2; notes §7 tests 6-9, 11) and multi-output deadlock cuts."""
+import math
+
+import pytest
+
+from test_plan import dag_graph
+from tilefuse.orchestrate import NoPlanError, enumerate_candidates, make_segment, select
+from tilefuse.orchestrate.blp import _order, _partition, _Problem
+
+
+def segment(nodes, outputs):
+    pg = dag_graph(nodes, outputs)
+    return make_segment(pg, 0, len(pg.prims))
+
+
+def by_members(table, write_cost=0.0):
+    """Cost from the member names ("ab"); unknown sets are rejected; each extra output costs more."""
+    def cost(c):
+        base = table.get("".join(sorted(c.names)))
+        return None if base is None else base + write_cost * (len(c.outputs) - 1)
+    return cost
+
+
+def single_output(cost_fn):
+    return lambda c: cost_fn(c) if len(c.outputs) == 1 else None
+
+
+def groups(sel):
+    return sorted(("".join(c.names), "".join(c.outputs)) for c in sel.chosen)
+
+
+def assert_orderable(seg, sel):
+    avail = set(seg.inputs)
+    for c in sel.chosen:
+        assert all(t in avail for t in c.inputs), f"{c} runs before its inputs"
+        avail.update(c.outputs)
+    assert set(seg.outputs) <= avail
+    assert sel.objective == pytest.approx(sum(sel.costs))
+
+
+FAN = {"a": [], "b": ["a"], "c": ["a"]}
+FAN_COSTS = {"a": 1.0, "b": 1.0, "c": 1.0, "ab": 1.1, "ac": 1.1}
+
+
+def test_redundancy_wins_single_output():
+    seg = segment(FAN, ["b", "c"])
+    sel = select(seg, enumerate_candidates(seg, single_output(by_members(FAN_COSTS))))
+    assert sel.status == "optimal"
+    assert sel.objective == pytest.approx(2.2)
+    assert groups(sel) == [("ab", "b"), ("ac", "c")]    # a computed twice, never written
+    assert_orderable(seg, sel)
+
+
+def test_redundancy_wins_with_multi_output_candidates():
+    # Writing a as well costs 0.5 more: {a,b}->(a,b) + {c} = 2.6 loses to the redundant 2.2.
+    seg = segment(FAN, ["b", "c"])
+    sel = select(seg, enumerate_candidates(seg, by_members(FAN_COSTS, write_cost=0.5)))
+    assert sel.objective == pytest.approx(2.2)
+    assert groups(sel) == [("ab", "b"), ("ac", "c")]
+    # ... and when writing is free, sharing a is better: 1.1 + 1.0.
+    sel = select(seg, enumerate_candidates(seg, by_members(FAN_COSTS)))
+    assert sel.objective == pytest.approx(2.1)
+    assert groups(sel) == [("ab", "ab"), ("c", "c")]
+    assert_orderable(seg, sel)
+
+
+def test_dead_code_is_not_computed():
+    seg = segment({"a": [], "b": ["a"], "c": ["a"]}, ["b"])
+    cands = enumerate_candidates(seg, lambda c: 1.0 + 0.1 * len(c.names))
+    sel = select(seg, cands)
+    assert all("c" not in c.names for c in sel.chosen)
+    assert sel.objective == pytest.approx(1.2)             # {a,b} -> b
+
+
+CHAIN = {"a": [], "b": ["a"], "c": ["b"]}
+
+
+def test_greedy_fusion_loses():
+    seg = segment(CHAIN, ["c"])
+    table = {"abc": 3.0, "a": 0.5, "b": 0.5, "c": 0.5, "ab": 0.8, "bc": 0.8}
+    sel = select(seg, enumerate_candidates(seg, by_members(table)))
+    assert sel.objective == pytest.approx(1.3)
+    assert groups(sel) in ([("a", "a"), ("bc", "c")], [("ab", "b"), ("c", "c")])
+    assert_orderable(seg, sel)
+
+
+def test_fusion_wins_when_costs_flip():
+    seg = segment(CHAIN, ["c"])
+    table = {"abc": 1.0, "a": 0.5, "b": 0.5, "c": 0.5, "ab": 0.8, "bc": 0.8}
+    sel = select(seg, enumerate_candidates(seg, by_members(table)))
+    assert sel.objective == pytest.approx(1.0)
+    assert groups(sel) == [("abc", "c")]
+
+
+def test_no_producer_is_reported():
+    seg = segment(CHAIN, ["c"])
+    table = {"a": 0.5, "c": 0.5}                           # nothing can compute b
+    with pytest.raises(NoPlanError, match=r"prim c .*needs prim b"):
+        select(seg, enumerate_candidates(seg, by_members(table)))
+
+
+def test_alternative_producer_is_used():
+    seg = segment(CHAIN, ["c"])
+    table = {"a": 0.5, "c": 0.5, "ab": 0.9}                # b only inside {a,b}
+    sel = select(seg, enumerate_candidates(seg, by_members(table)))
+    assert sel.objective == pytest.approx(1.4)
+    assert groups(sel) == [("ab", "b"), ("c", "c")]
+
+
+# a->b, c->d, a->d, c->b: K1 = {a,d} writes a,d and needs c; K2 = {c,b} writes c,b and needs a.
+CROSS = {"a": [], "c": [], "b": ["a", "c"], "d": ["a", "c"]}
+
+
+def cross_cost(c):
+    key = ("".join(c.names), "".join(c.outputs))
+    table = {("ad", "ad"): 1.0, ("cb", "cb"): 1.0, ("a", "a"): 1.0, ("c", "c"): 1.0, ("b", "b"): 1.0,
+             ("d", "d"): 1.0}
+    return table.get(key)
+
+
+def test_deadlock_is_cut_lazily():
+    seg = segment(CROSS, ["b", "d"])
+    cands = enumerate_candidates(seg, cross_cost)
+    # The cheapest solution of the plain program deadlocks.
+    p = _Problem(seg, cands)
+    k1 = next(k for k, c in enumerate(p.cands) if c.names == ("a", "d"))
+    k2 = next(k for k, c in enumerate(p.cands) if c.names == ("c", "b"))
+    _, stuck, _ = _order(p, [k1, k2])
+    assert sorted(stuck) == sorted([k1, k2])
+    sel = select(seg, cands)
+    assert sel.lazy_rounds >= 1
+    assert sel.status == "optimal"
+    assert sel.objective == pytest.approx(3.0)
+    assert_orderable(seg, sel)
+
+
+def test_cut_keeps_orderable_supersets():
+    # With K3 = {c} also writing c, {K1, K2, K3} is orderable (K3, K1, K2): the cut for the stuck
+    # {K1, K2} must not forbid it.  Make it the only optimum by pricing alternatives high.
+    def cost(c):
+        key = ("".join(c.names), "".join(c.outputs))
+        return {("ad", "ad"): 1.0, ("cb", "cb"): 1.0, ("c", "c"): 0.1, ("a", "a"): 5.0, ("b", "b"): 5.0,
+                ("d", "d"): 5.0}.get(key)
+
+    seg = segment(CROSS, ["b", "d"])
+    sel = select(seg, enumerate_candidates(seg, cost))
+    assert sel.objective == pytest.approx(2.1)
+    assert groups(sel) == [("ad", "ad"), ("c", "c"), ("cb", "cb")]
+    assert_orderable(seg, sel)
+
+
+def test_fallback_on_timeout():
+    seg = segment({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["d"]}, ["e"])
+    cands = enumerate_candidates(seg, lambda c: 1.0 + 0.1 * len(c.names) + 0.3 * len(c.outputs))
+    sel = select(seg, cands, time_limit=0.0)
+    assert sel.status == "fallback"
+    assert math.isinf(sel.mip_gap)
+    assert_orderable(seg, sel)
+    best = select(seg, cands)
+    assert best.status == "optimal" and best.mip_gap <= 1e-4
+    assert best.objective <= sel.objective + 1e-9
+
+
+def test_empty_segment_outputs():
+    seg = segment({"a": []}, [])
+    sel = select(seg, enumerate_candidates(seg, lambda c: 1.0))
+    assert sel.chosen == () and sel.status == "empty"
+
+
+def test_greedy_fallback_when_only_redundant_plans_exist():
+    # Only {a,b}->b and {a,c}->c can be built: no plan without redundancy, the greedy finds one.
+    seg = segment(FAN, ["b", "c"])
+    table = {("ab", "b"): 1.1, ("ac", "c"): 1.1}
+    cands = enumerate_candidates(seg, lambda c: table.get(("".join(c.names), "".join(c.outputs))))
+    p = _Problem(seg, cands)
+    assert _partition(p, list(range(len(cands)))) is None
+    sel = select(seg, cands, time_limit=0.0)
+    assert sel.status == "fallback"
+    assert sel.objective == pytest.approx(2.2)
+    assert_orderable(seg, sel)

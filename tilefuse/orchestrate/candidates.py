@@ -1,0 +1,95 @@
+"""Candidate kernels: a convex prim set of a segment plus the prims the kernel writes.
+
+For each convex set two output variants are offered:
+
+- *maximal*: every member read outside the set (by the segment or later), every segment output,
+  and every member with no reader inside the set;
+- *sinks-only*: just the members with no reader inside the set, when that differs.  This lets the
+  selection compute a prim inside two kernels without ever writing it (Korch Fig. 4c).
+
+A candidate is positional (``members`` and ``out_mask`` are bitsets over the segment's prims), so
+``remap`` carries it to a structurally identical segment.  ``enumerate_candidates`` asks a cost
+callback for each one: ``cost_fn(candidate) -> float | None``, None (or inf) meaning that no kernel
+family can build it; kernel families and the cost model plug in there.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..ir.prim import Prim
+from .segment import Segment
+from .states import DEFAULT_CAPS, Caps, bits
+
+CostFn = Callable[["Candidate"], "float | None"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    members: int                      # bitset over the segment's prims
+    out_mask: int                     # bitset of the members the kernel writes
+    names: tuple[str, ...]            # member prim names, topological order
+    inputs: tuple[str, ...]           # tensors read from outside the set, in order of first use
+    outputs: tuple[str, ...]          # prim names the kernel writes, topological order
+    prims: tuple[Prim, ...] = field(compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"[{', '.join(self.names)}] -> ({', '.join(self.outputs)})"
+
+
+def make_candidate(seg: Segment, members: int, out_mask: int) -> Candidate:
+    prims = tuple(seg.prims[k] for k in bits(members))
+    names = tuple(p.name for p in prims)
+    inside = set(names)
+    inputs = tuple(dict.fromkeys(n for p in prims for n in p.inputs if n not in inside))
+    return Candidate(members, out_mask, names, inputs, seg.names(out_mask), prims)
+
+
+def remap(cand: Candidate, seg: Segment) -> Candidate:
+    """The same candidate (by position) in a segment with the same canonical key."""
+    return make_candidate(seg, cand.members, cand.out_mask)
+
+
+def output_variants(seg: Segment, members: int) -> list[int]:
+    """Output bitsets offered for a convex set: maximal, then sinks-only if different."""
+    maximal = sinks = 0
+    for v in bits(members):
+        bit = 1 << v
+        succ = seg.succs[v]
+        if not succ & members:
+            sinks |= bit
+        if succ & ~members or seg.out_mask & bit:
+            maximal |= bit
+    maximal |= sinks
+    return [maximal] if sinks == maximal else [maximal, sinks]
+
+
+def live_mask(seg: Segment) -> int:
+    """Prims some segment output depends on (themselves included); the others are dead code."""
+    live = seg.out_mask
+    for v in range(len(seg.prims) - 1, -1, -1):
+        if live >> v & 1:
+            live |= seg.preds[v]
+    return live
+
+
+def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAPS
+                         ) -> list[tuple[Candidate, float]]:
+    """Every buildable candidate of the segment with its cost, in a deterministic order.
+
+    Candidates that write no live prim are skipped: no selection needs them.
+    """
+    _, convex = seg.enumerate(caps)
+    live = live_mask(seg)
+    out = []
+    for members in sorted(convex, key=lambda m: (m.bit_count(), m)):
+        for out_mask in output_variants(seg, members):
+            if not out_mask & live:
+                continue
+            cand = make_candidate(seg, members, out_mask)
+            cost = cost_fn(cand)
+            if cost is None or math.isinf(cost) or math.isnan(cost):
+                continue
+            out.append((cand, float(cost)))
+    return out

@@ -1,0 +1,193 @@
+"""Segments: the pieces of a PrimGraph that are orchestrated one at a time.
+
+A ``Segment`` is a run of consecutive prims of the graph's topological order.  Its ``inputs`` are
+the tensors its prims read that are produced outside it (graph inputs, constants, prims of earlier
+segments), in order of first use; its ``outputs`` are the prims whose values are read by later
+segments or are graph outputs.  Tensors crossing a cut are always materialized, so every segment
+is solved on its own and the plans stitch by name.
+
+``split_segments`` works from the front: the next cut is the position, among the next
+``caps.max_prims``, where the fewest tensors are live (see ``crossing``), then the fewest bytes, then
+the latest.  If the piece's execution states or convex sets overflow the caps (``TooManyStates``)
+the window is halved and the cut chosen again; a single prim always fits, so splitting never fails.
+Preferring the latest of equal cuts packs segments full, and on a stack of identical layers the
+cuts settle into the same phase of every layer, so the segments repeat and are solved once.
+
+``Segment.canonical_key()`` is a name-free structural key: identical layers give equal keys and
+are solved once; a solution of one maps onto the other by position (``candidates.remap``).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Mapping
+
+from ..ir.dtypes import TensorType
+from ..ir.prim import Prim, PrimGraph
+from .states import DEFAULT_CAPS, Caps, TooManyStates, bits, convex_sets, execution_states, successors
+
+
+@dataclass(frozen=True, eq=False)
+class Segment:
+    prims: tuple[Prim, ...]                 # topological order; position = bit in every mask
+    inputs: tuple[str, ...]                 # tensors read from outside, in order of first use
+    input_types: tuple[TensorType, ...]
+    input_is_const: tuple[bool, ...]
+    outputs: tuple[str, ...]                # prims read after the segment or graph outputs
+    start: int = 0                          # position of prims[0] in the PrimGraph
+    states: tuple[int, ...] | None = field(default=None, repr=False)
+    convex: frozenset[int] | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.prims)
+
+    @cached_property
+    def index(self) -> Mapping[str, int]:
+        """Prim name -> position."""
+        return {p.name: k for k, p in enumerate(self.prims)}
+
+    @cached_property
+    def preds(self) -> tuple[int, ...]:
+        idx = self.index
+        out = []
+        for p in self.prims:
+            m = 0
+            for n in p.inputs:
+                if n in idx:
+                    m |= 1 << idx[n]
+            out.append(m)
+        return tuple(out)
+
+    @cached_property
+    def succs(self) -> tuple[int, ...]:
+        return tuple(successors(self.preds))
+
+    @cached_property
+    def out_mask(self) -> int:
+        m = 0
+        for n in self.outputs:
+            m |= 1 << self.index[n]
+        return m
+
+    def mask(self, names) -> int:
+        """Bitset of the named prims."""
+        m = 0
+        for n in names:
+            m |= 1 << self.index[n]
+        return m
+
+    def names(self, mask: int) -> tuple[str, ...]:
+        return tuple(self.prims[k].name for k in bits(mask))
+
+    def enumerate(self, caps: Caps = DEFAULT_CAPS) -> tuple[tuple[int, ...], frozenset[int]]:
+        """(execution states, convex sets), cached when the segment was made by ``split_segments``."""
+        if self.states is not None and self.convex is not None:
+            return self.states, self.convex
+        states = tuple(execution_states(self.preds, caps.max_states))
+        return states, frozenset(convex_sets(states, caps.max_convex, caps.max_members))
+
+    def canonical_key(self) -> tuple:
+        """Name-free structure: prim signatures, input wiring (positions), input types, outputs.
+
+        Equal keys mean the segments are the same computation up to names, so one selection serves
+        both (mapped by position).  The key is exact (no hashing collisions); ``digest`` is a short
+        stable string of it for caches.
+        """
+        idx = self.index
+        ext = {n: k for k, n in enumerate(self.inputs)}
+        prims = tuple(
+            (p.signature, tuple(("p", idx[n]) if n in idx else ("x", ext[n]) for n in p.inputs))
+            for p in self.prims)
+        return (prims, self.input_types, self.input_is_const,
+                tuple(idx[n] for n in self.outputs))
+
+    def digest(self) -> str:
+        return hashlib.sha256(repr(self.canonical_key()).encode()).hexdigest()[:16]
+
+
+def make_segment(pg: PrimGraph, lo: int, hi: int, *, caps: Caps | None = None,
+                 last_use: Mapping[str, int] | None = None) -> Segment:
+    """The segment of prims ``pg.prims[lo:hi]``; with ``caps``, states and convex sets are filled in
+    (raising ``TooManyStates`` when they do not fit).  ``last_use``: see ``last_uses``."""
+    prims = pg.prims[lo:hi]
+    inside = {p.name for p in prims}
+    inputs = list(dict.fromkeys(n for p in prims for n in p.inputs if n not in inside))
+    last_use = last_uses(pg) if last_use is None else last_use
+    outputs = tuple(p.name for p in prims if last_use.get(p.name, -1) >= hi)
+    consts = pg.constant_map
+    seg = Segment(prims, tuple(inputs), tuple(pg.types[n] for n in inputs),
+                  tuple(n in consts for n in inputs), outputs, lo)
+    if caps is None:
+        return seg
+    states = tuple(execution_states(seg.preds, caps.max_states))
+    convex = frozenset(convex_sets(states, caps.max_convex, caps.max_members))
+    object.__setattr__(seg, "states", states)
+    object.__setattr__(seg, "convex", convex)
+    return seg
+
+
+def last_uses(pg: PrimGraph) -> dict[str, int]:
+    """Tensor name -> position of its last reader; graph outputs are read at ``len(pg.prims)``."""
+    last = {}
+    for k, p in enumerate(pg.prims):
+        for name in p.inputs:
+            last[name] = k
+    for name in pg.outputs:
+        last[name] = len(pg.prims)
+    return last
+
+
+def crossing(pg: PrimGraph) -> tuple[list[int], list[int]]:
+    """For each cut k (between prims k-1 and k): how many tensors are live across it, and their bytes.
+
+    A prim's value is live from its producer to its last reader.  Graph inputs and constants count
+    from their first reader: cutting across them costs nothing, but counting them keeps the profile
+    of a repeated layer the same whether its input is the graph input or the previous layer.
+    Graph outputs with no later reader do not count: they are written whatever the cut.
+    """
+    n = len(pg.prims)
+    first: dict[str, int] = {p.name: k for k, p in enumerate(pg.prims)}
+    last: dict[str, int] = {}
+    for k, p in enumerate(pg.prims):
+        for name in p.inputs:
+            first.setdefault(name, k)
+            last[name] = k
+    count = [0] * (n + 1)
+    nbytes = [0] * (n + 1)
+    for name, j in last.items():
+        i = first[name]
+        size = pg.types[name].nbytes
+        count[i + 1] += 1          # live over the cuts i+1..j
+        count[j + 1] -= 1
+        nbytes[i + 1] += size
+        nbytes[j + 1] -= size
+    for k in range(1, n + 1):
+        count[k] += count[k - 1]
+        nbytes[k] += nbytes[k - 1]
+    return count, nbytes
+
+
+def split_segments(pg: PrimGraph, caps: Caps = DEFAULT_CAPS) -> list[Segment]:
+    """Cut ``pg`` into segments that fit ``caps`` (see the module docstring)."""
+    n = len(pg.prims)
+    count, nbytes = crossing(pg)
+    last_use = last_uses(pg)
+    out: list[Segment] = []
+    start = 0
+    while start < n:
+        span = caps.max_prims
+        while True:
+            end = n if n - start <= span else _best_cut(start, start + span, count, nbytes)
+            try:
+                out.append(make_segment(pg, start, end, caps=caps, last_use=last_use))
+                break
+            except TooManyStates:       # a single prim always fits, so this ends
+                span = max(1, (end - start) // 2)
+        start = end
+    return out
+
+
+def _best_cut(lo: int, hi: int, count: list[int], nbytes: list[int]) -> int:
+    """The cut in (lo, hi] with the fewest live tensors, then the fewest bytes, then the latest."""
+    return min(range(lo + 1, hi + 1), key=lambda k: (count[k], nbytes[k], -k))
