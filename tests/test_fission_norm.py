@@ -211,3 +211,10 @@ def test_mean_variance_norm(axes):
 def test_mean_variance_norm_matches_onnxruntime():
     x = randn(2, 3, 4, 5, scale=2, shift=3)
     check_op("MeanVarianceNormalization", [x], ort_run("MeanVarianceNormalization", x, {}), rtol=1e-4, atol=1e-4)
+
+
+def test_lp_normalization_of_zero_vector_is_zero():
+    x = torch.randn(3, 4)
+    x[1] = 0
+    want = torch.nn.functional.normalize(x, p=2.0, dim=1)
+    check_op("LpNormalization", [x], want, {"axis": 1, "p": 2})

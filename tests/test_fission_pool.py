@@ -241,3 +241,12 @@ def test_pools_match_onnxruntime(op, attrs):
     if op != "AveragePool":
         attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     check_op(op, [x], onnxruntime_node(op, [x], attrs), attrs=attrs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("size,kernel,include", [((1, 1), 320, True), ((5, 7), 6, True), ((5, 7), 6, False)])
+def test_average_pool_ceil_mode_window_overhangs_input(size, kernel, include):
+    # HF EfficientNet: AvgPool2d(320, ceil_mode=True) on a 1x1 map: the window overhangs the input.
+    x = torch.randn(1, 3, *size)
+    want = torch.nn.functional.avg_pool2d(x, kernel, stride=kernel, ceil_mode=True, count_include_pad=include)
+    check_op("AveragePool", [x], want, {"kernel_shape": (kernel, kernel), "strides": (kernel, kernel),
+                                        "ceil_mode": 1, "count_include_pad": int(include)})

@@ -29,7 +29,7 @@ from ..analysis.index import bounds
 from ..cost.model import coalesced_elems, expr_flops, kernel_seconds
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from ..ir.expr import Const, Expr, Load, Var, free_vars, substitute, transform, walk
+from ..ir.expr import Const, Expr, Load, Var, free_vars, transform, walk
 from ..ir.prim import Prim
 from .base import Cost, Group, Schedule
 
@@ -106,19 +106,26 @@ class _Inliner:
         if p.reduce is not None:
             out = self._instance(p, idx)
         else:
-            out = self._resolve(p, substitute(p.body, dict(zip(p.axes, idx))))
+            out = self._resolve(p, dict(zip(p.axes, idx)))
         self.memo[key] = out
         return out
 
-    def _resolve(self, p: Prim, e: Expr) -> Expr:
+    def _resolve(self, p: Prim, mapping: Mapping[Var, Expr]) -> Expr:
+        """p's body with its variables replaced by ``mapping`` and its loads made kernel-level.
+
+        One bottom-up pass does both, so index expressions coming in through ``mapping`` (already
+        kernel-level, possibly with data-dependent loads) are never re-read in p's slot numbering.
+        """
         def fn(n: Expr):
+            if isinstance(n, Var):
+                return mapping.get(n)
             if not isinstance(n, Load):
                 return None
             src = p.inputs[n.tensor]
             if src in self.member:
                 return self.value_at(src, n.index)
             return Load(self.in_slot[src], n.index, n.dtype)
-        return transform(e, fn)
+        return transform(p.body, fn)
 
     def _instance(self, p: Prim, idx: tuple[Expr, ...]) -> Expr:
         key = (p.name, idx)
@@ -127,7 +134,7 @@ class _Inliner:
             rvars = tuple(Var(f"r{slot}_{k}") for k in range(len(p.reduce.axes)))
             mapping = dict(zip(p.axes, idx))
             mapping.update(zip(p.reduce.axes, rvars))
-            body = self._resolve(p, substitute(p.body, mapping))
+            body = self._resolve(p, mapping)
             self.inst_key[key] = slot
             self.instances.append(Instance(slot, p.name, idx, body, rvars, p.reduce.extents, p.reduce.combiner,
                                            p.out.dtype))

@@ -104,7 +104,7 @@ def window(node: Node, in_sizes: Sequence[int], kernel: Sequence[int], ceil_mode
         o = (-(-room // strides[d]) if ceil_mode else room // strides[d]) + 1
         if ceil_mode and (o - 1) * strides[d] >= in_sizes[d] + pb[d]:
             o -= 1  # the last window must start inside the input or the leading padding (torch, ORT)
-        if room < 0 or o < 1:
+        if (room < 0 and not ceil_mode) or o < 1:  # ceil_mode: a window may overhang (torch, ORT)
             raise UnsupportedAttribute(node, "kernel_shape", tuple(kernel),
                                        f"window larger than the padded input {tuple(in_sizes)}")
         out.append(o)

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from ..errors import UnsupportedAttribute, UnsupportedOperator
 from ..ir.dtypes import DType
-from ..ir.expr import Expr, binary, cast, select, unary
+from ..ir.expr import Const, Expr, binary, cast, select, unary
 from ..ir.graph import Node
 from .common import acc_dtype, bcast, norm_axes, norm_axis
 from .reduce import reduce_axes, reduce_over, stat_index
@@ -185,7 +185,13 @@ def lp_norm(fx: Fission, node: Node, ins: list) -> TensorRef:
     ax = (norm_axis(node, node.attrs.get("axis", -1), x.rank),)
     md = acc_dtype(x.dtype)
     s = reduce_over(fx, x, ax, True, "sum", lambda v: fn(cast(v, md)))
-    return fx.compute(x.shape, lambda i: cast(cast(x[i], md) / finish(s[stat_index(i, ax)]), x.dtype))
+
+    def body(i):
+        norm = finish(s[stat_index(i, ax)])
+        # A zero vector stays zero (the ONNX conformance data), not 0/0.
+        return cast(select(norm.eq(Const(0, md)), Const(0, md), cast(x[i], md) / norm), x.dtype)
+
+    return fx.compute(x.shape, body)
 
 
 @rule("LRN")

@@ -82,7 +82,7 @@ class CompiledModel:
                 DType.from_numpy(v.dtype)
             except TypeError as e:
                 raise InputError(f"input '{n}': {e}") from None
-            tensors.append(torch.from_numpy(np.ascontiguousarray(v)))
+            tensors.append(torch.from_numpy(np.array(v, order="C")))  # keeps 0-d arrays 0-d
         outs = self._execute(self._check(tensors))
         result = {n: o for n, o in zip(self.output_names, outs)}
         wanted = list(output_names) if output_names is not None else self.output_names
