@@ -38,5 +38,5 @@ def demo_model(seed: int = 0, batch: int = 2, seq: int = 16):
     model = EncoderBlock().eval()
     ids = torch.randint(0, 128, (batch, seq))
     mask = torch.ones(batch, seq, dtype=torch.int64)
-    mask[1, seq - 4:] = 0  # padding in the second sequence
+    mask[-1, seq - 4:] = 0  # padding in the last sequence
     return model, (ids, mask)

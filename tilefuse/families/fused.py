@@ -93,6 +93,7 @@ class _Inliner:
         self.in_slot = {n: k for k, n in enumerate(group.inputs)}
         self.instances: list[Instance] = []
         self.inst_key: dict[tuple, int] = {}
+        self.pending: set[tuple] = set()        # instances whose bodies are being inlined
         self.refs: dict[str, list[tuple[Expr, ...]]] = {}   # member -> indices it was used at
         self.memo: dict[tuple, Expr] = {}
 
@@ -130,11 +131,14 @@ class _Inliner:
     def _instance(self, p: Prim, idx: tuple[Expr, ...]) -> Expr:
         key = (p.name, idx)
         if key not in self.inst_key:
-            slot = len(self.group.inputs) + len(self.instances)
-            rvars = tuple(Var(f"r{slot}_{k}") for k in range(len(p.reduce.axes)))
+            tag = len(self.inst_key) + len(self.pending)
+            self.pending.add(key)
+            rvars = tuple(Var(f"r{tag}_{k}") for k in range(len(p.reduce.axes)))
             mapping = dict(zip(p.axes, idx))
             mapping.update(zip(p.reduce.axes, rvars))
-            body = self._resolve(p, mapping)
+            body = self._resolve(p, mapping)  # registers the instances it uses first
+            self.pending.discard(key)
+            slot = len(self.group.inputs) + len(self.instances)
             self.inst_key[key] = slot
             self.instances.append(Instance(slot, p.name, idx, body, rvars, p.reduce.extents, p.reduce.combiner,
                                            p.out.dtype))
