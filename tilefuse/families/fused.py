@@ -274,7 +274,7 @@ def _tile_box(vars_: tuple[Var, ...], ext: tuple[int, ...], block: int) -> dict[
     for v, n in zip(reversed(vars_), reversed(ext)):
         take = min(n, max(left, 1))
         box[v] = take
-        left = -(-left // n) if left > n else 1
+        left = -(-left // n) if left > n > 0 else 1
     return box
 
 

@@ -94,6 +94,7 @@ class Expr:
     def __mod__(self, o): return binary("mod", self, o)
     def __rmod__(self, o): return binary("mod", o, self)
     def __pow__(self, o): return binary("pow", self, o)
+    def __rpow__(self, o): return binary("pow", o, self)
     def __neg__(self): return unary("neg", self)
     def lt(self, o): return binary("lt", self, o)
     def le(self, o): return binary("le", self, o)
@@ -257,8 +258,8 @@ def _fold_const(op: str, a, b):
     if op == "add": return a + b
     if op == "sub": return a - b
     if op == "mul": return a * b
-    if op == "max": return max(a, b)
-    if op == "min": return min(a, b)
+    if op == "max": return a if (a != a or a >= b) else b  # NaN propagates, as in torch.maximum
+    if op == "min": return a if (a != a or a <= b) else b
     if op == "floordiv" and b != 0: return a // b
     if op == "mod" and b != 0: return a % b
     if op in COMPARE_OPS:
@@ -282,14 +283,14 @@ _FOLD: dict[tuple[str, str, Any], Callable[[Expr, Expr], Expr]] = {
     ("mul", "b", 1): lambda a, b: a,
     ("mul", "a", 1): lambda a, b: b,
     ("div", "b", 1): lambda a, b: a,
-    ("floordiv", "b", 1): lambda a, b: a,
     ("and", "b", True): lambda a, b: a,
     ("and", "a", True): lambda a, b: b,
     ("or", "b", False): lambda a, b: a,
     ("or", "a", False): lambda a, b: b,
 }
-# Integer-only identities (x*0 = 0 is false for floats: NaN, inf).
+# Integer-only identities (x*0 = 0 is false for floats: NaN, inf; x // 1.0 is floor(x)).
 _FOLD_INT: dict[tuple[str, str, Any], Callable[[Expr, Expr], Expr]] = {
+    ("floordiv", "b", 1): lambda a, b: a,
     ("mul", "b", 0): lambda a, b: b,
     ("mul", "a", 0): lambda a, b: a,
     ("mod", "b", 1): lambda a, b: Const(0, a.dtype),
@@ -347,9 +348,16 @@ def cast(x, dtype: DType) -> Expr:
         v = x.value
         if dtype is DType.bool:
             return Const(bool(v), dtype)
-        if dtype.is_int and (isinstance(v, bool) or float(v).is_integer()):
+        if dtype.is_int and (isinstance(v, bool) or float(v).is_integer()) and _fits(int(v), dtype):
             return Const(int(v), dtype)
     return Cast(x, dtype)
+
+
+def _fits(v: int, dtype: DType) -> bool:
+    # Out-of-range conversions wrap (or are undefined for floats): leave them to the executor.
+    import torch
+    info = torch.iinfo(dtype.to_torch())
+    return info.min <= v <= info.max
 
 
 def maximum(a, b) -> Expr:

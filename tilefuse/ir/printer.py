@@ -14,6 +14,8 @@ from .expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var, bi
 _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2), "floordiv": ("//", 2),
           "mod": ("%", 2), "pow": ("**", 4)}
 _ATOM_PREC = 9
+# Ops whose names are Python keywords print (and parse) with a trailing underscore.
+_KEYWORD_FN = {"and": "and_", "or": "or_", "not": "not_"}
 # Short dtype names used as cast/constant functions in printed text.
 DTYPE_FN = {DType.float64: "f64", DType.float32: "f32", DType.float16: "f16", DType.bfloat16: "bf16",
             DType.int64: "i64", DType.int32: "i32", DType.int16: "i16", DType.int8: "i8",
@@ -49,6 +51,13 @@ def format_expr(e: Expr, names: Sequence[str] | None = None) -> str:
         s, p = go(n)
         return f"({s})" if p < min_prec else s
 
+    def lit(n: Expr) -> str:
+        # int64 and bool constants print as bare Python literals; where no sibling Expr gives
+        # them a dtype (unary/cast operand, two constant operands) they need an explicit one.
+        if isinstance(n, Const) and (n.dtype is INDEX or n.dtype is DType.bool):
+            return f"{DTYPE_FN[n.dtype]}({n.value!r})"
+        return go(n)[0]
+
     def fmt(n: Expr) -> tuple[str, int]:
         if isinstance(n, Var):
             return n.name, _ATOM_PREC
@@ -56,23 +65,28 @@ def format_expr(e: Expr, names: Sequence[str] | None = None) -> str:
             s = _fmt_const(n)
             return s, (3 if s.startswith("-") else _ATOM_PREC)
         if isinstance(n, Load):
-            return f"{tname(n.tensor)}[{', '.join(go(i)[0] for i in n.index)}]", _ATOM_PREC
+            idx = ", ".join(go(i)[0] for i in n.index) if n.index else "()"
+            return f"{tname(n.tensor)}[{idx}]", _ATOM_PREC
         if isinstance(n, Unary):
             if n.op == "neg":
-                return "-" + wrap(n.x, 4), 3
-            return f"{n.op}({go(n.x)[0]})", _ATOM_PREC
+                return "-" + (lit(n.x) if isinstance(n.x, Const) else wrap(n.x, 4)), 3
+            return f"{_KEYWORD_FN.get(n.op, n.op)}({lit(n.x)})", _ATOM_PREC
         if isinstance(n, Binary):
+            if isinstance(n.a, Const) and isinstance(n.b, Const):  # unfolded, e.g. 7 // 0
+                a = lit(n.a)
+                return (f"({a} {_INFIX[n.op][0]} {go(n.b)[0]})" if n.op in _INFIX else
+                        f"{_KEYWORD_FN.get(n.op, n.op)}({a}, {go(n.b)[0]})"), _ATOM_PREC
             if n.op in _INFIX:
                 sym, prec = _INFIX[n.op]
                 if n.op == "pow":  # right-associative, binds tighter than unary minus on its left
                     return f"{wrap(n.a, prec + 1)} {sym} {wrap(n.b, prec)}", prec
                 return f"{wrap(n.a, prec)} {sym} {wrap(n.b, prec + 1)}", prec
-            return f"{n.op}_({go(n.a)[0]}, {go(n.b)[0]})" if n.op in ("and", "or") else \
-                f"{n.op}({go(n.a)[0]}, {go(n.b)[0]})", _ATOM_PREC
+            return f"{_KEYWORD_FN.get(n.op, n.op)}({go(n.a)[0]}, {go(n.b)[0]})", _ATOM_PREC
         if isinstance(n, Select):
-            return f"where({go(n.cond)[0]}, {go(n.a)[0]}, {go(n.b)[0]})", _ATOM_PREC
+            a = lit(n.a) if isinstance(n.b, Const) else go(n.a)[0]
+            return f"where({go(n.cond)[0]}, {a}, {go(n.b)[0]})", _ATOM_PREC
         if isinstance(n, Cast):
-            return f"{DTYPE_FN[n.dtype]}({go(n.x)[0]})", _ATOM_PREC
+            return f"{DTYPE_FN[n.dtype]}({lit(n.x)})", _ATOM_PREC
         raise TypeError(f"unknown expression node {type(n).__name__}")
 
     return go(e)[0]
@@ -99,9 +113,9 @@ def expr_namespace(var_names: Sequence[str], input_dtypes: Sequence[DType]) -> d
     ns["or_"] = lambda a, b: binary("or", a, b)
     from .expr import UNARY_OPS
     for op in UNARY_OPS:
-        ns[op] = (lambda op: lambda x: unary(op, x))(op)
+        ns[_KEYWORD_FN.get(op, op)] = (lambda op: lambda x: unary(op, x))(op)
     ns["where"] = select
-    ns["inf"], ns["nan"] = "inf", "nan"
+    ns["inf"], ns["nan"] = math.inf, math.nan
     return ns
 
 

@@ -72,7 +72,13 @@ _BINARY = {
     "shl": torch.bitwise_left_shift, "shr": torch.bitwise_right_shift,
 }
 
-_COMBINE = {"sum": lambda t, d: t.sum(d), "prod": lambda t, d: t.prod(d),
+def _prod(t: torch.Tensor, dims: tuple) -> torch.Tensor:
+    for d in sorted(dims, reverse=True):  # torch.prod takes one dim at a time
+        t = t.prod(d)
+    return t
+
+
+_COMBINE = {"sum": lambda t, d: t.sum(d), "prod": _prod,
             "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d)}
 
 
@@ -82,6 +88,7 @@ class _Grid:
     def __init__(self, prim: Prim, inputs: list[torch.Tensor], env: Mapping[Var, torch.Tensor]):
         self.prim, self.inputs, self.env = prim, inputs, env
         self.memo: dict[tuple[int, int], torch.Tensor] = {}
+        self.guards: list[torch.Tensor] = []  # keeps guards alive so their ids in memo keys stay unique
         self.device = inputs[0].device if inputs else torch.device("cpu")
 
     def eval(self, e: Expr, guard: torch.Tensor | None = None) -> torch.Tensor:
@@ -109,6 +116,7 @@ class _Grid:
             c = self.eval(e.cond, guard)
             ga = c if guard is None else (guard & c)
             gb = ~c if guard is None else (guard & ~c)
+            self.guards += (ga, gb)
             return torch.where(c, self.eval(e.a, ga), self.eval(e.b, gb))
         if isinstance(e, Cast):
             x = self.eval(e.x, guard)
@@ -157,8 +165,8 @@ def _retype(n: Expr) -> Expr | None:
     f32 = DType.float32
     if isinstance(n, Load):
         return Cast(n, f32)
-    if isinstance(n, Const):
-        return Const(n.value, f32)
+    if isinstance(n, Const):  # the 16-bit constant's value, exactly representable in fp32
+        return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), f32)
     if isinstance(n, Cast):
         return cast(n.x, f32)
     return None  # inner nodes are rebuilt from widened children and come out fp32 already
@@ -187,8 +195,8 @@ def _einsum(prim: Prim, body: Expr, inputs, device) -> torch.Tensor | None:
     for f in facs:
         vs = frozenset(n for n in walk(f) if isinstance(n, Var))
         groups.setdefault(vs, []).append(f)
-    if len(groups) < 2:
-        return None
+    if len(groups) < 2 or set().union(*groups) != set(allv):
+        return None  # einsum would neither sum over nor broadcast along a variable no factor reads
     ext = prim.extents
     operands, specs = [], []
     for vs, fs in groups.items():
