@@ -1,6 +1,7 @@
 """tilefuse: optimal kernel orchestration and Triton code generation for DL inference."""
 from .api import compile, compile_onnx
-from .errors import (InputError, ModelLoadError, TilefuseError, UnsupportedAttribute,
+from .cost.target import Target
+from .errors import (InputError, ModelLoadError, TargetAbsentError, TilefuseError, UnsupportedAttribute,
                      UnsupportedOperator)
 from .report.report import Report
 from .runtime.compiled import CompiledModel
@@ -8,4 +9,4 @@ from .runtime.compiled import CompiledModel
 __version__ = "0.1.0"
 
 __all__ = ["compile", "compile_onnx", "CompiledModel", "Report", "TilefuseError", "UnsupportedOperator",
-           "UnsupportedAttribute", "ModelLoadError", "InputError", "__version__"]
+           "UnsupportedAttribute", "ModelLoadError", "InputError", "TargetAbsentError", "Target", "__version__"]

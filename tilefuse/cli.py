@@ -1,4 +1,4 @@
-"""Command line: `tilefuse demo | inspect MODEL.onnx`."""
+"""Command line: `tilefuse demo | inspect MODEL.onnx | compile MODEL.onnx`."""
 from __future__ import annotations
 
 import argparse
@@ -77,6 +77,54 @@ def cmd_inspect(args, console: Console) -> int:
     return 2
 
 
+def kernel_table(report, limit: int | None = None) -> Table:
+    t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {report.target}; times modelled)")
+    t.add_column("#", justify="right")
+    t.add_column("kernel")
+    t.add_column("family")
+    t.add_column("prims", justify="right")
+    t.add_column("operators")
+    t.add_column("est us", justify="right")
+    rows = report.kernels if limit is None else report.kernels[:limit]
+    for k, info in enumerate(rows):
+        ops = ", ".join(info.ops)
+        t.add_row(str(k), info.name, info.family, str(len(info.prims)), ops if len(ops) < 70 else ops[:67] + "...",
+                  f"{info.est_us:.2f}")
+    return t
+
+
+def strategy_table(report) -> Table:
+    t = Table(title="strategies (modelled)")
+    t.add_column("strategy")
+    t.add_column("kernels", justify="right")
+    t.add_column("est total us", justify="right")
+    for name, s in report.strategies.items():
+        t.add_row(name, str(s["num_kernels"]), f"{s['est_total_us']:.1f}")
+    return t
+
+
+def cmd_compile(args, console: Console) -> int:
+    from rich.progress import Progress
+
+    import tilefuse
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("orchestrating segments", total=None)
+        compiled = tilefuse.compile_onnx(
+            args.model, target=args.target, strategy=args.strategy, backend="reference",
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    r = compiled.report
+    console.print(kernel_table(r))
+    console.print(strategy_table(r))
+    console.print(f"{r.num_ops} operators, {r.num_prims} prims, {r.num_kernels} kernels; solver {r.solver}; "
+                  f"compiled in {r.compile_seconds:.1f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(r.to_json())
+        console.print(f"report written to {args.json}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -85,9 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("inspect", help="operators and prims of an ONNX model; unsupported operators by node")
     p.add_argument("model")
     p.add_argument("--prims", action="store_true", help="print every prim")
+    p = sub.add_parser("compile", help="plan an ONNX model's kernels for a target; table of kernels")
+    p.add_argument("model")
+    p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
+    p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
+    p.add_argument("--json", help="write the report as JSON to this file")
     args = parser.parse_args(argv)
     console = Console()
-    handler = {"demo": cmd_demo, "inspect": cmd_inspect}[args.command]
+    handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile}[args.command]
     try:
         return handler(args, console)
     except TilefuseError as e:

@@ -45,3 +45,7 @@ class FissionError(TilefuseError):
     def __init__(self, node, detail: str):
         self.node = node
         super().__init__(f"internal error while splitting {_where(node)}: {detail}")
+
+
+class TargetAbsentError(TilefuseError):
+    """The model was compiled for a GPU that is not attached to this machine."""

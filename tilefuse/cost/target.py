@@ -47,6 +47,15 @@ class Target:
             return self.peak_tensor[key]
         return self.peak_simt.get(key, self.peak_simt["float32"])
 
+    def is_present(self) -> bool:
+        """A device of this kind is attached (the interpreter target ``cpu`` always is)."""
+        if self.present or self.name == "cpu":
+            return True
+        import torch
+        if not torch.cuda.is_available():
+            return False
+        return self.name.split(":")[0].upper() in torch.cuda.get_device_properties(0).name.upper()
+
     @staticmethod
     def get(name: str | "Target") -> "Target":
         if isinstance(name, Target):

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, TargetAbsentError
 from ..ir.dtypes import DType
 from ..ir.prim import PrimGraph
 from ..frontend.common import Imported
@@ -52,6 +52,10 @@ class CompiledModel:
         return feeds
 
     def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        if not self.target.is_present():
+            raise TargetAbsentError(
+                f"this model was compiled for {self.target.name}, which is not present on this machine; "
+                f"its plan and report are available (.plan, .report); compile with target='auto' to run here")
         # backend "reference": the plan's kernels one by one, each evaluated by the reference executor
         outs = execute_reference(self.plan, self.primgraph, feeds)
         aliased = {d.name for d in self.primgraph.inputs} | {c.name for c in self.primgraph.constants}
