@@ -1,0 +1,287 @@
+"""PyTorch frontend: torch.export -> ATen graph (fixed opset) -> canonical operator Graph.
+
+``import_torch`` exports the model in eval mode without gradients, decomposes it to core ATen
+except for the ops in ``aten.KEEP_WHOLE``, and converts each ATen node with the table in
+``aten.py``.  Parameters, buffers and lifted constants become graph constants; nodes whose inputs
+are all constants (``arange``, ``full``, a transposed weight, ...) are evaluated once here.
+``fx_to_graph`` is shared with the torch.compile backend (``dynamo.py``).
+"""
+from __future__ import annotations
+
+import operator
+import os
+import re
+import sys
+from typing import Any, Mapping
+
+import torch
+import torch.fx as fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils import _pytree as pytree
+
+from ..errors import InputError, ModelLoadError, UnsupportedOperator
+from ..ir.graph import Attrs, Node
+from .aten import CONVERTERS, KEEP_WHOLE, NO_OPS, Emitter, bind, op_name, tensor_type
+from .common import Imported
+
+# Folding an op on constants is skipped when it has a converter and would make a constant this big.
+FOLD_LIMIT = 1 << 22
+
+
+def decomposition_table():
+    """Core ATen decompositions, minus the ops with a canonical node worth keeping whole."""
+    table = torch.export.default_decompositions()
+    for op in KEEP_WHOLE:
+        table.pop(op, None)
+    return table
+
+
+def import_torch(model, example_inputs: tuple, *, example_kwargs: Mapping[str, Any] | None = None,
+                 strict: bool = False) -> Imported:
+    """Export ``model(*example_inputs, **example_kwargs)`` and convert it to a canonical Graph."""
+    module = model if isinstance(model, torch.nn.Module) else _Callable(model)
+    ep = export(module, tuple(example_inputs), dict(example_kwargs or {}), strict=strict)
+    return import_exported(ep, name=type(model).__name__ if isinstance(model, torch.nn.Module)
+                           else getattr(model, "__name__", "model"))
+
+
+class _Callable(torch.nn.Module):
+    """Wraps a plain function so torch.export can trace it."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        # torch.export records only `forward` frames in stack traces; anchor the function so its
+        # lines become node locations (the hook is internal to torch.fx, hence optional).
+        anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+        if anchor is not None:
+            anchor(fn)
+
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def export(module: torch.nn.Module, args: tuple, kwargs: dict, *, strict: bool = False) -> ExportedProgram:
+    """torch.export in eval mode under no_grad, decomposed to the frontend's opset."""
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            ep = torch.export.export(module, args, kwargs, strict=strict)
+            return ep.run_decompositions(decomposition_table())
+    except Exception as e:
+        first = str(e).strip().split("\n")[0]
+        raise ModelLoadError(f"torch.export could not trace {type(module).__name__}: "
+                             f"{type(e).__name__}: {first}") from e
+    finally:
+        module.train(was_training)
+
+
+def import_exported(ep: ExportedProgram, name: str = "model") -> Imported:
+    """Convert an ExportedProgram (already decomposed) to a canonical Graph and call adapters."""
+    sig = ep.graph_signature
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    inputs, constants, values, user_leaves = {}, {}, {}, []
+    for node, spec in zip(placeholders, sig.input_specs):
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            data = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+            constants[node] = (spec.target, data)
+        elif spec.kind is InputKind.USER_INPUT:
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                inputs[node] = node.name
+                user_leaves.append((node.name, True, None))
+            else:
+                value = getattr(spec.arg, "value", val)
+                values[node] = value
+                user_leaves.append((node.name, False, value))
+        else:
+            raise _unsupported_signature(node, f"model input of kind {spec.kind.name}")
+    em, outs = fx_to_graph(ep.graph, inputs=inputs, constants=constants, values=values)
+    graph_outputs, out_leaves = [], []
+    for value, spec in zip(outs, sig.output_specs):
+        if spec.kind is not OutputKind.USER_OUTPUT:
+            raise _unsupported_signature(None, f"the model mutates {spec.target!r} in forward "
+                                         f"({spec.kind.name}); tilefuse compiles pure functions")
+        if isinstance(value, str):
+            graph_outputs.append(value)
+            out_leaves.append((True, None))
+        else:
+            out_leaves.append((False, value))
+    graph = em.graph(graph_outputs, name)
+    in_spec, out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
+    return Imported(graph, _flattener(in_spec, user_leaves), _unflattener(out_spec, out_leaves))
+
+
+def _unsupported_signature(node, detail: str) -> UnsupportedOperator:
+    return UnsupportedOperator(Node("torch.export", node.name if node is not None else "signature", (), (),
+                                    Attrs()), detail)
+
+
+def _flattener(in_spec, user_leaves):
+    def flatten_inputs(args: tuple, kwargs: dict) -> list:
+        kw_spec = in_spec.child(1)
+        keys = list(kw_spec.context or [])
+        if set(kwargs) != set(keys):
+            raise InputError(f"the model was compiled with keyword inputs {sorted(keys)}, got {sorted(kwargs)}")
+        flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keys}))
+        if spec != in_spec:
+            raise InputError(f"the inputs do not have the structure the model was compiled for "
+                             f"({in_spec.num_leaves} leaves as {_spec_str(in_spec)}; got {_spec_str(spec)})")
+        tensors = []
+        for leaf, (name, is_tensor, value) in zip(flat, user_leaves):
+            if is_tensor:
+                tensors.append(leaf)
+            elif isinstance(leaf, torch.Tensor) or leaf != value:
+                raise InputError(f"input '{name}' was {value!r} when the model was compiled, got {leaf!r}; "
+                                 f"compile again for the new value")
+        return tensors
+    return flatten_inputs
+
+
+def _spec_str(spec) -> str:
+    return re.sub(r"\s+", " ", str(spec))
+
+
+def _unflattener(out_spec, out_leaves):
+    def unflatten_outputs(outs: list) -> Any:
+        it = iter(outs)
+        flat = [next(it) if is_tensor else value for is_tensor, value in out_leaves]
+        return pytree.tree_unflatten(flat, out_spec)
+    return unflatten_outputs
+
+
+# ----------------------------------------------------------------------------------------------
+# FX (ATen) graph -> canonical Graph, shared with the torch.compile backend.
+
+def fx_to_graph(graph: fx.Graph, *, inputs: Mapping[fx.Node, str], constants: Mapping[fx.Node, tuple] | None = None,
+                values: Mapping[fx.Node, Any] | None = None, owner: torch.nn.Module | None = None):
+    """Convert an ATen FX graph.  Placeholders are graph inputs (``inputs``: node -> name),
+    constants (``constants``: node -> (name, tensor)) or specialized Python values (``values``).
+
+    Returns the Emitter (call ``.graph(outputs, name)``) and the output node's flat values: value
+    names for tensors, Python values otherwise.
+    """
+    constants, values = constants or {}, values or {}
+    em = Emitter({n.name for n in graph.nodes})
+    env: dict[fx.Node, Any] = {}
+    outs: list = []
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if node in constants:
+                name, data = constants[node]
+                env[node] = em.const(data, name)
+            elif node in inputs:
+                env[node] = em.add_input(inputs[node], tensor_type(node.meta.get("val")))
+            else:
+                env[node] = values.get(node)
+        elif node.op == "get_attr":
+            env[node] = em.const(_get_attr(owner, node.target), node.name)
+        elif node.op == "call_function":
+            env[node] = convert_node(em, node, env)
+        elif node.op == "output":
+            outs = pytree.tree_leaves(fx.node.map_arg(node.args[0], lambda n: env[n]),
+                                      is_leaf=lambda x: x is None)
+        else:
+            raise UnsupportedOperator(Node(node.op, node.name, (), ()), "unexpected FX node kind")
+    return em, outs
+
+
+def _get_attr(owner, target: str) -> torch.Tensor:
+    obj = owner
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def convert_node(em: Emitter, node: fx.Node, env: Mapping[fx.Node, Any]):
+    """The canonical value(s) of one ATen node: emitted nodes, a folded constant, or a Python value."""
+    em.begin(node, source_location(node))
+    if node.target is operator.getitem:
+        return env[node.args[0]][node.args[1]]
+    name = op_name(node.target)
+    val = node.meta.get("val")
+    if name in NO_OPS:
+        return None
+    if isinstance(val, (int, float, bool)) and not isinstance(val, torch.Tensor):
+        return val  # shape arithmetic, specialized to the example's static shapes
+    if not isinstance(node.target, torch._ops.OpOverload):
+        raise em.unsupported("not an ATen operator")
+    lookup = env.__getitem__
+    if _foldable(em, node, name, lookup):
+        return _fold(em, node, lookup)
+    conv = CONVERTERS.get(name)
+    if conv is None:
+        raise em.unsupported("no converter for this ATen operator")
+    start = len(em.nodes)
+    result = conv(em, bind(node, lookup))
+    return em.finish_node(result, start)
+
+
+def _foldable(em: Emitter, node: fx.Node, name: str, lookup) -> bool:
+    if torch.Tag.nondeterministic_seeded in node.target.tags:
+        return False
+    for arg in pytree.tree_leaves((node.args, node.kwargs)):
+        if isinstance(arg, fx.Node) and not em.is_const(lookup(arg)):
+            return False
+    if name in CONVERTERS:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (tuple, list)) else [val]
+        return all(not isinstance(v, torch.Tensor) or v.numel() <= FOLD_LIMIT for v in vals)
+    return True
+
+
+def _fold(em: Emitter, node: fx.Node, lookup):
+    """Evaluate an op whose inputs are all constants; its results become constants."""
+    def real(n):
+        return em.consts[lookup(n)]
+    args = fx.node.map_arg(node.args, real)
+    kwargs = dict(fx.node.map_arg(node.kwargs, real))
+    if "device" in kwargs:
+        kwargs["device"] = "cpu"
+    with torch.no_grad():
+        result = node.target(*args, **kwargs)
+    if isinstance(result, torch.Tensor):
+        return em.const(result, node.name)
+    if isinstance(result, (tuple, list)):
+        return tuple(em.const(r, f"{node.name}:{k}") if isinstance(r, torch.Tensor) else r
+                     for k, r in enumerate(result))
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Source locations.
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_TILEFUSE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Library plumbing inside transformers; a model's own modeling file is the useful location.
+_TRANSFORMERS_PLUMBING = ("utils", "integrations", "modeling_utils.py", "masking_utils.py", "pytorch_utils.py",
+                          "activations.py", "modeling_layers.py", "generation")
+
+
+def _transformers_dir() -> str | None:
+    mod = sys.modules.get("transformers")
+    f = getattr(mod, "__file__", None)
+    return os.path.dirname(f) + os.sep if f else None
+
+
+def _is_plumbing(path: str, tdir: str | None) -> bool:
+    return bool(tdir) and path.startswith(tdir) and path[len(tdir):].split(os.sep)[0] in _TRANSFORMERS_PLUMBING
+
+
+def _not_ours(frames: list) -> list:
+    return [f for f in frames if not f[0].startswith(_TORCH_DIR) and not f[0].startswith(_TILEFUSE_DIR)]
+
+
+def source_location(node: fx.Node) -> str | None:
+    """``file.py:LINE in fn`` of the innermost user frame of the node's stack trace."""
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    if not frames:
+        return None
+    outside = _not_ours(frames)
+    tdir = _transformers_dir()
+    user = [f for f in outside if not _is_plumbing(f[0], tdir)]
+    path, line, fn = (user or outside or frames)[-1]
+    return f"{os.path.basename(path)}:{line} in {fn}"
