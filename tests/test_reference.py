@@ -261,3 +261,17 @@ def test_run_reference_frees_intermediates_and_keeps_outputs(monkeypatch):
     torch.testing.assert_close(d, ((x + 1) * 2 - 3) * ((x + 1) * 2))
     assert alive_at["c"] == {"b"}          # a was freed after its last use by b
     assert alive_at["d"] == {"b", "c"}     # b stays: it is read by d and is a graph output
+
+
+def test_untaken_select_branch_may_divide_by_zero_but_a_taken_one_raises():
+    from tilefuse.ir.expr import Var, select, binary
+    from tilefuse.ir.dtypes import DType, TensorType
+    from tilefuse.ir.prim import Prim
+    from tilefuse.runtime.reference import eval_prim
+    i = Var("i0")
+    safe = select(i.lt(1), 0, binary("floordiv", 6, i))            # i // 0 only where not taken
+    got = eval_prim(Prim("p", (), (i,), safe, TensorType((4,), DType.int64)), [])
+    assert got.tolist() == [0, 6, 3, 2]
+    unsafe = select(i.lt(1), binary("floordiv", 6, i), 0)          # the taken branch divides by 0
+    with pytest.raises(RuntimeError):
+        eval_prim(Prim("p", (), (i,), unsafe, TensorType((4,), DType.int64)), [])

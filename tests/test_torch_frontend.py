@@ -171,8 +171,8 @@ def _indexing(m, x, idx, idx2):
     )
 
 
-def _gather_nd_known(m, x, idx2):
-    # Each alone compiles; together they hit the fused-kernel bug named in KNOWN_FAILURES.
+def _gather_nd(m, x, idx2):
+    # Gathers whose index expressions fold when inlined together into one fused kernel.
     return x[idx2, idx2], x[idx2, :, idx2], x.unsqueeze(0)[:, idx2, idx2]
 
 
@@ -260,7 +260,7 @@ CASES = {
     "reductions": (lambda: Fn(_reductions), lambda: (torch.randn(3, 4, 5),), None),
     "indexing": (lambda: Fn(_indexing),
                  lambda: (torch.randn(3, 6, 8), torch.tensor([2, 0, 2, 1]), torch.tensor([[0, 2], [1, -1]])), None),
-    "gather_nd_known": (lambda: Fn(_gather_nd_known), lambda: (torch.randn(3, 6, 8), torch.tensor([[0, 2], [1, -1]])),
+    "gather_nd": (lambda: Fn(_gather_nd), lambda: (torch.randn(3, 6, 8), torch.tensor([[0, 2], [1, -1]])),
                         None),
     "int_bool": (lambda: Fn(_int_bool), lambda: (torch.randint(-5, 6, (3, 4)), torch.randint(1, 4, (3, 4)),
                                                 torch.rand(3, 4) > 0.5), None),
@@ -276,14 +276,7 @@ CASES = {
 
 
 # A failure outside the frontend, strict and tied to the exception: a fix shows up as XPASS.
-KNOWN_FAILURES = {
-    "gather_nd_known": pytest.mark.xfail(
-        raises=IndexError, strict=True, reason="families/fused.py:124 (_Inliner._resolve) slot out of range: "
-        "x[i, i] with x[i, :, i] in one graph, or x.unsqueeze(0)[:, i, i]"),
-}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=KNOWN_FAILURES.get(c, ())) for c in CASES])
+@pytest.mark.parametrize("case", list(CASES))
 def test_matches_eager(case):
     make_model, make_args, make_kwargs = CASES[case]
     torch.manual_seed(1)

@@ -53,6 +53,22 @@ def _kernel_infos(plan: Plan, coster: Coster) -> list[KernelInfo]:
     return out
 
 
+def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Coster, target: Target,
+               backend: str, strategy: str) -> Report:
+    plan = plans[strategy]
+    return Report(
+        target=target.name, backend=backend, strategy=strategy,
+        num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
+        prims_by_category=count_by_category(primgraph.prims),
+        num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster),
+        est_total_us=round(plan.cost * 1e6, 3),
+        strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3)}
+                    for s, p in plans.items()},
+        solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
+        ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
+    )
+
+
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
               dump: str | Path | None, time_limit: float = 10.0, progress=None) -> CompiledModel:
     graph = imported.graph
@@ -67,18 +83,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         (d / "2-prims.txt").write_text(str(primgraph) + "\n")
         (d / "3-plan.txt").write_text("\n".join(
             f"{i}: {k.candidate}  est {k.cost * 1e6:.2f} us" for i, k in enumerate(plan.kernels)) + "\n")
-    kernels = _kernel_infos(plan, coster)
-    report = Report(
-        target=tgt.name, backend=backend, strategy=strategy,
-        num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
-        prims_by_category=count_by_category(primgraph.prims),
-        num_kernels=len(plan.kernels), kernels=kernels,
-        est_total_us=round(plan.cost * 1e6, 3),
-        strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3)}
-                    for s, p in plans.items()},
-        solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
-        ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
-    )
+    report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy)
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     return CompiledModel(imported, primgraph, plan, report, backend, tgt)
 

@@ -24,12 +24,12 @@ import math
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..analysis.classify import Category
-from ..analysis.index import bounds
+from ..analysis.classify import Category, contraction_operands
+from ..analysis.index import affine_form, bounds
 from ..cost.model import coalesced_elems, expr_flops, kernel_seconds
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from ..ir.expr import Const, Expr, Load, Var, free_vars, transform, walk
+from ..ir.expr import Const, Expr, Load, Var, free_vars, walk
 from ..ir.prim import Prim
 from .base import Cost, Group, Schedule
 
@@ -63,19 +63,31 @@ class Store:
 
 
 @dataclass(frozen=True)
-class FusedSchedule(Schedule):
+class FusedBody:
+    """What a fused kernel computes, before tile sizes are chosen."""
+    group: Group
     anchor: str
     inputs: tuple[str, ...]                 # kernel input slots
-    xvars: tuple[Var, ...]
+    xvars: tuple[Var, ...]                  # row axes (of the anchor): one program per XBLOCK rows
     xext: tuple[int, ...]
-    ivars: tuple[Var, ...]
+    ivars: tuple[Var, ...]                  # inner axes, looped in chunks of RBLOCK
     iext: tuple[int, ...]
-    instances: tuple[Instance, ...]
+    instances: tuple[Instance, ...]         # reductions, in dependency order
     stores: tuple[Store, ...]
+
+
+@dataclass(frozen=True)
+class FusedSchedule(Schedule):
+    body: FusedBody
     xblock: int
     rblock: int
     bytes: int
     flops: int
+
+    def __getattr__(self, name):  # the body's fields read as the schedule's own
+        if name == "body":
+            raise AttributeError(name)
+        return getattr(self.body, name)
 
     @property
     def persistent(self) -> bool:
@@ -114,19 +126,29 @@ class _Inliner:
     def _resolve(self, p: Prim, mapping: Mapping[Var, Expr]) -> Expr:
         """p's body with its variables replaced by ``mapping`` and its loads made kernel-level.
 
-        One bottom-up pass does both, so index expressions coming in through ``mapping`` (already
-        kernel-level, possibly with data-dependent loads) are never re-read in p's slot numbering.
+        One recursive pass over p's own nodes does both; results are never visited again, so index
+        expressions coming in through ``mapping`` (already kernel-level) or produced by folding
+        are never re-read in p's slot numbering.
         """
-        def fn(n: Expr):
+        memo: dict[int, Expr] = {}
+
+        def go(n: Expr) -> Expr:
+            got = memo.get(id(n))
+            if got is not None:
+                return got
             if isinstance(n, Var):
-                return mapping.get(n)
-            if not isinstance(n, Load):
-                return None
-            src = p.inputs[n.tensor]
-            if src in self.member:
-                return self.value_at(src, n.index)
-            return Load(self.in_slot[src], n.index, n.dtype)
-        return transform(p.body, fn)
+                out = mapping.get(n, n)
+            elif isinstance(n, Load):
+                idx = tuple(go(i) for i in n.index)
+                src = p.inputs[n.tensor]
+                out = self.value_at(src, idx) if src in self.member else Load(self.in_slot[src], idx, n.dtype)
+            else:
+                kids = n.children()
+                out = n.with_children(tuple(go(k) for k in kids)) if kids else n
+            memo[id(n)] = out
+            return out
+
+        return go(p.body)
 
     def _instance(self, p: Prim, idx: tuple[Expr, ...]) -> Expr:
         key = (p.name, idx)
@@ -165,16 +187,20 @@ class FusedFamily:
 
     def schedule(self, group: Group, target: Target) -> FusedSchedule | None:
         cats = group.categories
-        # A contraction is the library's (or a gemm family's) unless it stands alone: then a fused
-        # kernel is the fallback that makes every single prim buildable.
-        if Category.opaque in cats or (Category.contraction in cats and len(cats) > 1):
+        # Contractions belong to the library (and later the gemm/chain families); a fused kernel
+        # takes one only when it stands alone and no library form exists (e.g. a 3-operand
+        # einsum), so that every single prim stays buildable.
+        if Category.opaque in cats:
+            return None
+        if Category.contraction in cats and (len(cats) > 1 or contraction_operands(group.prims[0]) is not None):
             return None
         built = _build(group)
         if built is None:
             return None
         best = None
+        sites, flops = _sites(built), _flops(built)
         for xb, rb in _tile_options(built):
-            sched = _with_tile(built, xb, rb, target)
+            sched = _with_tile(built, sites, flops, xb, rb, target)
             t = _seconds(sched, target)
             if best is None or t < best[0]:
                 best = (t, sched)
@@ -188,20 +214,7 @@ def _seconds(s: FusedSchedule, target: Target) -> float:
     return kernel_seconds(s.bytes, s.flops, target.peak(DType.float32, False), s.blocks, target)
 
 
-@dataclass(frozen=True)
-class _Built:
-    group: Group
-    anchor: str
-    inputs: tuple[str, ...]
-    xvars: tuple[Var, ...]
-    xext: tuple[int, ...]
-    ivars: tuple[Var, ...]
-    iext: tuple[int, ...]
-    instances: tuple[Instance, ...]
-    stores: tuple[Store, ...]
-
-
-def _build(group: Group) -> _Built | None:
+def _build(group: Group) -> FusedBody | None:
     outs = [group.members[o] for o in group.outputs]
     order = {p.name: k for k, p in enumerate(group.prims)}
     anchor = max(outs, key=lambda p: (p.out.numel, order[p.name]))
@@ -249,11 +262,11 @@ def _build(group: Group) -> _Built | None:
     size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in inl.instances for _ in walk(i.body))
     if size > MAX_EXPR_NODES:
         return None
-    return _Built(group, anchor.name, group.inputs, xvars, tuple(ext[v] for v in xvars), ivars,
+    return FusedBody(group, anchor.name, group.inputs, xvars, tuple(ext[v] for v in xvars), ivars,
                   tuple(ext[v] for v in ivars), tuple(inl.instances), tuple(stores))
 
 
-def _tile_options(b: _Built):
+def _tile_options(b: FusedBody):
     xn = math.prod(b.xext)
     loop = _loop_max(b.instances, b.iext)
     if loop <= 1:
@@ -278,22 +291,49 @@ def _tile_box(vars_: tuple[Var, ...], ext: tuple[int, ...], block: int) -> dict[
     return box
 
 
-def _load_elems(ld: Load, ranges: Mapping[Var, tuple[int, int]], shape, itemsize: int,
+@dataclass(frozen=True)
+class _Site:
+    """A load the kernel issues, analysed once per group (tile sizes vary, the maps do not)."""
+    loop: int                       # which loop issues it (instances first, then stores)
+    load: Load
+    dims: tuple                     # per dim: ("affine", {var: coeff}) | ("data", vars) | ("other", expr)
+
+
+def _sites(b: FusedBody) -> list[_Site]:
+    nin = len(b.inputs)
+    loops = [inst.body for inst in b.instances] + [s.value for s in b.stores]
+    out = []
+    for k, body in enumerate(loops):
+        for ld in (n for n in walk(body) if isinstance(n, Load) and n.tensor < nin):
+            dims = []
+            for e in ld.index:
+                if any(isinstance(x, Load) for x in walk(e)):
+                    dims.append(("data", tuple(free_vars(e))))
+                    continue
+                form = affine_form(e)
+                dims.append(("affine", form[0]) if form is not None else ("other", e))
+            out.append(_Site(k, ld, tuple(dims)))
+    return out
+
+
+def _site_elems(site: _Site, ranges: Mapping[Var, tuple[int, int]], shape, itemsize: int,
                 target: Target) -> float:
     sub = []
-    for e, n in zip(ld.index, shape):
-        if any(isinstance(x, Load) for x in walk(e)):
+    for (kind, what), n in zip(site.dims, shape):
+        if kind == "affine":
+            # exact extent of an affine map over a box: 1 + sum |c|·(extent - 1), clipped to the dim
+            ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in what.items())
+        elif kind == "data":
             # data-dependent: at most one distinct row per point of the index's own box
-            pts = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in free_vars(e) if v in ranges)
-            sub.append(min(n, pts))
-            continue
-        lo, hi = bounds(e, ranges)
-        lo, hi = max(lo, 0), min(hi, n - 1)
-        sub.append(max(hi - lo + 1, 0))
+            ext = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in what if v in ranges)
+        else:
+            lo, hi = bounds(what, ranges)
+            ext = max(min(hi, n - 1) - max(lo, 0) + 1, 0)
+        sub.append(max(min(ext, n), 0))
     return coalesced_elems(tuple(sub), tuple(shape), itemsize, target)
 
 
-def _with_tile(b: _Built, xb: int, rb: int, target: Target) -> FusedSchedule:
+def _with_tile(b: FusedBody, sites: list[_Site], flops: int, xb: int, rb: int, target: Target) -> FusedSchedule:
     g = b.group
     xn = math.prod(b.xext)
     programs = -(-xn // xb)
@@ -303,32 +343,27 @@ def _with_tile(b: _Built, xb: int, rb: int, target: Target) -> FusedSchedule:
     for inst in b.instances:
         ranges.update((v, (0, n - 1)) for v, n in zip(inst.rvars, inst.rext))
     persistent = rb >= _loop_max(b.instances, b.iext)
-    nin = len(b.inputs)
-    # loads per loop; a persistent program loads each distinct (tensor, index) once
-    loops = [inst.body for inst in b.instances] + [s.value for s in b.stores]
+    # a persistent program loads each distinct (tensor, index) once; a looped one once per loop
     seen: set[Load] = set()
-    per_input = [0.0] * nin
-    for body in loops:
-        for ld in (n for n in walk(body) if isinstance(n, Load) and n.tensor < nin):
-            if persistent and ld in seen:
-                continue
-            seen.add(ld)
-            t = g.types[b.inputs[ld.tensor]]
-            per_input[ld.tensor] += _load_elems(ld, ranges, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
+    per_input = [0.0] * len(b.inputs)
+    for site in sites:
+        if persistent and site.load in seen:
+            continue
+        seen.add(site.load)
+        t = g.types[b.inputs[site.load.tensor]]
+        per_input[site.load.tensor] += _site_elems(site, ranges, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
     total = 0.0
     for k, per in enumerate(per_input):
         t = g.types[b.inputs[k]]
         whole = per * programs
         total += min(whole, t.nbytes) if t.nbytes <= target.l2_bytes // 2 else whole
-    for s in b.stores:
-        t = g.types[s.tensor]
-        total += t.nbytes
-    xelems = xn
-    flops = 0
-    for inst in b.instances:
-        flops += (expr_flops(inst.body) + 1) * xelems * math.prod(inst.rext)
+    total += sum(g.types[s.tensor].nbytes for s in b.stores)
+    return FusedSchedule("fused", g, programs, b, xb, rb, int(total), flops)
+
+
+def _flops(b: FusedBody) -> int:
+    xn = math.prod(b.xext)
+    flops = sum((expr_flops(inst.body) + 1) * xn * math.prod(inst.rext) for inst in b.instances)
     inner = math.prod(b.iext)
-    for s in b.stores:
-        flops += expr_flops(s.value) * xelems * (1 if s.row_only else inner)
-    return FusedSchedule("fused", g, programs, b.anchor, b.inputs, b.xvars, b.xext, b.ivars, b.iext,
-                         b.instances, b.stores, xb, rb, int(total), int(flops))
+    flops += sum(expr_flops(s.value) * xn * (1 if s.row_only else inner) for s in b.stores)
+    return int(flops)

@@ -15,6 +15,7 @@ family can build it; kernel families and the cost model plug in there.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -74,16 +75,21 @@ def live_mask(seg: Segment) -> int:
     return live
 
 
-def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAPS
-                         ) -> list[tuple[Candidate, float]]:
+def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAPS,
+                         seconds: float | None = None) -> list[tuple[Candidate, float]]:
     """Every buildable candidate of the segment with its cost, in a deterministic order.
 
-    Candidates that write no live prim are skipped: no selection needs them.
+    Candidates that write no live prim are skipped: no selection needs them.  Sets are visited
+    smallest first; with a time budget ``seconds`` the enumeration stops when it runs out, keeping
+    the smaller kernels (single prims always come first, so a plan always exists).
     """
     _, convex = seg.enumerate(caps)
     live = live_mask(seg)
     out = []
+    deadline = None if seconds is None else time.perf_counter() + seconds
     for members in sorted(convex, key=lambda m: (m.bit_count(), m)):
+        if deadline is not None and members.bit_count() > 1 and time.perf_counter() > deadline:
+            break
         for out_mask in output_variants(seg, members):
             if not out_mask & live:
                 continue

@@ -38,7 +38,7 @@ class Caps:
     """
     max_prims: int = 48
     max_states: int = 2048
-    max_convex: int = 20000
+    max_convex: int = 6000          # each costs ~0.1 ms to cost: bounds a segment to about a second
     max_members: int = 24
 
 

@@ -41,7 +41,7 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
         else:
             unfused = selection_from_groups(seg, unfused_groups(seg, coster), coster, "unfused")
             greedy = selection_from_groups(seg, greedy_groups(seg, coster, caps), coster, "greedy")
-            cands = enumerate_candidates(seg, coster, caps)
+            cands = enumerate_candidates(seg, coster, caps, seconds=time_limit)
             num_candidates += len(cands)
             optimal = select(seg, cands, time_limit=time_limit)
             if optimal.objective > greedy.objective:

@@ -78,6 +78,8 @@ def _prod(t: torch.Tensor, dims: tuple) -> torch.Tensor:
     return t
 
 
+_INT_DIVISION = frozenset({"div", "floordiv", "mod", "fmod"})
+
 _COMBINE = {"sum": lambda t, d: t.sum(d), "prod": _prod,
             "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d)}
 
@@ -111,7 +113,11 @@ class _Grid:
                 return x
             return _UNARY[e.op](x)
         if isinstance(e, Binary):
-            return _BINARY[e.op](self.eval(e.a, guard), self.eval(e.b, guard))
+            a, b = self.eval(e.a, guard), self.eval(e.b, guard)
+            if guard is not None and e.op in _INT_DIVISION and not b.dtype.is_floating_point:
+                # an untaken Select branch may divide by zero (its value is discarded): divide by 1 there
+                b = torch.where(guard | (b != 0), b, torch.ones((), dtype=b.dtype, device=b.device))
+            return _BINARY[e.op](a, b)
         if isinstance(e, Select):
             c = self.eval(e.cond, guard)
             ga = c if guard is None else (guard & c)
