@@ -1,0 +1,104 @@
+"""The public API contract (DESIGN.md §9): compile, report, targets, strategies, errors."""
+import numpy as np
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.errors import InputError, TargetAbsentError
+
+REPORT_KEYS = {"target", "backend", "strategy", "num_ops", "num_prims", "prims_by_category", "num_kernels",
+               "kernels", "est_total_us", "strategies", "solver", "compile_seconds"}
+KERNEL_KEYS = {"name", "family", "prims", "ops", "est_us", "bytes", "flops", "measured_us"}
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 32)
+        self.ln = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        return torch.softmax(self.ln(torch.nn.functional.gelu(self.fc(x))), -1)
+
+
+@pytest.fixture(scope="module")
+def block():
+    torch.manual_seed(0)
+    return Block().eval(), torch.randn(4, 16)
+
+
+def test_report_has_the_contract_keys(block):
+    model, x = block
+    c = tilefuse.compile(model, (x,), target="cpu")
+    r = c.report.to_dict()
+    assert REPORT_KEYS <= set(r)
+    assert r["kernels"] and all(KERNEL_KEYS <= set(k) for k in r["kernels"])
+    assert set(r["strategies"]) == {"unfused", "greedy", "optimal"}
+    assert {"status", "num_segments", "num_candidates", "seconds"} <= set(r["solver"])
+    assert r["num_kernels"] == len(c.plan.kernels) < r["num_ops"] + 1
+    assert r["strategies"]["optimal"]["est_total_us"] <= r["strategies"]["unfused"]["est_total_us"]
+    assert tilefuse.Report is type(c.report)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["unfused", "greedy", "optimal"])
+def test_each_strategy_runs_exactly(block, strategy):
+    model, x = block
+    c = tilefuse.compile(model, (x,), target="cpu", strategy=strategy)
+    assert c.report.strategy == strategy
+    assert c.report.num_kernels == c.report.strategies[strategy]["num_kernels"]
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_planning_for_an_absent_gpu_gives_a_plan_but_calling_raises(block):
+    model, x = block
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    c = tilefuse.compile(model, (x,), target="h100")
+    assert c.report.target == "h100" and c.plan.kernels
+    with pytest.raises(TargetAbsentError, match="h100.*not present"):
+        c(x)
+
+
+def test_unknown_backend_strategy_and_target_are_clear_errors(block):
+    model, x = block
+    with pytest.raises(ValueError, match="backend"):
+        tilefuse.compile(model, (x,), backend="nope")
+    with pytest.raises(ValueError, match="strategy"):
+        tilefuse.compile(model, (x,), strategy="nope")
+    with pytest.raises(ValueError, match="target"):
+        tilefuse.compile(model, (x,), target="v100")
+
+
+def test_wrong_input_shape_and_dtype_at_call_time(block):
+    model, x = block
+    c = tilefuse.compile(model, (x,), target="cpu")
+    with pytest.raises(InputError, match="shape"):
+        c(torch.randn(5, 16))
+    with pytest.raises(InputError, match="dtype"):
+        c(x.double())
+    with pytest.raises(InputError):
+        c.run({"wrong": x.numpy()})
+
+
+def test_onnx_run_takes_numpy_feeds(block, tmp_path):
+    model, x = block
+    path = tmp_path / "b.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, input_names=["x"], output_names=["y"])
+    c = tilefuse.compile_onnx(str(path), target="cpu")
+    (y,) = c.run({"x": x.numpy()})
+    assert isinstance(y, np.ndarray)
+    with torch.no_grad():
+        np.testing.assert_allclose(y, model(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_compiling_twice_gives_the_same_plan(block):
+    model, x = block
+    a = tilefuse.compile(model, (x,), target="h100").report.to_dict()
+    b = tilefuse.compile(model, (x,), target="h100").report.to_dict()
+    for r in (a, b):
+        r.pop("compile_seconds")
+        r["solver"].pop("seconds")
+    assert a == b

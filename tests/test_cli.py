@@ -1,0 +1,70 @@
+"""The command line: inspect, compile, demo; user errors exit 2 without a traceback."""
+import json
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tilefuse.cli import main
+
+
+def _model(path, op="Relu", domain=""):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node(op, ["s"], ["y"], name="the_node", domain=domain)]
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=opsets, ir_version=10)
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_inspect_lists_operators_and_prims(tmp_path, capsys):
+    assert main(["inspect", _model(tmp_path / "m.onnx"), "--prims"]) == 0
+    out = capsys.readouterr().out
+    assert "Sigmoid" in out and "Relu" in out and "elementwise" in out and "# Relu 'the_node'" in out
+
+
+def test_inspect_names_every_unsupported_node_and_exits_2(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx", op="Foo", domain="com.example")
+    assert main(["inspect", path]) == 2
+    captured = capsys.readouterr()
+    assert "the_node" in captured.out + captured.err
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_missing_file_is_one_line_error_with_status_2(tmp_path, capsys):
+    assert main(["compile", str(tmp_path / "nope.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "nope.onnx" in err and "Traceback" not in err
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    from tilefuse.errors import ModelLoadError
+    with pytest.raises(ModelLoadError):
+        main(["--debug", "compile", str(tmp_path / "nope.onnx")])
+
+
+def test_truncated_file_is_a_clear_error(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    assert main(["compile", path]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_compile_for_h100_writes_the_report(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    out_json = tmp_path / "r.json"
+    assert main(["compile", path, "--target", "h100", "--json", str(out_json)]) == 0
+    r = json.loads(out_json.read_text())
+    assert r["target"] == "h100" and r["num_kernels"] == 1           # sigmoid + relu fuse
+    assert set(r["strategies"]) == {"unfused", "greedy", "optimal"}
+    assert r["strategies"]["unfused"]["num_kernels"] == 2
+    assert "kernels" in capsys.readouterr().out
+
+
+def test_demo_runs_and_checks_against_eager(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "match" in out and "modelled on h100" in out
