@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import torch
 
 from tilefuse.ir.expr import Load, Var, transform
-from tilefuse.runtime.reference import _Grid, _var_env
+from tilefuse.runtime.reference import _Grid, _retype, _var_env
 
 _COMBINE = {"sum": lambda t, d: t.sum(d), "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d),
             "prod": lambda t, d: t.prod(d)}
@@ -32,6 +32,8 @@ def evaluate_schedule(s, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     dummy = SimpleNamespace(name="fused", origin="fused schedule", inputs=list(s.inputs) + ["instance"] * 64)
     for inst in s.instances:
         body = _rowwise(inst.body, nin, s.xvars)
+        if inst.dtype.value in ("float16", "bfloat16"):  # the executor's rule: 16-bit reductions run in fp32
+            body = transform(body, lambda n: _retype(n) if n.dtype.value in ("float16", "bfloat16") else None)
         allv = list(s.xvars) + list(inst.rvars)
         e = dict(ext) | dict(zip(inst.rvars, inst.rext))
         g = _Grid(dummy, vals, _var_env(allv, e, torch.device("cpu")))

@@ -1,4 +1,13 @@
 """tilefuse: optimal kernel orchestration and Triton code generation for DL inference."""
+import os as _os
+
+import torch as _torch
+
+if not _torch.cuda.is_available():
+    # Without a GPU generated kernels run in Triton's interpreter, which triton.jit selects when
+    # triton is first imported (its standard library is jit-decorated then): set it before that.
+    _os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from .api import compile, compile_onnx
 from .cost.target import Target
 from .errors import (InputError, ModelLoadError, TargetAbsentError, TilefuseError, UnsupportedAttribute,

@@ -1,0 +1,1 @@
+"""Code generation: kernel source text per scheduled group (Triton for the generated families)."""

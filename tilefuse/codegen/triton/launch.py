@@ -1,0 +1,110 @@
+"""Compile generated Triton source: write it under the cache by content hash, import it, launch.
+
+Kernels are imported from real files so tracebacks and profilers show the generated lines;
+identical sources share one module.  Without CUDA the kernels run in the Triton interpreter,
+which ``triton.jit`` selects at decoration time from ``TRITON_INTERPRET``.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .emit import emit_fused, kernel_name
+
+_MODULES: dict[str, object] = {}
+
+# libdevice names the emitter uses -> the torch function with the executor's semantics.
+_TORCH_LIBDEVICE = {
+    "tan": torch.tan, "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
+    "cosh": torch.cosh, "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh,
+    "atanh": torch.atanh, "erf": torch.erf, "rint": torch.round, "trunc": torch.trunc,
+    "log1p": torch.log1p, "expm1": torch.expm1, "fmod": torch.fmod, "pow": torch.pow,
+}
+
+
+class _InterpretedLibdevice:
+    """Stands in for ``libdevice`` under the Triton interpreter, which cannot run it.
+
+    The interpreter calls kernel globals as plain Python on tiles holding numpy arrays, so each
+    function evaluates with torch on those arrays and wraps the result as a tile again.
+    """
+
+    def __getattr__(self, name):
+        fn = _TORCH_LIBDEVICE[name]
+
+        def call(*args):
+            import triton.language as tl
+            from triton.runtime.interpreter import TensorHandle
+            data = [torch.from_numpy(a.handle.data) for a in args]
+            out = fn(*data).to(data[0].dtype).numpy()
+            ty = tl.block_type(args[0].dtype, list(out.shape)) if out.ndim else args[0].dtype
+            return tl.tensor(TensorHandle(out, args[0].handle.dtype), ty)
+
+        return call
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TILEFUSE_CACHE_DIR", "~/.cache/tilefuse")).expanduser()
+
+
+def load_kernel(source: str, name: str):
+    """The ``@triton.jit`` function ``name`` defined by ``source`` (imported once per source)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    mod = _MODULES.get(digest)
+    if mod is None:
+        if not torch.cuda.is_available():
+            _require_interpreter()
+        path = cache_dir() / "kernels" / f"{digest}.py"
+        if not path.exists() or path.read_text() != source:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)  # atomic: concurrent writers never expose a partial file
+        modname = f"tilefuse_kernel_{digest}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod  # Triton looks functions' globals up through their module
+        spec.loader.exec_module(mod)
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            mod.libdevice = _InterpretedLibdevice()
+        _MODULES[digest] = mod
+    return getattr(mod, name)
+
+
+def _require_interpreter() -> None:
+    """Make sure triton runs kernels in its interpreter (no CUDA device here)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+    if not isinstance(triton.language.standard.max, InterpretedFunction):
+        raise RuntimeError(
+            "triton was imported before tilefuse without TRITON_INTERPRET=1, so its kernels cannot run "
+            "on this machine (no CUDA device); import tilefuse first or set TRITON_INTERPRET=1")
+
+
+def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Tensor]], dict[str, torch.Tensor]]:
+    """A callable running the fused kernel: kernel inputs (in ``schedule.inputs`` order) -> outputs."""
+    name = name or kernel_name(schedule)
+    kernel = load_kernel(emit_fused(schedule, name), name)
+    types = schedule.group.types
+    outs = [(st.tensor, types[st.tensor]) for st in schedule.stores]
+    rows = math.prod(schedule.xext)
+    grid = (-(-rows // schedule.xblock),)
+    xblock, rblock = schedule.xblock, schedule.rblock
+
+    def run(inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        ins = [t.contiguous() for t in inputs]
+        res = {n: torch.empty(t.shape, dtype=t.dtype.to_torch(), device=device) for n, t in outs}
+        if rows and all(t.numel for _, t in outs):
+            kernel[grid](*ins, *res.values(), XBLOCK=xblock, RBLOCK=rblock)
+        return res
+
+    return run
