@@ -40,7 +40,7 @@ import numpy as np
 
 from .candidates import Candidate, live_mask, output_variants, remap
 from .segment import Segment
-from .states import TooManyStates, bits, execution_states
+from .states import TooManyStates, bits, execution_states, levels_above
 
 DEFAULT_TIME_LIMIT = 10.0
 
@@ -144,20 +144,12 @@ def _partition(p: _Problem, alive: list[int]) -> list[int] | None:
     for low in inside:                       # every way into `low` comes from a smaller state
         if low not in dist:
             continue
-        level, seen = [low], {low}
-        for _ in range(depth):
-            nxt = []
-            for s in level:
-                for t in up[s]:
-                    if t not in seen:
-                        seen.add(t)
-                        nxt.append(t)
-            for high in nxt:
+        for level in levels_above(low, up, depth):
+            for high in level:
                 k = maximal.get(high & ~low)
                 if k is not None and dist[low] + p.costs[k] < dist.get(high, math.inf):
                     dist[high] = dist[low] + p.costs[k]
                     via[high] = (low, k)
-            level = nxt
     if live not in dist:
         return None
     path, s = [], live

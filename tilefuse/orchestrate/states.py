@@ -17,7 +17,7 @@ segment splitter) answers by cutting the segment smaller, so orchestration never
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
 class TooManyStates(Exception):
@@ -144,20 +144,26 @@ def convex_sets(states: Sequence[int], cap: int = DEFAULT_CAPS.max_convex,
     limit = width if max_size is None else max_size
     out: set[int] = set()
     for low in states:
-        level = [low]
-        seen = {low}
-        for _ in range(limit):
-            nxt = []
-            for s in level:
-                for t in up[s]:
-                    if t not in seen:
-                        seen.add(t)
-                        nxt.append(t)
-            if not nxt:
-                break
-            for t in nxt:
+        for level in levels_above(low, up, limit):
+            for t in level:
                 out.add(t & ~low)
             if len(out) > cap:
                 raise TooManyStates("convex sets", cap)
-            level = nxt
     return out
+
+
+def levels_above(low: int, up: Mapping[int, Sequence[int]], depth: int):
+    """Breadth-first levels of the states above ``low`` in the lattice ``up`` (state -> the states
+    one prim larger), level k holding those with k more prims, for at most ``depth`` levels."""
+    level, seen = [low], {low}
+    for _ in range(depth):
+        nxt = []
+        for s in level:
+            for t in up[s]:
+                if t not in seen:
+                    seen.add(t)
+                    nxt.append(t)
+        if not nxt:
+            return
+        yield nxt
+        level = nxt
