@@ -2,6 +2,7 @@
 
     model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► orchestrate (segments,
     candidates costed by kernel families on the target, BLP) ─► Plan ─► CompiledModel
+    (backend "reference": kernels evaluated by the reference executor; "triton": generated kernels)
 
 Each stage is a plain function from one IR to the next; ``dump`` (a directory) writes what each
 stage produced.
@@ -25,7 +26,7 @@ from .report.report import KernelInfo, Report, kernel_name
 from .runtime.compiled import CompiledModel
 from .transform.simplify import simplify_graph
 
-BACKENDS = ("reference",)
+BACKENDS = ("reference", "triton")
 
 
 def _check_options(backend: str, strategy: str) -> None:

@@ -11,6 +11,7 @@ from ..ir.dtypes import DType
 from ..ir.prim import PrimGraph
 from ..frontend.common import Imported
 from ..orchestrate.plan import Plan, execute_reference
+from .executor import build_steps, execute
 
 
 class CompiledModel:
@@ -24,6 +25,7 @@ class CompiledModel:
         self.report = report
         self.backend = backend
         self.target = target
+        self._steps = None    # generated kernels, built at the first call
 
     @property
     def input_names(self) -> list[str]:
@@ -56,8 +58,12 @@ class CompiledModel:
             raise TargetAbsentError(
                 f"this model was compiled for {self.target.name}, which is not present on this machine; "
                 f"its plan and report are available (.plan, .report); compile with target='auto' to run here")
-        # backend "reference": the plan's kernels one by one, each evaluated by the reference executor
-        outs = execute_reference(self.plan, self.primgraph, feeds)
+        if self.backend == "triton":
+            if self._steps is None:
+                self._steps = build_steps(self.plan)
+            outs = execute(self._steps, self.plan, self.primgraph, feeds, torch.device("cpu"))
+        else:  # "reference": the plan's kernels one by one, each evaluated by the reference executor
+            outs = execute_reference(self.plan, self.primgraph, feeds)
         aliased = {d.name for d in self.primgraph.inputs} | {c.name for c in self.primgraph.constants}
         return [o.clone() if n in aliased else o for n, o in zip(self.primgraph.outputs, outs)]
 
