@@ -74,7 +74,7 @@ class Converter:
         self.nodes: list[Node] = []
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self.taken = _all_names(model)
-        self._emitted: dict[int, int] = {}
+        self._emitted: dict[int, tuple] = {}    # id(ONNX node) -> (node, canonical nodes emitted)
         self.decls: list[str] = []
         self.non_tensors: dict[str, str] = {}               # sequence/optional/map graph inputs
         self.folded_by: dict[str, ONode] = {}               # folded constant -> its node
@@ -370,8 +370,9 @@ class Converter:
         for v in list(inputs) + list(outputs):
             if v:
                 self._check_value(n, v)
-        k = self._emitted.get(id(n), 0)
-        self._emitted[id(n)] = k + 1
+        # keyed by identity; the node is kept in the entry so its id cannot be reused by a new node
+        k = self._emitted.get(id(n), (n, 0))[1]
+        self._emitted[id(n)] = (n, k + 1)
         name = n.name if k == 0 else f"{n.name}/{op}_{k}"
         attrs = {a: onnx_proto.py_value(v) for a, v in (attrs or {}).items()}
         node = Node(op, name, tuple(inputs), tuple(outputs), Attrs(attrs), n.location)
