@@ -75,11 +75,11 @@ def cmd_inspect(args, console: Console) -> int:
     if pg is not None:
         console.print(_category_table(f"{len(pg.prims)} prims by category", count_by_category(pg.prims)))
         if args.prims:
-            console.print(str(pg), markup=False, highlight=False)
+            console.print(str(pg), markup=False, highlight=False, soft_wrap=True)
         return 0
     console.print(f"[red]{len(errors)} operator(s) cannot be compiled:[/]")
     for e in errors:
-        console.print(f"  {e}", markup=False, highlight=False)
+        console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
     return 2
 
 
