@@ -68,3 +68,20 @@ def test_demo_runs_and_checks_against_eager(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "match" in out and "modelled on h100" in out
+
+
+def test_run_checks_against_onnxruntime(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    assert main(["run", path, "--check"]) == 0
+    assert "match onnxruntime" in capsys.readouterr().out
+
+
+def test_run_with_given_inputs_and_a_mismatch_exits_1(tmp_path, capsys):
+    import numpy as np
+    path = _model(tmp_path / "m.onnx")
+    feeds = tmp_path / "x.npz"
+    np.savez(feeds, x=np.full((2, 3), 0.5, dtype=np.float32))
+    assert main(["run", path, "--inputs", str(feeds), "--backend", "reference"]) == 0
+    # an absurd tolerance of -1 cannot be met: the comparison itself must be able to fail
+    assert main(["run", path, "--inputs", str(feeds), "--check", "--rtol", "0", "--atol", "-1"]) == 1
+    assert "mismatch" in capsys.readouterr().out

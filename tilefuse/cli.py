@@ -1,4 +1,4 @@
-"""Command line: `tilefuse demo | inspect MODEL.onnx | compile MODEL.onnx`."""
+"""Command line: `tilefuse demo | inspect MODEL.onnx | compile MODEL.onnx | run MODEL.onnx`."""
 from __future__ import annotations
 
 import argparse
@@ -131,6 +131,58 @@ def cmd_compile(args, console: Console) -> int:
     return 0
 
 
+def _random_feeds(model, seed: int = 0) -> dict:
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for d in model.graph.inputs:
+        shape, dt = d.type.shape, d.type.dtype
+        if dt.is_float:
+            feeds[d.name] = rng.standard_normal(shape).astype(dt.to_numpy() if dt.value != "bfloat16" else "float32")
+        elif dt.value == "bool":
+            feeds[d.name] = rng.random(shape) < 0.5
+        else:  # small non-negative integers: valid as ids and indices for most models
+            feeds[d.name] = rng.integers(0, 8, shape).astype(dt.to_numpy())
+    return feeds
+
+
+def cmd_run(args, console: Console) -> int:
+    import numpy as np
+
+    import tilefuse
+
+    compiled = tilefuse.compile_onnx(args.model, backend=args.backend)
+    if args.inputs:
+        with np.load(args.inputs) as data:
+            feeds = {k: data[k] for k in data.files}
+    else:
+        feeds = _random_feeds(compiled)
+    outs = compiled.run(feeds)
+    t = Table(title=f"outputs ({compiled.report.num_kernels} kernels, backend {args.backend})")
+    for col in ("output", "dtype", "shape", "mean", "max |x|"):
+        t.add_column(col)
+    for name, o in zip(compiled.output_names, outs):
+        f = o.astype("float64") if o.size else o
+        t.add_row(name, str(o.dtype), str(tuple(o.shape)), f"{f.mean():.4g}" if o.size else "-",
+                  f"{np.abs(f).max():.4g}" if o.size else "-")
+    console.print(t)
+    if not args.check:
+        return 0
+    import onnxruntime as ort
+    sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    bad = []
+    for name, got, ref in zip(compiled.output_names, outs, want):
+        if got.shape != ref.shape or not np.allclose(got, ref, rtol=args.rtol, atol=args.atol, equal_nan=True):
+            diff = np.abs(got.astype("float64") - ref.astype("float64")).max() if got.shape == ref.shape else "shape"
+            bad.append(f"{name}: max abs difference {diff}")
+    if bad:
+        console.print("[red]mismatch against onnxruntime:[/] " + "; ".join(bad))
+        return 1
+    console.print(f"[green]all {len(outs)} outputs match onnxruntime[/] (rtol {args.rtol}, atol {args.atol})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -144,9 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
     p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
     p.add_argument("--json", help="write the report as JSON to this file")
+    p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime")
+    p.add_argument("model")
+    p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")
+    p.add_argument("--backend", default="triton", choices=["triton", "reference"])
+    p.add_argument("--check", action="store_true", help="compare every output with onnxruntime")
+    p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--atol", type=float, default=1e-5)
     args = parser.parse_args(argv)
     console = Console()
-    handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile}[args.command]
+    handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile, "run": cmd_run}[args.command]
     try:
         return handler(args, console)
     except TilefuseError as e:
