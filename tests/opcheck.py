@@ -58,3 +58,17 @@ def check_op(op: str, inputs: Sequence[torch.Tensor | None], expected: Sequence[
         else:
             assert torch.equal(g, e), f"{op} output {k}: values differ\n{g}\n{e}"
     return pg
+
+
+def onnxruntime_node(op, inputs, attrs):
+    """Run one ONNX node (opset 21) with onnxruntime: the oracle for ONNX-only attribute semantics."""
+    import pytest
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+    names = [f"x{k}" for k in range(len(inputs))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, 1, None) for n in names],
+                              [helper.make_tensor_value_info("y", 1, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(sess.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0])

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opcheck import check_op, run_op
+from opcheck import check_op, onnxruntime_node, run_op
 from tilefuse.analysis.classify import Category, classify
 from tilefuse.errors import UnsupportedAttribute
 from tilefuse.ir.dtypes import DType, TensorType
@@ -168,18 +168,6 @@ def test_conv_transpose_output_shape_and_same():
     check_op("ConvTranspose", [x, w], full[:, :, :8, :6], attrs=dict(strides=(2, 2), auto_pad="SAME_UPPER"),
              const=(1,), **TOL)
 
-
-def onnxruntime_node(op, inputs, attrs):
-    """Run one ONNX node (opset 21) with onnxruntime: the oracle for ONNX-only attribute semantics."""
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import helper
-    names = [f"x{k}" for k in range(len(inputs))]
-    node = helper.make_node(op, names, ["y"], **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, 1, None) for n in names],
-                              [helper.make_tensor_value_info("y", 1, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return torch.from_numpy(sess.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0])
 
 
 @pytest.mark.parametrize("mode", ["NOTSET", "SAME_UPPER", "SAME_LOWER"])

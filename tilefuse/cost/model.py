@@ -9,7 +9,7 @@ the grid grows).  Every number here is modelled, never measured.
 """
 from __future__ import annotations
 
-from ..ir.expr import Binary, Cast, Expr, Load, Select, Unary
+from ..ir.expr import Binary, Expr, Load, Select, Unary, walk
 from .target import Target
 
 # Relative cost of one evaluation of an op, in FMA-equivalents: special functions run on the
@@ -25,22 +25,11 @@ OP_WEIGHT = {
 def expr_flops(e: Expr) -> int:
     """Weighted arithmetic operations to evaluate e once (index arithmetic inside loads excluded)."""
     total = 0
-    seen: set[int] = set()
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, Load):
-            continue  # address arithmetic is integer work folded into the load
+    for n in walk(e, into=lambda n: not isinstance(n, Load)):
         if isinstance(n, (Unary, Binary)):
             total += OP_WEIGHT.get(n.op, 1)
         elif isinstance(n, Select):
             total += 1
-        elif isinstance(n, Cast):
-            total += 0
-        stack.extend(n.children())
     return total
 
 

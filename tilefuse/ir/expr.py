@@ -377,8 +377,8 @@ def logical_and(*xs: Expr) -> Expr:
 
 # ---------------------------------------------------------------- traversal
 
-def walk(e: Expr) -> Iterator[Expr]:
-    """Pre-order traversal visiting each distinct node once."""
+def walk(e: Expr, into: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
+    """Pre-order traversal visiting each distinct node once; ``into(n)`` False skips n's children."""
     seen: set[int] = set()
     stack = [e]
     while stack:
@@ -387,7 +387,8 @@ def walk(e: Expr) -> Iterator[Expr]:
             continue
         seen.add(id(n))
         yield n
-        stack.extend(reversed(n.children()))
+        if into is None or into(n):
+            stack.extend(reversed(n.children()))
 
 
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
