@@ -81,6 +81,14 @@ def test_wrong_input_shape_and_dtype_at_call_time(block):
         c(x.double())
     with pytest.raises(InputError):
         c.run({"wrong": x.numpy()})
+    with pytest.raises(InputError, match=r"input 'x' \(#0\) is on meta.*runs on cpu.*\.to\('cpu'\)"):
+        c(x.to("meta"))
+
+
+def test_cuda_graph_replay_needs_a_cuda_target(block):
+    model, x = block
+    with pytest.raises(ValueError, match="cuda_graph=True needs backend='triton' and a CUDA target"):
+        tilefuse.compile(model, (x,), target="cpu", cuda_graph=True)
 
 
 def test_onnx_run_takes_numpy_feeds(block, tmp_path):

@@ -1,4 +1,5 @@
 """Fission of pooling operators against torch.nn.functional (and the ONNX reference where torch differs)."""
+import functools
 import math
 
 import pytest
@@ -123,6 +124,21 @@ def test_average_pool(xs, k, s, pads, ceil, include):
     attrs = dict(kernel_shape=k, strides=s, pads=pads, ceil_mode=ceil, count_include_pad=include)
     pg = check_op("AveragePool", [x], ref, attrs=attrs)
     assert [classify(p) for p in pg.prims] == [Category.reduce, Category.elementwise]
+
+
+@pytest.mark.parametrize("op,pool", [("AveragePool", functools.partial(F.avg_pool2d, count_include_pad=False)),
+                                     ("MaxPool", F.max_pool2d)])
+def test_window_larger_than_input_reduces_only_taps_that_can_land(op, pool):
+    # EfficientNet's top pool: kernel 9 with ceil_mode over a 2x3 map reads 2x3 taps, not 9x9
+    x = torch.randn(1, 3, 2, 3)
+    attrs = dict(kernel_shape=(9, 9), strides=(9, 9), pads=(0, 0, 0, 0), ceil_mode=1)
+    pg = check_op(op, [x], pool(x, 9, 9, ceil_mode=True), attrs=attrs)
+    assert pg.prims[0].reduce.extents == (2, 3)
+    # with leading padding the first taps land in the padding for every output and are skipped too
+    attrs = dict(kernel_shape=(5, 5), strides=(1, 1), pads=(2, 2, 2, 2), dilations=(1, 1))
+    x = torch.randn(1, 2, 2, 2)
+    pg = check_op(op, [x], pool(x, 5, 1, 2), attrs=attrs)
+    assert pg.prims[0].reduce.extents == (3, 3)    # taps 1..3: o + r - 2 in [0, 2) for o in {0, 1}
 
 
 @pytest.mark.parametrize("pads,d,include", [

@@ -1,8 +1,10 @@
 """transformers models, shrunk for CPU, with random weights (never downloaded).
 
 Each model is compiled from PyTorch (``tilefuse.compile``, torch.export frontend) with every
-attention implementation it supports, and once through ONNX (``torch.onnx.export`` then
-``tilefuse.compile_onnx``), and compared with eager PyTorch within 1e-4 relative (fp32).
+attention implementation it supports, once through ONNX (``torch.onnx.export`` then
+``tilefuse.compile_onnx``), and four through ``torch.compile(backend="tilefuse")``; all run with
+generated Triton kernels (the interpreter here) and are compared with eager PyTorch within 1e-4
+relative (fp32).  Each plan must have fewer kernels than the model has operators.
 
 Parameters and batch-norm statistics are re-drawn at O(1) scale: with the libraries' default
 init several of these nets produce (near-)zero logits, and a comparison of zeros checks nothing.
@@ -23,7 +25,12 @@ T = transformers
 
 RTOL = 1e-4
 # Orchestration is not under test here; a short solver limit keeps the file within its time budget.
-OPTIONS = dict(backend="reference", time_limit=2.0)
+OPTIONS = dict(backend="triton", time_limit=2.0)
+
+
+def assert_fused(report, what: str) -> None:
+    assert report.backend == "triton"
+    assert report.num_kernels < report.num_ops, f"{what}: {report.num_kernels} kernels for {report.num_ops} ops"
 
 
 def bert(attn):
@@ -139,6 +146,7 @@ PARAMS = [pytest.param(n, a, id=f"{n}-{a}" if a else n) for n, (_, attns) in MOD
 def test_compile_matches_eager(name, attn):
     model, inputs = build(name, attn)
     compiled = tilefuse.compile(model, inputs, **OPTIONS)
+    assert_fused(compiled.report, f"{name}/{attn}")
     with torch.no_grad():
         want = model(*inputs)
     got = compiled(*inputs)
@@ -204,6 +212,7 @@ def _dynamo_export(model, inputs, path) -> None:
 def test_onnx_matches_eager(name, onnx_files):
     path, exporter, model, inputs = onnx_files(name)
     compiled = tilefuse.compile_onnx(path, **OPTIONS)
+    assert_fused(compiled.report, f"{name} via ONNX")
     feeds = {n: t.numpy() for n, t in zip(compiled.input_names, inputs)}
     outs = compiled.run(feeds)
     with torch.no_grad():
@@ -211,3 +220,28 @@ def test_onnx_matches_eager(name, onnx_files):
     assert len(outs) == len(want), f"{exporter} export of {name}: {len(outs)} outputs, eager has {len(want)}"
     for k, (o, w) in enumerate(zip(outs, want)):
         assert_close_relative(torch.from_numpy(o), w, f"{name} via ONNX ({exporter}) output {k}")
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "resnet"])
+def test_torch_compile_matches_eager(name, monkeypatch):
+    import torch._dynamo
+    from tilefuse.frontend.dynamo import TilefuseFallbackWarning
+    from tilefuse.runtime.executor import Program
+    model, inputs = build(name, MODELS[name][1][-1])
+    runs = []
+    real_run = Program.run
+    monkeypatch.setattr(Program, "run", lambda self, feeds: runs.append(self) or real_run(self, feeds))
+    torch._dynamo.reset()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TilefuseFallbackWarning)   # no silent eager fallback
+            compiled = torch.compile(model, backend="tilefuse", options={"time_limit": OPTIONS["time_limit"]})
+            with torch.no_grad():
+                got, want = compiled(*inputs), model(*inputs)
+    finally:
+        torch._dynamo.reset()
+    assert runs, "no graph ran through tilefuse's generated kernels"
+    got_t, want_t = tensors(got), tensors(want)
+    assert len(got_t) == len(want_t)
+    for k, (g, w) in enumerate(zip(got_t, want_t)):
+        assert_close_relative(g, w, f"{name} via torch.compile output {k}")

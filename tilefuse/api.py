@@ -71,7 +71,8 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
 
 
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
-              dump: str | Path | None, time_limit: float = 10.0, progress=None) -> CompiledModel:
+              dump: str | Path | None, time_limit: float = 10.0, progress=None,
+              cuda_graph: bool = False) -> CompiledModel:
     graph = imported.graph
     primgraph = simplify_graph(fission(graph))
     tgt = Target.get(target)
@@ -86,31 +87,40 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
             f"{i}: {k.candidate}  est {k.cost * 1e6:.2f} us" for i, k in enumerate(plan.kernels)) + "\n")
     report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy)
     report.compile_seconds = round(time.perf_counter() - t0, 4)
-    return CompiledModel(imported, primgraph, plan, report, backend, tgt)
+    return CompiledModel(imported, primgraph, plan, report, backend, tgt, cuda_graph=cuda_graph)
 
 
-def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "reference",
-            strategy: str = "optimal", dump: str | Path | None = None, **options: Any) -> CompiledModel:
-    """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args)."""
+def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
+            strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
+            cuda_graph: bool = False, **options: Any) -> CompiledModel:
+    """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args).
+
+    ``time_limit`` bounds candidate enumeration and the solver per segment (seconds);
+    ``cuda_graph`` replays the whole plan as one CUDA graph (CUDA targets, backend ``triton``);
+    other options go to the torch frontend (``example_kwargs``).
+    """
     _check_options(backend, strategy)
     from .frontend.torch import import_torch
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    time_limit = options.pop("time_limit", 10.0)
     imported = import_torch(model, tuple(example_inputs), **options)
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit)
+                     time_limit=time_limit, cuda_graph=cuda_graph)
 
 
-def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "reference",
-                 strategy: str = "optimal", dump: str | Path | None = None, **options: Any) -> CompiledModel:
-    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``)."""
+def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "triton",
+                 strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
+                 cuda_graph: bool = False, progress=None, **options: Any) -> CompiledModel:
+    """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
+
+    ``time_limit`` and ``cuda_graph`` as for ``compile``; ``progress(done, total)`` is called as
+    segments are planned; other options go to the ONNX frontend (``input_shapes``,
+    ``initializers_as_inputs``).
+    """
     _check_options(backend, strategy)
     from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
-    time_limit = options.pop("time_limit", 10.0)
-    progress = options.pop("progress", None)
     imported = import_onnx(model_or_path, **options)
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, progress=progress)
+                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph)

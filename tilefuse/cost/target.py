@@ -39,6 +39,13 @@ class Target:
     warp_size: int = 32
     transaction_bytes: int = 32             # DRAM sector size: the unit of coalescing
     present: bool = False                   # a device of this kind is attached
+    program_s: float = 0.0                  # per program and loop chunk of a generated kernel,
+                                            # on targets that interpret them sequentially (cpu)
+
+    @property
+    def device(self) -> str:
+        """The torch device type plans for this target run on."""
+        return "cpu" if self.name == "cpu" else "cuda"
 
     def peak(self, dtype: DType, tensor_cores: bool) -> float:
         """Peak FLOP/s for arithmetic in dtype (falls back to CUDA cores when no tensor-core figure)."""
@@ -124,7 +131,7 @@ CPU = Target(
     peak_tensor=_ro({}),
     smem_per_sm=1 * MiB, smem_per_block=1 * MiB, regs_per_sm=1 << 20, regs_per_block=1 << 20,
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=32 * MiB,
-    launch_s=200e-6, launch_graph_s=200e-6,
+    launch_s=200e-6, launch_graph_s=200e-6, program_s=1e-3,
 )
 
 PRESETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (H100, H200, A100, CPU)})

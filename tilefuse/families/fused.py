@@ -211,7 +211,11 @@ class FusedFamily:
 
 
 def _seconds(s: FusedSchedule, target: Target) -> float:
-    return kernel_seconds(s.bytes, s.flops, target.peak(DType.float32, False), s.blocks, target)
+    t = kernel_seconds(s.bytes, s.flops, target.peak(DType.float32, False), s.blocks, target)
+    if target.program_s:  # an interpreting target runs programs and their loop chunks one by one
+        chunks = sum(-(-n // s.rblock) for n in [math.prod(s.iext)] + [math.prod(i.rext) for i in s.instances])
+        t += target.program_s * s.blocks * chunks
+    return t
 
 
 def _build(group: Group) -> FusedBody | None:

@@ -32,6 +32,29 @@ def _pool_window(node: Node, x: TensorRef) -> Window:
     return window(node, x.shape[2:], tuple(kernel), bool(node.attrs.get("ceil_mode", 0)))
 
 
+def _taps(win: Window) -> tuple[tuple[int, ...], Callable[[tuple], tuple]]:
+    """The window's reduced extents, and the map from reduce vars to taps.
+
+    Only taps that land inside the input for some output position are reduced over: a window
+    larger than its input (a ceil_mode pool over a small map) otherwise reads mostly padding.
+    """
+    first, count = [], []
+    for d, k in enumerate(win.kernel):
+        s, dil, pb, n, o = (win.strides[d], win.dilations[d], win.pads_begin[d], win.in_sizes[d],
+                            win.out_sizes[d])
+        lo = max(0, -(-(pb - (o - 1) * s) // dil))
+        hi = min(k - 1, (n - 1 + pb) // dil)
+        lo, hi = (lo, hi) if lo <= hi else (0, k - 1)
+        first.append(lo)
+        count.append(hi - lo + 1)
+    return tuple(count), lambda r: tuple(rd + Const(f, INDEX) if f else rd for rd, f in zip(r, first))
+
+
+def _window_reduce(fx: Fission, shape, win: Window, combiner: str, body: Callable) -> TensorRef:
+    count, tap = _taps(win)
+    return fx.reduce(shape, count, combiner, lambda i, r: body(i, tap(r)))
+
+
 def _out_shape(x: TensorRef, win: Window) -> tuple[int, ...]:
     return x.shape[:2] + win.out_sizes
 
@@ -87,7 +110,7 @@ def max_pool(fx: Fission, node: Node, ins: list):
     x = ins[0]
     win = _pool_window(node, x)
     lowest = Const(reduce_init("max", x.dtype), x.dtype)
-    y = fx.reduce(_out_shape(x, win), win.kernel, "max", lambda i, r: _read(x, win, i, r, lowest))
+    y = _window_reduce(fx, _out_shape(x, win), win, "max", lambda i, r: _read(x, win, i, r, lowest))
     if len(node.outputs) < 2 or not node.outputs[1]:
         return y
     return [y, _max_indices(fx, node, x, win, y)]
@@ -111,7 +134,7 @@ def _max_indices(fx: Fission, node: Node, x: TensorRef, win: Window, y: TensorRe
         return select(hit, flat(i, pos), Const(INT64_MAX, INDEX))
 
     # Row-major flat indices grow with the window position, so the min is the first maximum.
-    idx = fx.reduce(y.shape, win.kernel, "min", body)
+    idx = _window_reduce(fx, y.shape, win, "min", body)
     order = node.attrs.get("storage_order", 0)
     if order not in (0, 1):
         raise UnsupportedAttribute(node, "storage_order", order, "expected 0 or 1")
@@ -138,8 +161,8 @@ def average_pool(fx: Fission, node: Node, ins: list) -> TensorRef:
     x = ins[0]
     win = _pool_window(node, x)
     acc = acc_dtype(x.dtype)
-    total = fx.reduce(_out_shape(x, win), win.kernel, "sum",
-                      lambda i, r: cast(_read(x, win, i, r, Const(0, x.dtype)), acc))
+    total = _window_reduce(fx, _out_shape(x, win), win, "sum",
+                           lambda i, r: cast(_read(x, win, i, r, Const(0, x.dtype)), acc))
     include = bool(node.attrs.get("count_include_pad", 0))
     fns = [_window_count(win, d, include) for d in range(len(win.kernel))]
     return _mean(fx, total, lambda o: _counts(fns, win.out_sizes, o), x.dtype)
@@ -171,7 +194,8 @@ def lp_pool(fx: Fission, node: Node, ins: list) -> TensorRef:
     x = ins[0]
     win = _pool_window(node, x)
     zero = Const(0, x.dtype)
-    return _power_sum(fx, node, _out_shape(x, win), win.kernel, lambda i, r: _read(x, win, i, r, zero), x.dtype)
+    count, tap = _taps(win)
+    return _power_sum(fx, node, _out_shape(x, win), count, lambda i, r: _read(x, win, i, tap(r), zero), x.dtype)
 
 
 def _global_shape(node: Node, x: TensorRef) -> tuple[int, ...]:

@@ -29,8 +29,9 @@ class TilefuseFallbackWarning(UserWarning):
 
 def tilefuse_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict | None = None,
                      mode: str | None = None, **kw):
-    """torch.compile backend.  Pipeline options (``strategy``, ``target``, ``time_limit``, ``dump``)
-    come from ``torch.compile(..., options={...})`` or as keywords; ``mode`` is ignored."""
+    """torch.compile backend.  Pipeline options (``strategy``, ``target``, ``backend``, ``time_limit``,
+    ``cuda_graph``, ``dump``) come from ``torch.compile(..., options={...})`` or as keywords; ``mode``
+    is ignored.  The target defaults to the device the graph's inputs are on."""
     options = {**(options or {}), **kw}
     try:
         return aot_module_simplified(gm, list(example_inputs),
@@ -61,8 +62,8 @@ def _boxed(fn):
 
 def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
     from ..api import _check_options, _pipeline  # late: api imports the frontends lazily too
-    strategy = options.get("strategy", "optimal")
-    _check_options("reference", strategy)
+    strategy, backend = options.get("strategy", "optimal"), options.get("backend", "triton")
+    _check_options(backend, strategy)
     t0 = time.perf_counter()
     with unset_fake_temporarily():
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -80,9 +81,18 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
             return [next(it) if isinstance(o, str) else o for o in outs]
 
         compiled = _pipeline(Imported(graph, flatten_inputs, unflatten_outputs),
-                             target=options.get("target", "auto"), backend="reference", strategy=strategy,
-                             t0=t0, dump=options.get("dump"), time_limit=options.get("time_limit", 10.0))
+                             target=options.get("target") or _device_target(example_inputs), backend=backend,
+                             strategy=strategy, t0=t0, dump=options.get("dump"),
+                             time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False))
+        if backend == "triton":
+            compiled.program  # generate the kernels now, while a failure can still fall back to eager
     return _boxed(compiled)
+
+
+def _device_target(example_inputs) -> str:
+    """``auto`` (the CUDA device) for a graph on CUDA tensors, else the interpreter target ``cpu``."""
+    on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+    return "auto" if on_cuda else "cpu"
 
 
 def _register() -> None:

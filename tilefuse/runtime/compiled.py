@@ -11,13 +11,17 @@ from ..ir.dtypes import DType
 from ..ir.prim import PrimGraph
 from ..frontend.common import Imported
 from ..orchestrate.plan import Plan, execute_reference
-from .executor import build_steps, execute
+from .executor import Program
 
 
 class CompiledModel:
     """Callable with the model's inputs (torch tensors); ``run`` takes ONNX-style numpy feeds."""
 
-    def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target):
+    def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target,
+                 cuda_graph: bool = False):
+        if cuda_graph and (backend != "triton" or target.device != "cuda"):
+            raise ValueError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
+                             f"got backend={backend!r}, target {target.name!r}")
         self.imported = imported
         self.graph = imported.graph
         self.primgraph = primgraph
@@ -25,7 +29,10 @@ class CompiledModel:
         self.report = report
         self.backend = backend
         self.target = target
-        self._steps = None    # generated kernels, built at the first call
+        self.cuda_graph = cuda_graph
+        self.device = torch.device(target.device)
+        self._program = None    # generated kernels and memory, built at the first call
+        self._replay = None
 
     @property
     def input_names(self) -> list[str]:
@@ -50,31 +57,50 @@ class CompiledModel:
             if t.dtype != d.type.dtype.to_torch():
                 raise InputError(f"input '{d.name}' (#{k}) has dtype {str(t.dtype).replace('torch.', '')}, "
                                  f"the model expects {d.type.dtype.value}")
-            feeds[d.name] = t.detach().cpu()
+            if t.device.type != self.device.type:
+                raise InputError(f"input '{d.name}' (#{k}) is on {t.device}; the model was compiled for "
+                                 f"{self.target.name} and runs on {self.device.type}: "
+                                 f"move the inputs there (.to('{self.device.type}'))")
+            feeds[d.name] = t.detach()
         return feeds
 
-    def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+    @property
+    def program(self) -> Program:
+        """The runnable plan (kernels generated and memory planned on first use)."""
+        if self._program is None:
+            self._program = Program(self.plan, self.primgraph, self.device)
+        return self._program
+
+    def _require_present(self) -> None:
         if not self.target.is_present():
             raise TargetAbsentError(
                 f"this model was compiled for {self.target.name}, which is not present on this machine; "
                 f"its plan and report are available (.plan, .report); compile with target='auto' to run here")
+
+    def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         if self.backend == "triton":
-            if self._steps is None:
-                self._steps = build_steps(self.plan)
-            outs = execute(self._steps, self.plan, self.primgraph, feeds, torch.device("cpu"))
-        else:  # "reference": the plan's kernels one by one, each evaluated by the reference executor
-            outs = execute_reference(self.plan, self.primgraph, feeds)
+            if self.cuda_graph:
+                if self._replay is None:
+                    from .cudagraph import GraphReplay
+                    self._replay = GraphReplay(self.program)
+                outs = self._replay.run(feeds)
+            else:
+                outs = self.program.run(feeds)
+        else:  # "reference": the plan's kernels one by one, each evaluated by the reference executor (CPU)
+            cpu = {n: t.cpu() for n, t in feeds.items()}
+            outs = [o.to(self.device) for o in execute_reference(self.plan, self.primgraph, cpu)]
         aliased = {d.name for d in self.primgraph.inputs} | {c.name for c in self.primgraph.constants}
         return [o.clone() if n in aliased else o for n, o in zip(self.primgraph.outputs, outs)]
 
     def __call__(self, *args, **kwargs):
+        self._require_present()
         tensors = self.imported.flatten_inputs(args, kwargs)
-        device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), torch.device("cpu"))
         outs = self._execute(self._check(list(tensors)))
-        return self.imported.unflatten_outputs([o.to(device) for o in outs])
+        return self.imported.unflatten_outputs(outs)
 
     def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None) -> list[np.ndarray]:
         """ONNX-Runtime-style call: numpy feeds by input name, outputs in graph output order."""
+        self._require_present()
         names = self.input_names
         missing = [n for n in names if n not in feeds]
         extra = [n for n in feeds if n not in names]
@@ -85,14 +111,14 @@ class CompiledModel:
         for n in names:
             v = feeds[n]
             if isinstance(v, torch.Tensor):
-                tensors.append(v)
+                tensors.append(v.to(self.device))
                 continue
             v = np.asarray(v)
             try:
                 DType.from_numpy(v.dtype)
             except TypeError as e:
                 raise InputError(f"input '{n}': {e}") from None
-            tensors.append(torch.from_numpy(np.array(v, order="C")))  # keeps 0-d arrays 0-d
+            tensors.append(torch.from_numpy(np.array(v, order="C")).to(self.device))  # keeps 0-d arrays 0-d
         outs = self._execute(self._check(tensors))
         result = {n: o for n, o in zip(self.output_names, outs)}
         wanted = list(output_names) if output_names is not None else self.output_names

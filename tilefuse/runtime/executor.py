@@ -1,8 +1,10 @@
 """Running a plan with real kernels (backend ``"triton"``).
 
-Fused kernels are generated Triton (run by Triton's interpreter on a machine without CUDA);
-library and opaque kernels run through torch (cuBLAS/cuDNN on a GPU), their single prim evaluated
-by the torch ops the reference executor maps it to.  Buffers are freed after their last use.
+A ``Program`` is a plan made runnable on one device: a ``Step`` per kernel, each writing into
+buffers it is given (never allocating), and a memory plan placing every intermediate in one arena
+allocated once.  Fused kernels are generated Triton (run by Triton's interpreter on a machine
+without CUDA); library kernels run through torch (cuBLAS/cuDNN on a GPU) with layouts folded into
+strides (runtime/library.py); opaque kernels run their torch function.
 """
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import torch
 
 from ..ir.prim import PrimGraph
 from ..orchestrate.plan import Plan
+from .memory import MemoryPlan, plan_memory
 from .reference import eval_prim
 
-KernelFn = Callable[[list[torch.Tensor]], Mapping[str, torch.Tensor]]
+# Runs one kernel: (inputs in Step.inputs order, outputs in Step.outputs order) -> None.
+KernelFn = Callable[[list[torch.Tensor], list[torch.Tensor]], None]
 
 
 @dataclass(frozen=True)
@@ -25,35 +29,48 @@ class Step:
     run: KernelFn
 
 
-def _torch_kernel(kernel) -> KernelFn:
-    (prim,) = kernel.prims
-    return lambda ins: {prim.name: eval_prim(prim, ins)}
+def _torch_kernel(prim) -> KernelFn:
+    def run(ins, outs):
+        outs[0].copy_(eval_prim(prim, ins))
+    return run
 
 
-def build_steps(plan: Plan) -> list[Step]:
+def build_step(kernel) -> Step:
     from ..codegen.triton import compile_fused
-    steps = []
-    for k in plan.kernels:
-        if k.schedule.family == "fused":
-            fn = compile_fused(k.schedule)
-            steps.append(Step(tuple(k.schedule.inputs), k.outputs, fn))
-        else:
-            steps.append(Step(tuple(k.prims[0].inputs), k.outputs, _torch_kernel(k)))
-    return steps
+    sched = kernel.schedule
+    if sched.family == "fused":
+        return Step(tuple(sched.inputs), tuple(st.tensor for st in sched.stores), compile_fused(sched))
+    (prim,) = kernel.prims
+    if sched.family == "library":
+        from .library import library_kernel
+        return Step(tuple(prim.inputs), (prim.name,), _one_output(library_kernel(prim)))
+    return Step(tuple(prim.inputs), (prim.name,), _torch_kernel(prim))
 
 
-def execute(steps: list[Step], plan: Plan, pg: PrimGraph, feeds: Mapping[str, torch.Tensor],
-            device: torch.device) -> list[torch.Tensor]:
-    buffers: dict[str, torch.Tensor] = {c.name: c.data.to(device) for c in pg.constants}
-    buffers.update(feeds)
-    keep = set(plan.sources) | set(plan.outputs)
-    lifetimes = plan.lifetimes
-    for i, step in enumerate(steps):
-        out = step.run([buffers[n] for n in step.inputs])
-        for n in step.outputs:
-            buffers[n] = out[n]
-        for n in set(step.inputs) | set(step.outputs):
-            lt = lifetimes.get(n)
-            if lt is not None and lt.last == i and n not in keep:
-                del buffers[n]
-    return [buffers[n] for n in plan.outputs]
+def _one_output(fn) -> KernelFn:
+    return lambda ins, outs: fn(ins, outs[0])
+
+
+class Program:
+    """A plan's kernels, memory plan and constants on ``device``; ``run`` executes it once."""
+
+    def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device):
+        self.plan, self.device, self.types = plan, device, pg.types
+        self.steps = [build_step(k) for k in plan.kernels]
+        self.memory: MemoryPlan = plan_memory(plan, pg)
+        self.constants = {c.name: c.data.to(device) for c in pg.constants}
+        arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8, device=device)
+        self.intermediates = self.memory.views(arena, self.types)
+        self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources]
+
+    def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Graph outputs in order; outputs are new tensors, intermediates live in the arena."""
+        buffers = dict(self.constants)
+        buffers.update(feeds)
+        buffers.update(self.intermediates)
+        for n in self._fresh:
+            t = self.types[n]
+            buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
+        for step in self.steps:
+            step.run([buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs])
+        return [buffers[n] for n in self.plan.outputs]

@@ -235,18 +235,14 @@ class _Scope:
         shape = k.shapes[e.tensor]
         idx = [self.index(i) for i in e.index]
         dims = self.dims_of(i for i in idx if i in self.dims)
-        terms, checks = [], []
-        stride = 1
-        for d in reversed(range(len(shape))):
-            i, n = idx[d], shape[d]
-            terms.append(i if stride == 1 else f"{i} * {stride}")
+        checks = []
+        for d, (i, n) in enumerate(zip(idx, shape)):
             lo, hi = bounds(e.index[d], self.ranges)
             if lo < 0:
                 checks.append(f"({i} >= 0)")
             if hi > n - 1:
                 checks.append(f"({i} < {n})")
-            stride *= n
-        off = " + ".join(reversed(terms)) if terms else "tl.full([1, 1], 0, tl.int64)"
+        off = _offset(idx, shape)
         mask = [self.masks[d] for d in sorted(dims, reverse=True)] + checks
         m = f", mask={' & '.join(mask)}, other=0" if mask else ""
         return self.tmp(f"tl.load(in{e.tensor} + ({off}){m})", dims)
@@ -346,17 +342,21 @@ class _Kernel:
             shape = s.group.types[st.tensor].shape
             v = sc.expr(st.value)
             idx = [sc.index(i) for i in st.index]
-            terms, stride = [], 1
-            for d in reversed(range(len(shape))):
-                terms.append(idx[d] if stride == 1 else f"{idx[d]} * {stride}")
-                stride *= shape[d]
-            off = " + ".join(reversed(terms)) if terms else "0"
+            off = _offset(idx, shape)
             mask = " & ".join(["xmask", "rmask"] + [f"({sc.names[m]} == 0)" for m in st.mask_vars])
             dt = _TL[s.group.types[st.tensor].dtype]
             full = f"[XBLOCK, {block}]"
             sc.line(f"tl.store(out{k} + tl.broadcast_to({off}, {full}), "
                     f"tl.broadcast_to({v}, {full}).to({dt}), mask={mask})")
         return lines + sc.lines
+
+
+def _offset(idx: list[str], shape: tuple[int, ...]) -> str:
+    """Row-major element offset of index terms; a tile even when every term is a literal."""
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    if all(re.fullmatch(r"-?\d+", i) for i in idx):   # literals only (or a 0-d tensor)
+        return f"tl.full([1, 1], {sum(int(i) * st for i, st in zip(idx, strides))}, tl.int64)"
+    return " + ".join(i if st == 1 else f"{i} * {st}" for i, st in zip(idx, strides))
 
 
 def _may_retype(rule: str, dtype: DType) -> bool:

@@ -89,22 +89,19 @@ def _require_interpreter() -> None:
             "on this machine (no CUDA device); import tilefuse first or set TRITON_INTERPRET=1")
 
 
-def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Tensor]], dict[str, torch.Tensor]]:
-    """A callable running the fused kernel: kernel inputs (in ``schedule.inputs`` order) -> outputs."""
+def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Tensor], list[torch.Tensor]], None]:
+    """A launcher of the fused kernel: (inputs in ``schedule.inputs`` order, outputs in
+    ``schedule.stores`` order, preallocated and contiguous) -> None; it writes the outputs."""
     name = name or kernel_name(schedule)
     kernel = load_kernel(emit_fused(schedule, name), name)
-    types = schedule.group.types
-    outs = [(st.tensor, types[st.tensor]) for st in schedule.stores]
     rows = math.prod(schedule.xext)
     grid = (-(-rows // schedule.xblock),)
     xblock, rblock = schedule.xblock, schedule.rblock
+    empty = rows == 0 or any(schedule.group.types[st.tensor].numel == 0 for st in schedule.stores)
 
-    def run(inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        device = inputs[0].device if inputs else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        ins = [t.contiguous() for t in inputs]
-        res = {n: torch.empty(t.shape, dtype=t.dtype.to_torch(), device=device) for n, t in outs}
-        if rows and all(t.numel for _, t in outs):
-            kernel[grid](*ins, *res.values(), XBLOCK=xblock, RBLOCK=rblock)
-        return res
+    def launch(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        if not empty:
+            kernel[grid](*(t.contiguous() for t in inputs), *outputs, XBLOCK=xblock, RBLOCK=rblock)
 
-    return run
+    launch.kernel_name = name
+    return launch

@@ -1,0 +1,264 @@
+"""Library kernels (runtime/library.py) against the reference executor, prim by prim.
+
+Contraction prims come from fissioning real operators (their inputs from running the reference on
+the operator's graph, so a conv gets its padded input) or are built by hand for the edge paths.
+Tolerances: fp32 1e-5; fp16 rtol/atol 1e-2 and bf16 2e-2 (the GEMM runs in 16-bit with torch's
+accumulation, the reference accumulates in fp32); integers exact.
+"""
+import math
+
+import pytest
+import torch
+from opcheck import one_node_graph
+
+import tilefuse.runtime.library as library
+from tilefuse.analysis.classify import Category, classify
+from tilefuse.fission import fission
+from tilefuse.fission.registry import Fission
+from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.expr import Const, cast
+from tilefuse.ir.prim import PrimGraph
+from tilefuse.runtime.library import library_kernel
+from tilefuse.runtime.reference import ReferenceError, eval_prim, run_reference
+from tilefuse.transform.simplify import simplify_graph
+
+torch.manual_seed(0)
+F32, F16, BF16, I64, I32 = DType.float32, DType.float16, DType.bfloat16, DType.int64, DType.int32
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
+S = ("strided", "strided")
+H = torch.float16
+
+
+def contractions(op, inputs, out_shape, attrs=None, dtype=F32):
+    """[(prim, its input tensors)] for every contraction prim of one fissioned, simplified operator."""
+    g = one_node_graph(op, inputs, [TensorType(tuple(out_shape), dtype)], attrs)
+    pg = simplify_graph(fission(g))
+    full = PrimGraph(pg.inputs, pg.constants, pg.prims, tuple(p.name for p in pg.prims))
+    feeds = {d.name: inputs[int(d.name[1:])] for d in g.inputs}
+    env = {c.name: c.data for c in pg.constants} | feeds
+    env.update(zip(full.outputs, run_reference(full, feeds)))
+    found = [(p, [env[n] for n in p.inputs]) for p in pg.prims if classify(p) is Category.contraction]
+    assert found, f"{op}: no contraction prim"
+    return found
+
+
+def run_and_check(prim, xs):
+    """Run the library kernel into a poisoned buffer and compare with eval_prim; returns the kernel."""
+    k = library_kernel(prim)
+    out = torch.full(prim.out.shape, 7, dtype=prim.out.dtype.to_torch())
+    ptr = out.data_ptr()
+    assert k(xs, out) is None
+    assert out.data_ptr() == ptr
+    ref = eval_prim(prim, xs)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    if out.dtype.is_floating_point:
+        rtol, atol = TOL.get(out.dtype, TOL[torch.float32])
+        torch.testing.assert_close(out, ref, rtol=rtol, atol=atol, msg=lambda m: f"{k}: {m}")
+    else:
+        assert torch.equal(out, ref), k
+    return k
+
+
+def r(*shape, dtype=torch.float32):
+    if dtype.is_floating_point:
+        return torch.randn(*shape).to(dtype)
+    return torch.randint(-20, 20, shape, dtype=dtype)
+
+
+# ---------------------------------------------------------------- operators from fission
+
+OPS = {
+    "matmul_2d": ("MatMul", [r(5, 7), r(7, 6)], (5, 6), None, F32, [("gemm", S, True)]),
+    "matmul_broadcast_batch": ("MatMul", [r(2, 1, 3, 4), r(5, 4, 6)], (2, 5, 3, 6), None, F32,
+                               [("gemm", S, False)]),
+    "matmul_batched": ("MatMul", [r(3, 4, 5), r(3, 5, 2)], (3, 4, 2), None, F32, [("gemm", S, True)]),
+    "matmul_vector": ("MatMul", [r(2, 3, 4), r(4, 5)], (2, 3, 5), None, F32, [("gemm", S, True)]),
+    "gemm_tA": ("Gemm", [r(4, 3), r(4, 5)], (3, 5), {"transA": 1}, F32, [("gemm", S, True)]),
+    "gemm_tB": ("Gemm", [r(3, 4), r(5, 4)], (3, 5), {"transB": 1}, F32, [("gemm", S, True)]),
+    "gemm_tAtB": ("Gemm", [r(4, 3), r(5, 4)], (3, 5), {"transA": 1, "transB": 1, "alpha": 0.5}, F32,
+                  [("gemm", S, True)]),
+    "attention_scores": ("Einsum", [r(2, 3, 4, 8), r(2, 3, 5, 8)], (2, 3, 4, 5),
+                         {"equation": "bhqd,bhkd->bhqk"}, F32, [("gemm", S, True)]),
+    "sdpa": ("ScaledDotProductAttention", [r(2, 3, 4, 8), r(2, 3, 5, 8), r(2, 3, 5, 6)], (2, 3, 4, 6), None,
+             F32, [("gemm", S, True), ("gemm", S, True)]),
+    "sdpa_fp16": ("ScaledDotProductAttention",
+                  [r(1, 2, 4, 16, dtype=H), r(1, 2, 5, 16, dtype=H), r(1, 2, 5, 8, dtype=H)], (1, 2, 4, 8), None, F16,
+                  [("gemm", S, True), ("gemm", S, True)]),
+    "conv_stride_dilation_pad": ("Conv", [r(2, 3, 11, 10), r(4, 3, 3, 3)], (2, 4, 5, 5),
+                                 {"strides": (2, 2), "dilations": (2, 1), "pads": (1, 0, 1, 1)}, F32,
+                                 [("gemm", S, False)]),
+    "conv_batch1_direct": ("Conv", [r(1, 3, 9, 9), r(4, 3, 3, 3)], (1, 4, 3, 3),
+                           {"strides": (2, 2), "dilations": (2, 2)}, F32, [("gemm", S, True)]),
+    "conv1d": ("Conv", [r(2, 4, 12), r(6, 4, 3)], (2, 6, 10), None, F32, [("gemm", S, False)]),
+    "conv_grouped": ("Conv", [r(2, 4, 9, 9), r(6, 2, 3, 3)], (2, 6, 7, 7), {"group": 2}, F32,
+                     [("gemm", ("gathered", "strided"), False)]),
+    "conv_depthwise": ("Conv", [r(1, 3, 6, 6), r(3, 1, 3, 3)], (1, 3, 4, 4), {"group": 3}, F32,
+                       [("gemm", S, True)]),        # simplify drops the channel map: affine
+    "conv_transpose": ("ConvTranspose", [r(2, 3, 4, 4), r(3, 2, 3, 3)], (2, 2, 9, 9), {"strides": (2, 2)}, F32,
+                       [("gemm", ("gathered", "strided"), False)]),
+    "matmul_fp16": ("MatMul", [r(8, 64, dtype=torch.float16), r(64, 9, dtype=torch.float16)], (8, 9), None, F16,
+                    [("gemm", S, True)]),
+    "matmul_bf16": ("MatMul", [r(8, 64, dtype=torch.bfloat16), r(64, 9, dtype=torch.bfloat16)], (8, 9), None,
+                    BF16, [("gemm", S, True)]),
+    "matmul_int64": ("MatMul", [r(2, 5, 7, dtype=torch.int64), r(7, 3, dtype=torch.int64)], (2, 5, 3), None, I64,
+                     [("gemm", S, True)]),
+    "matmul_int32": ("MatMul", [r(5, 7, dtype=torch.int32), r(7, 3, dtype=torch.int32)], (5, 3), None, I32,
+                     [("gemm", S, True)]),
+    "einsum_three_operands": ("Einsum", [r(3, 4), r(4, 5), r(5, 2)], (3, 2), {"equation": "ij,jk,kl->il"}, F32,
+                              [("einsum", ("strided",) * 3, False)]),
+    "einsum_one_sided_sum": ("Einsum", [r(3, 4, 2), r(4, 5)], (3, 5), {"equation": "ijx,jk->ik"}, F32,
+                             [("einsum", S, False)]),
+}
+
+
+@pytest.mark.parametrize("case", list(OPS))
+def test_operator_contractions_match_reference(case):
+    op, ins, shape, attrs, dtype, expect = OPS[case]
+    found = contractions(op, ins, shape, attrs, dtype)
+    assert len(found) == len(expect)
+    for (prim, xs), (path, factors, direct) in zip(found, expect):
+        k = run_and_check(prim, xs)
+        assert (k.path, k.factors, k.direct) == (path, factors, direct), k
+
+
+def test_transposed_b_gemm_reads_views_and_never_gathers(monkeypatch):
+    (prim, xs), = contractions("Gemm", [r(6, 4), r(5, 4)], (6, 5), {"transB": 1})
+    k = library_kernel(prim)
+
+    def no_gather(*a, **kw):
+        raise AssertionError("a strided factor was gathered")
+
+    monkeypatch.setattr(library, "_Grid", no_gather)
+    ops = k.operands(xs)
+    for t in ops:  # every operand is a view of an input's storage: no copy, no gather
+        assert any(t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for x in xs)
+    b = next(t for t in ops if t.shape == (4, 5))  # B[k, n] = x1[n, k]: the transposed view
+    assert b.stride() == (1, 4)
+    run_and_check(prim, xs)
+
+
+def test_conv_window_is_an_overlapping_view():
+    (prim, xs), = contractions("Conv", [r(1, 2, 7, 7), r(3, 2, 3, 3)], (1, 3, 5, 5))
+    win = library_kernel(prim).operands(xs)[0]
+    assert win.data_ptr() == xs[0].data_ptr()
+    assert win.numel() > xs[0].numel()  # windows overlap: more view elements than input elements
+
+
+# ---------------------------------------------------------------- hand-built prims
+
+def build(shapes, out_shape, extents, body, dtypes=None):
+    """One sum prim over inputs of ``shapes``: ``body(refs, i, r)``."""
+    fx = Fission(set())
+    dtypes = dtypes or [F32] * len(shapes)
+    refs = [fx.ref(f"a{k}", TensorType(s, d)) for k, (s, d) in enumerate(zip(shapes, dtypes))]
+    fx.reduce(out_shape, extents, "sum", lambda i, rr: body(refs, i, rr))
+    return fx.prims[-1]
+
+
+def feed(prim, xs):
+    """Tensors in ``prim.inputs`` order (slots follow first use in the body) from a0, a1, ... order."""
+    return [xs[int(n[1:])] for n in prim.inputs]
+
+
+def run_built(prim, xs):
+    return run_and_check(prim, feed(prim, xs))
+
+
+def test_constant_scale_factor_is_applied():
+    prim = build([(3, 8), (5, 8)], (3, 5), (8,),
+                 lambda a, i, rr: a[0][i[0], rr[0]] * a[1][i[1], rr[0]] * Const(1 / math.sqrt(8), F32))
+    k = run_built(prim, [r(3, 8), r(5, 8)])
+    assert (k.path, k.factors, k.direct) == ("gemm", S, True)
+    assert k.scale == pytest.approx(1 / math.sqrt(8))
+
+
+def test_cast_operand_is_strided_then_converted():
+    prim = build([(4, 6), (6, 3)], (4, 3), (6,),
+                 lambda a, i, rr: cast(a[0][i[0], rr[0]], F32) * a[1][rr[0], i[1]], [I32, F32])
+    k = run_built(prim, [r(4, 6, dtype=torch.int32), r(6, 3)])
+    assert (k.path, k.factors) == ("gemm", S)
+
+
+def test_noncontiguous_and_offset_inputs_use_their_own_strides():
+    prim = build([(4, 6), (6, 5)], (4, 5), (6,), lambda a, i, rr: a[0][i[0], rr[0]] * a[1][rr[0], i[1]])
+    big = r(9, 10)
+    xa = r(6, 4).t()                 # transposed: not contiguous
+    xb = big[2:8, 3:8]               # a slice with a storage offset
+    k = run_built(prim, [xa, xb])
+    assert k.path == "gemm" and not xb.is_contiguous()
+
+
+def test_slice_with_constant_offset_and_diagonal():
+    prim = build([(6, 10), (5, 5)], (3, 5), (5,),
+                 lambda a, i, rr: a[0][i[0] + 2, rr[0] * 2 + 1] * a[1][rr[0], rr[0]] * a[1][i[1], i[1]])
+    k = run_built(prim, [r(6, 10), r(5, 5)])
+    assert (k.path, k.factors) == ("einsum", ("strided",) * 3)
+
+
+def test_non_affine_and_data_dependent_factors_are_gathered():
+    flip = build([(3, 4), (4, 5)], (3, 5), (4,), lambda a, i, rr: a[0][i[0], 3 - rr[0]] * a[1][rr[0], i[1]])
+    k = run_built(flip, [r(3, 4), r(4, 5)])
+    assert k.factors == ("gathered", "strided")        # negative stride: no view
+    reshape = build([(2, 6), (4, 5)], (3, 5), (4,),
+                    lambda a, i, rr: a[0][(i[0] * 4 + rr[0]) // 6, (i[0] * 4 + rr[0]) % 6] * a[1][rr[0], i[1]])
+    k = run_built(reshape, [r(2, 6), r(4, 5)])
+    assert k.factors == ("gathered", "strided")
+    lookup = build([(7, 3), (4,), (4, 5)], (3, 5), (4,),
+                   lambda a, i, rr: a[0][a[1][(rr[0],)], i[0]] * a[2][rr[0], i[1]], [F32, I64, F32])
+    k = run_built(lookup, [r(7, 3), torch.tensor([6, 0, 2, 6]), r(4, 5)])
+    assert (k.path, k.factors) == ("gemm", ("gathered", "strided"))
+
+
+def test_extent_one_variable_read_by_one_factor_keeps_the_gemm_form():
+    prim = build([(3, 4), (4, 1, 5)], (3, 5), (4, 1),
+                 lambda a, i, rr: a[0][2 - i[0], rr[0]] * a[1][rr[0], rr[1], i[1]])
+    k = run_built(prim, [r(3, 4), r(4, 1, 5)])
+    assert (k.path, k.factors, k.direct) == ("gemm", ("gathered", "strided"), True)
+
+
+def test_scalar_output_and_matrix_vector():
+    dot = build([(6,), (6,)], (), (6,), lambda a, i, rr: a[0][(rr[0],)] * a[1][(rr[0],)])
+    assert run_built(dot, [r(6), r(6)]).path == "gemm"
+    mv = build([(4, 6), (6,)], (4,), (6,), lambda a, i, rr: a[0][i[0], rr[0]] * a[1][(rr[0],)])
+    assert run_built(mv, [r(4, 6), r(6)]).direct
+
+
+def test_bool_and_single_factor_sums_fall_back_to_reference():
+    both = build([(3, 4), (4, 2)], (3, 2), (4,),
+                 lambda a, i, rr: a[0][i[0], rr[0]] * a[1][rr[0], i[1]], [DType.bool, DType.bool])
+    k = run_built(both, [torch.rand(3, 4) > 0.5, torch.rand(4, 2) > 0.5])
+    assert k.path == "reference" and "bool" in k.reason
+    rowsum = build([(3, 4)], (3,), (4,), lambda a, i, rr: a[0][i[0], rr[0]])
+    assert run_built(rowsum, [r(3, 4)]).path == "reference"
+    unread = build([(2, 4), (4,)], (2, 3), (4,), lambda a, i, rr: a[0][i[0], rr[0]] * a[1][(rr[0],)])
+    k = run_built(unread, [r(2, 4), r(4)])          # output axis i1 is read by no factor
+    assert k.path == "reference" and "no factor" in k.reason
+
+
+@pytest.mark.parametrize("m,k", [(3, 0), (0, 4)])
+def test_zero_extents(m, k):
+    prim = build([(m, k), (k, 5)], (m, 5), (k,), lambda a, i, rr: a[0][i[0], rr[0]] * a[1][rr[0], i[1]])
+    assert run_built(prim, [r(m, k), r(k, 5)]).path == "fill"
+
+
+def test_out_of_bounds_input_is_never_read_silently():
+    prim = build([(3, 4), (4, 5)], (3, 5), (4,), lambda a, i, rr: a[0][i[0], rr[0]] * a[1][rr[0], i[1]])
+    k = library_kernel(prim)
+    with pytest.raises(ReferenceError, match="out of bounds"):
+        k(feed(prim, [r(3, 3), r(4, 5)]), torch.empty(3, 5))      # too small for the prim's index: falls back, raises
+
+
+@pytest.mark.gpu
+def test_cuda_gemm_and_integer_fallback():
+    (prim, xs), = contractions("MatMul", [r(16, 32, dtype=torch.float16), r(32, 8, dtype=torch.float16)],
+                               (16, 8), dtype=F16)
+    k = library_kernel(prim)
+    xs = [x.cuda() for x in xs]
+    out = torch.empty(16, 8, dtype=torch.float16, device="cuda")
+    k(xs, out)
+    torch.testing.assert_close(out.cpu(), eval_prim(prim, [x.cpu() for x in xs]), rtol=1e-2, atol=1e-2)
+    (prim, xs), = contractions("MatMul", [r(4, 5, dtype=torch.int64), r(5, 3, dtype=torch.int64)], (4, 3),
+                               dtype=I64)
+    out = torch.empty(4, 3, dtype=torch.int64, device="cuda")
+    library_kernel(prim)([x.cuda() for x in xs], out)
+    assert torch.equal(out.cpu(), eval_prim(prim, xs))

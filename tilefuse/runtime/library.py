@@ -1,0 +1,311 @@
+"""Library kernels: one contraction prim run through torch (cuBLAS/cuDNN on a GPU, BLAS on CPU).
+
+``library_kernel(prim)`` plans once and returns ``run(inputs, out)``, which writes the prim's value
+into the preallocated contiguous ``out``.  The body ``sum_r f1 * f2 * ... (* constants)`` (under at
+most one Cast to the output type) is split into its factors, and each factor becomes a tensor over
+its own variables:
+
+- **strided**: ``Load(slot, index)`` (under Casts only) whose every index term is affine in the
+  prim's variables with non-negative integer coefficients becomes a ``torch.as_strided`` view of
+  the input: element offset = Σ_d stride_d·index_d, so variable v gets stride Σ_d stride_d·coef_{d,v}
+  and the view starts at Σ_d stride_d·const_d.  Transposes, broadcasts (stride 0), constant-offset
+  slices, diagonals and conv windows (``o*s + k*d``: overlapping, read-only) cost no copy.  The
+  input's own strides are used, so a non-contiguous input needs no ``.contiguous()`` either.  Each
+  call checks the input's shape against the exact bounds of the affine index; a violation falls
+  back to the reference (which names the bad index), never to a silent out-of-bounds read.
+- **gathered**: any other factor (div/mod reshapes, grouped-conv channel maps, data-dependent
+  loads, ``Select`` padding, negative coefficients, arithmetic) is evaluated by the reference
+  executor's ``_Grid`` over its own variables only, as the reference's einsum does.
+- constant factors (no load, no variable: attention's 1/sqrt(d)) multiply the result once.
+
+Paths (``run.path``):
+- ``"gemm"``: exactly two non-constant factors and every reduced variable read by both: variables
+  are batch (both operands + output), M/N (one operand + output) and K (reduced), and the product
+  is ``mm``/``bmm`` of ``[Bt, M, K] @ [Bt, K, N]`` (reshape may copy, e.g. conv's im2col).  When the
+  output's axes are batch…, M…, N… (or batch…, N…, M…: the operands swap) it is written with
+  ``out=`` straight into ``out`` (``run.direct``); otherwise it is permuted into ``out``.
+- ``"einsum"``: other products (a reduced variable read by one factor, three factors):
+  ``torch.einsum`` on the (strided) factors.
+- ``"reference"``: ``eval_prim`` on the whole prim: not a sum of products, bool, an integer product
+  whose type differs from the output's, a variable (of extent > 1) no factor reads, or a gathered
+  factor too large to materialize.  (Integer GEMMs run on the CPU: cuBLAS has none.)
+- ``"fill"``: zero-size extents: ``out`` filled with the sum's init (0) or left empty, as eval_prim.
+
+Numerics: the GEMM runs in the product's type (promoted with the output's for floats) and rounds
+once to the output type.  fp32/fp64 match the reference to summation order (1e-5); fp16/bf16 GEMMs
+run in 16-bit with the library's accumulation (fp32 on cuBLAS; within 1e-2 relative of the
+reference's fp32 accumulation on CPU, 2e-2 for bf16); integers are exact (same wrap-around).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from ..analysis.index import affine_form
+from ..ir.dtypes import DType, promote
+from ..ir.expr import Binary, Cast, Expr, Load, Var, free_vars, transform, walk
+from ..ir.prim import Prim, reduce_init
+from .reference import CHUNK_ELEMS, _Grid, _letters, _retype, _var_env, eval_prim
+
+HALF = (DType.float16, DType.bfloat16)
+# A gathered factor above this many elements is not materialized: the whole prim goes to eval_prim,
+# which chunks (the reference's own einsum limit).
+GATHER_LIMIT = CHUNK_ELEMS * 4
+
+Run = Callable[[list[torch.Tensor], torch.Tensor], None]
+
+
+# ---------------------------------------------------------------- factors
+
+def _mul_leaves(e: Expr) -> list[Expr]:
+    if isinstance(e, Binary) and e.op == "mul":
+        return _mul_leaves(e.a) + _mul_leaves(e.b)
+    return [e]
+
+
+def _cast_to(x: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """The reference's Cast semantics (float -> int truncates)."""
+    t = dtype.to_torch()
+    if x.dtype == t:
+        return x
+    if dtype.is_int and x.dtype.is_floating_point:
+        return torch.trunc(x).to(t)
+    return x.to(t)
+
+
+@dataclass(frozen=True)
+class _Strided:
+    """A Load through an affine index with non-negative coefficients, read as an ``as_strided`` view."""
+    slot: int
+    cols: tuple[tuple[tuple[int, int], ...], ...]  # per view dim: ((input dim, coefficient), ...)
+    consts: tuple[int, ...]                         # per input dim: the index at the origin
+    hi: tuple[int, ...]                             # per input dim: the largest index read
+    sizes: tuple[int, ...]
+    casts: tuple[DType, ...]                        # applied innermost first
+    kind = "strided"
+
+    def tensor(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor | None:
+        x = inputs[self.slot]
+        if x.dim() != len(self.hi) or any(n <= h for n, h in zip(x.shape, self.hi)):
+            return None  # would read out of bounds: let the reference report it
+        st = x.stride()
+        strides = [sum(st[d] * k for d, k in col) for col in self.cols]
+        offset = x.storage_offset() + sum(s * c for s, c in zip(st, self.consts))
+        v = x.as_strided(self.sizes, strides, offset)
+        for dt in self.casts:
+            v = _cast_to(v, dt)
+        return v
+
+
+def _strided(f: Expr, order: Sequence[Var], ext: dict[Var, int]) -> _Strided | None:
+    casts = []
+    while isinstance(f, Cast):
+        casts.append(f.dtype)
+        f = f.x
+    if not isinstance(f, Load):
+        return None
+    forms = [affine_form(i) for i in f.index]  # None for div/mod, Select, Load, products of Vars
+    if any(a is None or any(k < 0 for k in a[0].values()) or a[1] < 0 for a in forms):
+        return None  # negative strides cannot be viewed
+    cols = tuple(tuple((d, a[0][v]) for d, a in enumerate(forms) if v in a[0]) for v in order)
+    # Exact bounds of an affine index with non-negative coefficients over 0..ext-1.
+    hi = tuple(c + sum(k * (ext[v] - 1) for v, k in co.items()) for co, c in forms)
+    return _Strided(f.tensor, cols, tuple(c for _, c in forms), hi, tuple(ext[v] for v in order),
+                    tuple(reversed(casts)))
+
+
+@dataclass(frozen=True)
+class _Gathered:
+    """Any other factor: evaluated by the reference executor over its own variables."""
+    prim: Prim
+    expr: Expr
+    order: tuple[Var, ...]
+    sizes: tuple[int, ...]
+    kind = "gathered"
+
+    def tensor(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
+        device = inputs[0].device if inputs else torch.device("cpu")
+        g = _Grid(self.prim, list(inputs), _var_env(list(self.order), self.prim.extents, device))
+        return g.eval(self.expr).expand(self.sizes)
+
+
+def _factor(prim: Prim, f: Expr, order: Sequence[Var]):
+    ext = prim.extents
+    got = _strided(f, order, ext)
+    if got is not None:
+        return got
+    if prim.out.dtype in HALF:  # the reference evaluates 16-bit reduce bodies in fp32
+        f = transform(f, lambda n: _retype(n) if n.dtype in HALF else None)
+    return _Gathered(prim, f, tuple(order), tuple(ext[v] for v in order))
+
+
+def _constant(e: Expr):
+    return _Grid(None, [], {}).eval(e).item()
+
+
+# ---------------------------------------------------------------- the kernel
+
+class LibraryKernel:
+    """``run(inputs, out)``; ``path``, ``factors`` ("strided"/"gathered" per non-constant factor, in
+    body order), ``direct`` (the GEMM writes ``out`` in place) and ``reason`` (why a fallback) say
+    what it does."""
+
+    path: str = "reference"
+    factors: tuple[str, ...] = ()
+    direct: bool = False
+    reason: str = ""
+
+    def __init__(self, prim: Prim):
+        self.prim = prim
+        self._factors: list = []
+        self._plan()
+
+    def __repr__(self) -> str:
+        extra = f", reason={self.reason!r}" if self.reason else ""
+        return (f"LibraryKernel({self.prim.name}: path={self.path}, factors={self.factors}, "
+                f"direct={self.direct}{extra})")
+
+    # -- planning
+    def _fallback(self, reason: str) -> None:
+        self.path, self.reason = "reference", reason
+
+    def _plan(self) -> None:
+        p = self.prim
+        if p.is_opaque or p.reduce is None or p.reduce.combiner != "sum":
+            return self._fallback("not a sum reduction")
+        if any(e == 0 for e in p.extents.values()):
+            self.path = "fill"
+            return
+        body = p.body
+        if isinstance(body, Cast) and isinstance(body.x, Binary) and body.x.op == "mul":
+            body = body.x  # one rounding to the output type, done by the final copy
+        prod_t, out_t = body.dtype, p.out.dtype
+        if DType.bool in (prod_t, out_t):
+            return self._fallback("bool contraction")
+        if (prod_t.is_int or out_t.is_int) and prod_t is not out_t:
+            return self._fallback("integer product of another type than the output")
+        self.compute = prod_t if prod_t.is_int else promote(prod_t, out_t)
+        terms, scale = [], 1
+        for f in _mul_leaves(body):
+            if any(isinstance(n, (Load, Var)) for n in walk(f)):
+                terms.append(f)
+            else:
+                scale = scale * _constant(f)
+        self.scale = scale
+        if len(terms) < 2:
+            return self._fallback("fewer than two non-constant factors")
+        allv = list(p.axes) + list(p.reduce.axes)
+        # An extent-1 variable is a size-1 dim any factor may carry (stride irrelevant): give it to
+        # every factor, so it never blocks the GEMM form nor leaves an output dim unread.
+        ones = frozenset(v for v in allv if p.extents[v] == 1)
+        var_sets = [free_vars(f) | ones for f in terms]
+        if set().union(*var_sets) != set(allv):
+            return self._fallback("a variable no factor reads")
+        rvars = set(p.reduce.axes)
+        if len(terms) == 2 and all(rvars <= vs for vs in var_sets):
+            self._plan_gemm(terms, var_sets)
+        else:
+            self._plan_einsum(terms, var_sets, allv)
+        self.factors = tuple(f.kind for f in self._factors)
+        big = [f for f in self._factors if f.kind == "gathered" and math.prod(f.sizes) > GATHER_LIMIT]
+        if big:
+            self.factors = ()
+            return self._fallback("a gathered factor too large to materialize")
+
+    def _plan_gemm(self, terms: list[Expr], var_sets: list[frozenset]) -> None:
+        p = self.prim
+        ext = p.extents
+        li, ri, group, self.direct = self._roles(var_sets)
+        batch, rows, cols = ([v for v in p.axes if group[v] == g] for g in (0, 1, 2))
+        k = list(p.reduce.axes)
+        size = lambda vs: math.prod(ext[v] for v in vs)  # noqa: E731
+        self.bt, self.m, self.k, self.n = size(batch), size(rows), size(k), size(cols)
+        full = batch + rows + cols
+        self.full_sizes = tuple(ext[v] for v in full)
+        self.perm = tuple(full.index(v) for v in p.axes)
+        made = {li: _factor(p, terms[li], batch + rows + k), ri: _factor(p, terms[ri], batch + k + cols)}
+        self._factors = [made[0], made[1]]
+        self._order = (li, ri)  # which factor is the left and which the right operand
+        self.path = "gemm"
+
+    def _roles(self, var_sets: list[frozenset]) -> tuple:
+        """(left, right, GEMM group of each output axis, direct).  The left operand's own output
+        axes are the GEMM's rows (group 1), the right's its columns (2), shared ones the batch (0);
+        the operands swap when only that order lets the GEMM write ``out`` in place."""
+        p, first = self.prim, None
+        for li, ri in ((0, 1), (1, 0)):
+            lv, rv = var_sets[li], var_sets[ri]
+            group = {v: (0 if v in lv and v in rv else 1 if v in lv else 2) for v in p.axes}
+            seq = [group[v] for v in p.axes if p.extents[v] != 1]  # size-1 axes do not change the layout
+            if seq == sorted(seq):
+                return li, ri, group, True
+            first = first or (li, ri, group, False)
+        return first
+
+    def _plan_einsum(self, terms: list[Expr], var_sets: list[frozenset], allv: list[Var]) -> None:
+        if len(allv) > 52:
+            return self._fallback("more variables than einsum letters")
+        letter = dict(zip(allv, _letters(len(allv))))
+        orders = [[v for v in allv if v in vs] for vs in var_sets]
+        self._factors = [_factor(self.prim, f, o) for f, o in zip(terms, orders)]
+        specs = ",".join("".join(letter[v] for v in o) for o in orders)
+        self.equation = specs + "->" + "".join(letter[v] for v in self.prim.axes)
+        self.path = "einsum"
+
+    # -- running
+    def operands(self, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """The non-constant factors as tensors over their variables, in the compute type (strided
+        ones are views of the inputs unless a cast copies); None if an index would leave its input."""
+        ts = [f.tensor(inputs) for f in self._factors]
+        if any(t is None for t in ts):
+            return None
+        ts = [_cast_to(t, self.compute) for t in ts]
+        if self.compute.is_int:  # cuBLAS has no integer GEMM: integer contractions run on the CPU
+            ts = [t.cpu() for t in ts]
+        return ts
+
+    def __call__(self, inputs: list[torch.Tensor], out: torch.Tensor) -> None:
+        if self.path == "fill":
+            if out.numel():
+                out.fill_(reduce_init("sum", self.prim.out.dtype))
+            return
+        if self.path == "reference":
+            out.copy_(eval_prim(self.prim, inputs))
+            return
+        ts = self.operands(inputs)
+        if ts is None:
+            out.copy_(eval_prim(self.prim, inputs))  # raises, naming the out-of-bounds index
+            return
+        if self.path == "gemm":
+            self._gemm(ts, out)
+        else:
+            res = torch.einsum(self.equation, *ts)
+            out.copy_(res.mul_(self.scale) if self.scale != 1 else res)
+
+    def _gemm(self, ts: list[torch.Tensor], out: torch.Tensor) -> None:
+        left, right = (ts[i] for i in self._order)
+        batched = self.bt != 1
+        mm = torch.bmm if batched else torch.mm
+        shape_l, shape_r, shape_o = ((self.bt, self.m, self.k), (self.bt, self.k, self.n),
+                                     (self.bt, self.m, self.n))
+        if not batched:
+            shape_l, shape_r, shape_o = shape_l[1:], shape_r[1:], shape_o[1:]
+        a, b = left.reshape(shape_l), right.reshape(shape_r)
+        if self.direct and out.dtype == a.dtype and out.device == a.device and out.is_contiguous():
+            mm(a, b, out=out.view(shape_o))
+            if self.scale != 1:
+                out.mul_(self.scale)
+            return
+        res = mm(a, b)
+        if self.scale != 1:
+            res.mul_(self.scale)
+        out.copy_(res.reshape(self.full_sizes).permute(self.perm))
+
+
+def library_kernel(prim: Prim) -> Run:
+    """Plan a library kernel for one contraction prim: ``run(inputs, out)`` writes its value into
+    ``out`` (contiguous, ``prim.out`` shape and dtype; inputs in ``prim.inputs`` order)."""
+    return LibraryKernel(prim)
