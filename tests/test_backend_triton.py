@@ -40,3 +40,26 @@ def test_onnx_model_runs_through_generated_kernels(tmp_path):
     (y,) = c.run({"x": x.numpy()})
     with torch.no_grad():
         np.testing.assert_allclose(y, model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_compiling_twice_gives_identical_kernels_and_plan_and_reuses_the_cache(tmp_path, monkeypatch):
+    from tilefuse.codegen.triton import launch
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(launch, "_MODULES", {})          # as in a fresh process
+    model, inputs = demo_model(batch=1, seq=5)
+
+    def build():
+        c = tilefuse.compile(model, inputs, time_limit=2.0)
+        return c, c.program.kernel_sources, [str(k.candidate) for k in c.plan.kernels]
+
+    a, sources_a, plan_a = build()
+    files = {p: p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.py")}
+    assert sources_a and len(files) == len(set(sources_a))    # identical kernels are written once
+    monkeypatch.setattr(launch, "_MODULES", {})          # a second process: nothing imported yet
+    b, sources_b, plan_b = build()
+    assert sources_a == sources_b and plan_a == plan_b
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.py")} == files   # reused, not rewritten
+    for src in sources_a:
+        assert src.startswith("# fused_") and "# implements:" in src
+    with torch.no_grad():
+        torch.testing.assert_close(b(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 """The command line: inspect, compile, demo; user errors exit 2 without a traceback."""
 import json
+import re
 
 import onnx
 import pytest
@@ -67,7 +68,9 @@ def test_compile_for_h100_writes_the_report(tmp_path, capsys):
 def test_demo_runs_and_checks_against_eager(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "match" in out and "modelled on h100" in out
+    assert "modelled on h100" in out and "operators fused" in out and "LayerNormalization" in out
+    assert re.search(r"ran \d+ kernels \(generated Triton on the Triton interpreter.*match", out, re.S)
+    assert "MISMATCH" not in out
 
 
 def test_run_checks_against_onnxruntime(tmp_path, capsys):

@@ -164,6 +164,29 @@ def test_integer_binary_ops_match_the_reference():
     _check(group, env)
 
 
+def test_float_mod_by_infinity_and_zero_like_the_reference():
+    # Python-style mod of floats: x mod ±inf is x or ±inf (not NaN), x mod 0 is NaN
+    inf = float("inf")
+    a = torch.tensor([[3.0, -1.0, 3.0, -1.0, 5.5, -5.5, 0.0, inf]])
+    b = torch.tensor([[inf, inf, -inf, -inf, 2.0, 2.0, 0.0, 3.0]])
+    group, env = _op_group({"mod": lambda p, q: binary("mod", p, q)}, [("x0", a), ("x1", b)])
+    _check(group, env)
+
+
+@pytest.mark.parametrize("combiner", ["max", "min", "sum", "prod"])
+def test_bool_reduction_over_an_empty_axis_gives_its_identity(combiner):
+    from tilefuse.ir.prim import PrimGraph, TensorDecl
+    from tilefuse.runtime.reference import run_reference
+    x = torch.zeros(3, 0, dtype=torch.bool)
+    fx = Fission({"x0"})
+    ref = fx.ref("x0", TensorType((3, 0), DType.bool))
+    r = fx.reduce((3,), (0,), combiner, lambda i, k: ref[(i[0], k[0])])
+    pg = PrimGraph((TensorDecl("x0", ref.type),), (), tuple(fx.prims), (r.name,))
+    env = {"x0": x, r.name: run_reference(pg, {"x0": x})[0]}
+    assert env[r.name].tolist() == [combiner in ("min", "prod")] * 3   # all() of nothing is True
+    _check(Group(pg.prims, ("x0",), pg.outputs, dict(pg.types)), env)
+
+
 def test_source_is_deterministic_and_names_its_operators():
     pg, _ = _graph_of("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
     s = _schedule(_whole(pg))

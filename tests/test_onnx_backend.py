@@ -1,8 +1,9 @@
-"""The onnx package's backend test data through ``tilefuse.compile_onnx(..., backend="reference")``.
+"""The onnx package's backend test data through ``tilefuse.compile_onnx``.
 
 Two groups, one test per case:
 - model cases: ``onnx/backend/test/data/{simple,pytorch-converted,pytorch-operator}`` (140 models),
-  through the whole pipeline: ``tilefuse.compile_onnx(model, backend="reference").run(feeds)``;
+  through the whole pipeline with generated kernels: ``tilefuse.compile_onnx(model).run(feeds)``
+  (backend ``triton``, the interpreter on a CPU machine);
 - node cases: every node test the onnx package generates (``onnx.backend.test.loader``; recent onnx
   wheels no longer ship ``data/node`` as files, so the cases are built in memory as onnx does),
   through frontend, fission and simplification, evaluated by the reference executor.  They skip
@@ -46,6 +47,7 @@ from tilefuse.frontend.onnx_normalize import LIFT
 
 DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 MODEL_KINDS = ("simple", "pytorch-converted", "pytorch-operator")
+BACKEND = "triton"
 MIN_PASS_FRACTION = 0.9
 TOLERANCES = {np.dtype(np.float64): (1e-3, 1e-4), np.dtype(np.float32): (1e-3, 1e-4),
               np.dtype(np.float16): (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}
@@ -160,7 +162,7 @@ def run_case(model: onnx.ModelProto, ins, outs, full: bool = True) -> str:
     """'pass', or 'accepted: <message>' for an accepted failure; raises AssertionError otherwise.
     ``full``: through tilefuse.compile_onnx; else frontend + fission + reference executor."""
     model, feeds = _prepare(model, ins)
-    compile_ = (lambda m, **kw: tilefuse.compile_onnx(m, backend="reference", **kw)) if full else _Prims
+    compile_ = (lambda m, **kw: tilefuse.compile_onnx(m, backend=BACKEND, **kw)) if full else _Prims
     try:
         compiled = compile_(model, input_shapes={k: v.shape for k, v in feeds.items()})
     except TilefuseError as e:

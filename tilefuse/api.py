@@ -24,6 +24,7 @@ from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .report.report import KernelInfo, Report, kernel_name
 from .runtime.compiled import CompiledModel
+from .runtime.memory import plan_memory
 from .transform.simplify import simplify_graph
 
 BACKENDS = ("reference", "triton")
@@ -67,7 +68,14 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
                     for s, p in plans.items()},
         solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
         ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
+        memory=_memory(plan, primgraph),
     )
+
+
+def _memory(plan: Plan, primgraph: PrimGraph) -> dict[str, int]:
+    m = plan_memory(plan, primgraph)
+    return {"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
+            "intermediates": len(m.offsets)}
 
 
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,

@@ -34,6 +34,9 @@ class Report:
     solver: dict[str, Any] = field(default_factory=dict)
     compile_seconds: float = 0.0
     ops_by_type: dict[str, int] = field(default_factory=dict)
+    # Intermediate tensors (neither inputs, weights nor outputs): the arena the buffer planner
+    # lays them out in (bytes live at the peak, with reuse), against the sum of all of them.
+    memory: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

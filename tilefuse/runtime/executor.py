@@ -27,6 +27,7 @@ class Step:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     run: KernelFn
+    source: str | None = None     # generated source (fused kernels)
 
 
 def _torch_kernel(prim) -> KernelFn:
@@ -39,7 +40,8 @@ def build_step(kernel) -> Step:
     from ..codegen.triton import compile_fused
     sched = kernel.schedule
     if sched.family == "fused":
-        return Step(tuple(sched.inputs), tuple(st.tensor for st in sched.stores), compile_fused(sched))
+        launch = compile_fused(sched)
+        return Step(tuple(sched.inputs), tuple(st.tensor for st in sched.stores), launch, launch.source)
     (prim,) = kernel.prims
     if sched.family == "library":
         from .library import library_kernel
@@ -62,6 +64,11 @@ class Program:
         arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8, device=device)
         self.intermediates = self.memory.views(arena, self.types)
         self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources]
+
+    @property
+    def kernel_sources(self) -> list[str]:
+        """The generated Triton source of each fused kernel, in plan order."""
+        return [s.source for s in self.steps if s.source is not None]
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Graph outputs in order; outputs are new tensors, intermediates live in the arena."""

@@ -43,25 +43,31 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def plan_memory(plan: Plan, pg: PrimGraph) -> MemoryPlan:
-    """Arena offsets for every tensor a kernel writes that is not a graph output."""
-    types = pg.types
-    keep = set(plan.sources) | set(plan.outputs)
-    live = {n: lt for n, lt in plan.lifetimes.items() if n not in keep}
-    # Largest first; ties by first use then name, so the plan is deterministic.
-    order = sorted(live, key=lambda n: (-types[n].nbytes, live[n].first, n))
+def assign_offsets(tensors: Mapping[str, tuple[int, int, int]]) -> tuple[dict[str, int], int]:
+    """name -> (bytes, first, last) to (aligned byte offsets, arena size): tensors whose lifetimes
+    [first, last] intersect get disjoint byte ranges."""
+    # Largest first; ties by first use then name, so the layout is deterministic.
+    order = sorted(tensors, key=lambda n: (-tensors[n][0], tensors[n][1], n))
     placed: list[tuple[int, int, int, int]] = []   # (offset, end, first, last)
     offsets: dict[str, int] = {}
     for name in order:
-        size, lt = _aligned(types[name].nbytes), live[name]
-        clash = sorted((o, e) for o, e, f, l in placed if f <= lt.last and lt.first <= l)
+        nbytes, first, last = tensors[name]
+        size = _aligned(nbytes)
+        clash = sorted((o, e) for o, e, f, l in placed if f <= last and first <= l)
         off = 0
-        for o, e in clash:
+        for o, e in clash:        # the lowest gap below or between clashing blocks that fits
             if off + size <= o:
                 break
             off = max(off, e)
         offsets[name] = off
-        placed.append((off, off + size, lt.first, lt.last))
-    arena = max((e for _, e, _, _ in placed), default=0)
-    total = sum(types[n].nbytes for n in live)
-    return MemoryPlan(dict(sorted(offsets.items())), arena, total)
+        placed.append((off, off + size, first, last))
+    return dict(sorted(offsets.items())), max((e for _, e, _, _ in placed), default=0)
+
+
+def plan_memory(plan: Plan, pg: PrimGraph) -> MemoryPlan:
+    """Arena offsets for every tensor a kernel writes that is not a graph output."""
+    types = pg.types
+    keep = set(plan.sources) | set(plan.outputs)
+    live = {n: (types[n].nbytes, lt.first, lt.last) for n, lt in plan.lifetimes.items() if n not in keep}
+    offsets, arena = assign_offsets(live)
+    return MemoryPlan(offsets, arena, sum(b for b, _, _ in live.values()))

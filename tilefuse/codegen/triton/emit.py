@@ -62,7 +62,8 @@ _BINARY = {
     "div": ("{a} / {b}", "{a} // {b}"),                   # Triton's integer // truncates, like C
     "floordiv": ("tl.floor({a} / {b})",
                  "{a} // {b} - ((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0))).to({t})"),
-    "mod": ("{a} - tl.floor({a} / {b}) * {b}",
+    "mod": ("tl.where(({f} != 0) & (({f} < 0) != ({b} < 0)), {f} + {b}, {f})",   # {f}: fmod(a, b); exact,
+                                                                              # and right for b = ±inf
             "{a} % {b} + tl.where((({a} % {b}) != 0) & (({a} % {b} < 0) != ({b} < 0)), {b}, 0)"),
     "fmod": ("libdevice.fmod({a}, {b})", "{a} % {b}"),     # dividend's sign
     "pow": ("libdevice.pow({a}, {b})",
@@ -75,7 +76,7 @@ _BINARY = {
     "bitand": ("{a} & {b}",) * 2, "bitor": ("{a} | {b}",) * 2, "bitxor": ("{a} ^ {b}",) * 2,
     "shl": ("{a} << {b}",) * 2, "shr": ("{a} >> {b}",) * 2,
 }
-_BINARY_F32 = frozenset({"fmod", "pow"})          # libdevice: no 16-bit entry points
+_BINARY_F32 = frozenset({"fmod", "pow", "mod"})          # libdevice: no 16-bit entry points
 _BOOL_BINARY = {"max": "{a} | {b}", "min": "{a} & {b}"}
 _INT_DIVISION = frozenset({"div", "floordiv", "mod", "fmod"})
 _COMPARE = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
@@ -223,7 +224,8 @@ class _Scope:
             wa = self.tmp(f"{a}.to(tl.float32)", self.dims[a])
             wb = self.tmp(f"{b}.to(tl.float32)", self.dims[b])
             a, b = wa, wb
-        text = rule.format(a=a, b=b, t=_TL[dt])
+        f = self.tmp(f"libdevice.fmod({a}, {b})", dims) if "{f}" in rule else None
+        text = rule.format(a=a, b=b, t=_TL[dt], f=f)
         if e.op not in _COMPARE and e.dtype is not DType.bool and _may_retype(rule, e.dtype):
             text = f"({text}).to({_TL[e.dtype]})"
         return self.tmp(text, dims)
@@ -315,13 +317,15 @@ class _Kernel:
         body = transform(inst.body, _widen) if inst.dtype in _HALF else inst.body
         acc_dt = DType.float32 if inst.dtype in _HALF else inst.dtype
         combiner = inst.combiner
-        if inst.dtype is DType.bool:  # any/all as a max/min over int32
+        init_value = reduce_init(combiner, acc_dt)
+        if inst.dtype is DType.bool:  # any/all as a max/min over int32, starting from False/True
             acc_dt, combiner, body = DType.int32, _BOOL_COMBINER[combiner], cast(body, DType.int32)
-        init = _const_text(Const(reduce_init(combiner, acc_dt), acc_dt))
+            init_value = int(init_value)
+        init = _const_text(Const(init_value, acc_dt))
         acc = f"acc{inst.slot}"
         rn = math.prod(inst.rext)
         lines = [f"    # reduction {inst.prim} ({combiner}) over {rn} per row",
-                 f"    {acc} = {_const_text(Const(reduce_init(combiner, acc_dt), acc_dt), '[XBLOCK]')}"]
+                 f"    {acc} = {_const_text(Const(init_value, acc_dt), '[XBLOCK]')}"]
         lines += self._loop_head("    ", rn, "RBLOCK", inst.rvars, inst.rext)
         sc = self._scope(inst.rvars, inst.rext, "        ")
         v = sc.expr(body)

@@ -93,7 +93,8 @@ def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Ten
     """A launcher of the fused kernel: (inputs in ``schedule.inputs`` order, outputs in
     ``schedule.stores`` order, preallocated and contiguous) -> None; it writes the outputs."""
     name = name or kernel_name(schedule)
-    kernel = load_kernel(emit_fused(schedule, name), name)
+    source = emit_fused(schedule, name)
+    kernel = load_kernel(source, name)
     rows = math.prod(schedule.xext)
     grid = (-(-rows // schedule.xblock),)
     xblock, rblock = schedule.xblock, schedule.rblock
@@ -103,5 +104,5 @@ def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Ten
         if not empty:
             kernel[grid](*(t.contiguous() for t in inputs), *outputs, XBLOCK=xblock, RBLOCK=rblock)
 
-    launch.kernel_name = name
+    launch.kernel_name, launch.source = name, source
     return launch
