@@ -6,9 +6,9 @@ Two groups, one test per case:
   (backend ``triton``, the interpreter on a CPU machine);
 - node cases: every node test the onnx package generates (``onnx.backend.test.loader``; recent onnx
   wheels no longer ship ``data/node`` as files, so the cases are built in memory as onnx does),
-  through frontend, fission and simplification, evaluated by the reference executor.  They skip
-  orchestration (planning), which costs seconds per multi-operator case and would make this
-  ~1900-case group take many minutes; these cases exist to check frontend and fission rules.
+  through frontend, fission and simplification, evaluated by the reference executor (this checks
+  frontend and fission rules); and through the whole pipeline with generated kernels
+  (``test_node_case_through_kernels``: a sample by default, every case with ``--runslow``).
 
 A case passes if every output matches (shape, dtype, and values: float32/64 rtol 1e-3 atol 1e-4,
 float16 rtol/atol 1e-2/1e-3, bfloat16 2e-2/1e-2, integers and bools exactly).  It is an accepted
@@ -158,11 +158,12 @@ class _Prims:
         return [(o.float() if o.dtype is torch.bfloat16 else o).numpy() for o in outs]
 
 
-def run_case(model: onnx.ModelProto, ins, outs, full: bool = True) -> str:
+def run_case(model: onnx.ModelProto, ins, outs, full: bool = True, **options) -> str:
     """'pass', or 'accepted: <message>' for an accepted failure; raises AssertionError otherwise.
-    ``full``: through tilefuse.compile_onnx; else frontend + fission + reference executor."""
+    ``full``: through tilefuse.compile_onnx (with ``options``); else frontend + fission + reference
+    executor."""
     model, feeds = _prepare(model, ins)
-    compile_ = (lambda m, **kw: tilefuse.compile_onnx(m, backend=BACKEND, **kw)) if full else _Prims
+    compile_ = (lambda m, **kw: tilefuse.compile_onnx(m, backend=BACKEND, **kw, **options)) if full else _Prims
     try:
         compiled = compile_(model, input_shapes={k: v.shape for k, v in feeds.items()})
     except TilefuseError as e:
@@ -315,6 +316,27 @@ def test_node_case(name):
     ins, outs = case.data_sets[0]
     reason = _skip_reason(case.model, ins, outs)
     _check(f"skip: {reason}" if reason else run_case(case.model, ins, outs, full=False))
+
+
+# Every node case also runs through the whole pipeline with generated kernels (the optimal plan,
+# fused where it pays): a sample of every NODE_SAMPLE-th case by default, all with --runslow
+# (about 6 minutes on 2 cores).
+NODE_SAMPLE = 6
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.function.__name__ == "test_node_case_through_kernels":
+        names = sorted(_node_cases())
+        if not metafunc.config.getoption("--runslow"):
+            names = names[::NODE_SAMPLE]
+        metafunc.parametrize("name", names)
+
+
+def test_node_case_through_kernels(name):
+    case = _node_cases()[name]
+    ins, outs = case.data_sets[0]
+    reason = _skip_reason(case.model, ins, outs)
+    _check(f"skip: {reason}" if reason else run_case(case.model, ins, outs, full=True, time_limit=1.0))
 
 
 def test_model_cases_mostly_pass():

@@ -1,0 +1,142 @@
+"""tilefuse on a CUDA GPU: generated Triton kernels compiled for the device, library kernels on
+cuBLAS/cuDNN, CUDA-graph replay, the torch.compile backend, and the device check of inputs.
+
+Every test is marked ``gpu`` and skipped without CUDA (tests/conftest.py).  Compiles use
+``target="auto"`` (the attached GPU) with inputs and models on ``cuda``.
+
+Tolerances: fp32 as the CPU suite, 1e-4 relative to the largest reference value (contractions run
+on cuBLAS in fp32, not tf32); fp16 1e-2 relative plus 1e-2 of the largest reference value: two
+fp16 implementations of the same network differ by a few fp16 ulps (2^-11 relative) per rounding,
+accumulated over a few layers, while a real fault (a wrong mask, a stale buffer, a bad index)
+moves outputs by O(1).
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.demo import demo_model
+from tilefuse.errors import InputError
+
+pytestmark = pytest.mark.gpu
+
+TIME_LIMIT = 2.0      # orchestration is not under test here
+FP32_TOL = 1e-4
+FP16_TOL = 1e-2
+
+
+def to_cuda(model: torch.nn.Module, inputs: tuple, dtype: torch.dtype):
+    """The model in ``dtype`` and the inputs (floating ones in ``dtype``) on the GPU."""
+    model = model.to(device="cuda", dtype=dtype).eval()
+    return model, tuple(t.to(device="cuda", dtype=dtype if t.is_floating_point() else t.dtype) for t in inputs)
+
+
+def leaves(out) -> list[torch.Tensor]:
+    from torch.utils import _pytree as pytree
+    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def assert_matches(got, want, tol: float, what: str) -> None:
+    got_t, want_t = leaves(got), leaves(want)
+    assert len(got_t) == len(want_t), f"{what}: {len(got_t)} outputs, eager has {len(want_t)}"
+    for k, (g, w) in enumerate(zip(got_t, want_t)):
+        assert g.device.type == "cuda", f"{what} output {k} is on {g.device}"
+        scale = w.abs().max().item()
+        assert scale > 1e-3, f"{what} output {k}: degenerate reference (max |x| = {scale:.1e})"
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{what} output {k}: {g.dtype}{list(g.shape)} != " \
+                                                          f"{w.dtype}{list(w.shape)}"
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol * scale, msg=lambda m: f"{what} output {k}: {m}")
+
+
+def eager(model, inputs):
+    with torch.no_grad():
+        return model(*inputs)
+
+
+def new_demo_inputs(inputs: tuple, seed: int) -> tuple:
+    """Inputs of the same shapes with other values: other tokens, another padding length."""
+    ids, mask = inputs
+    g = torch.Generator().manual_seed(seed)
+    ids2 = torch.randint(0, 128, tuple(ids.shape), generator=g).to(ids.device)
+    mask2 = torch.ones_like(mask)
+    mask2[0, -3:] = 0
+    return ids2, mask2
+
+
+@pytest.fixture(scope="module")
+def demo32():
+    """The demo encoder block in fp32 on the GPU, its inputs, and its tilefuse compile."""
+    model, inputs = to_cuda(*demo_model(), torch.float32)
+    return model, inputs, tilefuse.compile(model, inputs, target="auto", time_limit=TIME_LIMIT)
+
+
+def test_demo_fp32_matches_eager(demo32):
+    model, inputs, compiled = demo32
+    assert compiled.target.device == "cuda" and compiled.device.type == "cuda", compiled.target.name
+    assert compiled.report.num_kernels < compiled.report.num_ops
+    assert_matches(compiled(*inputs), eager(model, inputs), FP32_TOL, "demo fp32")
+
+
+def test_demo_fp16_matches_eager():
+    model, inputs = to_cuda(*demo_model(), torch.float16)
+    compiled = tilefuse.compile(model, inputs, target="auto", time_limit=TIME_LIMIT)
+    got = compiled(*inputs)
+    assert got.dtype == torch.float16
+    assert_matches(got, eager(model, inputs), FP16_TOL, "demo fp16")
+
+
+def test_cuda_graph_matches_plain_and_refreshes_inputs(demo32):
+    model, inputs, plain = demo32
+    graphed = tilefuse.compile(model, inputs, target="auto", time_limit=TIME_LIMIT, cuda_graph=True)
+    second = new_demo_inputs(inputs, seed=1)
+    g1 = graphed(*inputs)       # captures the graph
+    g2 = graphed(*second)       # replays it on the new values copied into its static inputs
+    p1, p2 = plain(*inputs), plain(*second)
+    assert not torch.allclose(p1, p2), "the two input sets should give different outputs"
+    torch.testing.assert_close(g1, p1, rtol=1e-6, atol=1e-6, msg=lambda m: f"first call (capture): {m}")
+    torch.testing.assert_close(g2, p2, rtol=1e-6, atol=1e-6, msg=lambda m: f"second call (replay): {m}")
+    # The first result is the caller's own tensor: the replay did not overwrite it.
+    torch.testing.assert_close(g1, p1, rtol=1e-6, atol=1e-6, msg=lambda m: f"first result after replay: {m}")
+    assert_matches(g2, eager(model, second), FP32_TOL, "cuda graph vs eager")
+
+
+@pytest.mark.parametrize("name", ["bert", "resnet"])
+def test_zoo_fp16_matches_eager(name):
+    from test_models import MODELS, build
+    model, inputs = to_cuda(*build(name, MODELS[name][1][-1]), torch.float16)
+    compiled = tilefuse.compile(model, inputs, target="auto", time_limit=TIME_LIMIT)
+    assert compiled.device.type == "cuda"
+    assert compiled.report.num_kernels < compiled.report.num_ops
+    got, want = compiled(*inputs), eager(model, inputs)
+    assert type(got) is type(want)
+    assert_matches(got, want, FP16_TOL, f"{name} fp16")
+
+
+def test_torch_compile_backend_on_cuda(monkeypatch):
+    import torch._dynamo
+    from tilefuse.frontend.dynamo import TilefuseFallbackWarning   # also registers the backend
+    from tilefuse.runtime.executor import Program
+    model, inputs = to_cuda(*demo_model(), torch.float32)
+    devices = []
+    real_run = Program.run
+    monkeypatch.setattr(Program, "run", lambda self, feeds: devices.append(self.device.type) or real_run(self, feeds))
+    torch._dynamo.reset()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TilefuseFallbackWarning)   # no silent eager fallback
+            compiled = torch.compile(model, backend="tilefuse", options={"time_limit": TIME_LIMIT})
+            with torch.no_grad():
+                got = compiled(*inputs)
+    finally:
+        torch._dynamo.reset()
+    assert devices and set(devices) == {"cuda"}, f"tilefuse programs ran on {devices}"
+    assert_matches(got, eager(model, inputs), FP32_TOL, "torch.compile(backend='tilefuse')")
+
+
+def test_cpu_inputs_to_cuda_model_raise_input_error(demo32):
+    _, inputs, compiled = demo32
+    with pytest.raises(InputError, match=r"is on cpu.*runs on cuda"):
+        compiled(*(t.cpu() for t in inputs))
