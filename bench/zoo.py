@@ -50,12 +50,12 @@ def _vocab(name: str, size: str) -> int:
 
 
 def _text_inputs(vocab: int, batch: int, seq: int, k: int, mask: bool) -> tuple:
-    """Token ids, and a mask whose last ``k * seq // 16`` positions (input set k) are padding."""
+    """Token ids, and a mask whose last ``k * max(1, seq // 16)`` positions (input set k) are padding."""
     ids = torch.randint(0, vocab, (batch, seq))
     if not mask:
         return (ids,)
     m = torch.ones(batch, seq, dtype=torch.long)
-    pad = min(k * seq // 16, seq - 1)
+    pad = min(k * max(1, seq // 16), seq - 1)
     if pad:
         m[:, seq - pad:] = 0
     return ids, m

@@ -63,3 +63,23 @@ def test_compiling_twice_gives_identical_kernels_and_plan_and_reuses_the_cache(t
         assert src.startswith("# fused_") and "# implements:" in src
     with torch.no_grad():
         torch.testing.assert_close(b(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
+
+
+# 16-bit models: the generated kernels against the reference executor on the same plan.  fp16
+# reductions accumulate in fp32 in both, so fp16 agrees to rounding; bf16 GEMMs run in bf16 in
+# torch's library path, so bf16 is allowed two bf16 ulps (2^-7 relative each).
+HALF_TOLERANCE = {torch.float16: dict(rtol=1e-3, atol=1e-3), torch.bfloat16: dict(rtol=2 ** -6, atol=2 ** -5)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_encoder_block_matches_the_reference(dtype):
+    model, inputs = demo_model(batch=2, seq=8)
+    model = model.to(dtype)
+    c = tilefuse.compile(model, inputs, time_limit=2.0)
+    got = c(*inputs)
+    want = tilefuse.compile(model, inputs, time_limit=2.0, backend="reference")(*inputs)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want.float(), **HALF_TOLERANCE[dtype])
+    with torch.no_grad():   # and both near the fp32 model (16-bit rounding through ten layers of ops)
+        ref32 = model.float()(*inputs)
+    torch.testing.assert_close(got.float(), ref32, rtol=0.05, atol=0.1)

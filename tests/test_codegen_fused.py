@@ -114,6 +114,28 @@ def test_concat_slice_pad():
     _check(group, env)
 
 
+def test_gelu_bias_residual():
+    fn = lambda x, b, r: torch.nn.functional.gelu(x + b) + r
+    group, env = _model(fn, torch.randn(3, 5, 24), torch.randn(24), torch.randn(3, 5, 24))
+    _check(group, env)
+
+
+def test_transpose_reshape_chain():
+    # the multi-head split and merge of attention: view, permute, then back through a reshape
+    fn = lambda x: (x.view(2, 5, 4, 6).permute(0, 2, 1, 3) * 0.5).transpose(1, 2).reshape(2, 5, 24) + 1.0
+    group, env = _model(fn, torch.randn(2, 5, 24))
+    _check(group, env, xblock=4, rblock=8)
+
+
+def test_split_into_several_outputs():
+    # an even split (attention's q, k, v chunk); uneven splits have no common store space and are
+    # planned as separate kernels
+    fn = lambda x: tuple(t * (k + 1) for k, t in enumerate(torch.split(x, [4, 4, 4], dim=1)))
+    group, env = _model(fn, torch.randn(4, 12))
+    s = _check(group, env)
+    assert len(s.stores) == 3
+
+
 def test_integer_and_bool_group():
     fn = lambda a, b: torch.where((a > b) | (a == 0), a // 3 + a % 5, torch.fmod(a, 4) - b) * 2
     group, env = _model(fn, torch.randint(-20, 20, (4, 6)), torch.randint(-20, 20, (4, 6)))
