@@ -49,9 +49,7 @@ def cmd_demo(args, console: Console) -> int:
     console.print(f"ran {r.num_kernels} kernels (generated Triton on the {how}, library calls through torch) "
                   f"vs eager PyTorch: max abs difference {err:.2e} "
                   + ("[green]match[/]" if ok else "[red]MISMATCH[/]"))
-    m = r.memory
-    console.print(f"intermediates: {m['intermediates']} tensors, {m['intermediate_total_bytes'] / 1024:.1f} KiB in all, "
-                  f"planned into a {m['intermediate_peak_bytes'] / 1024:.1f} KiB arena")
+    console.print(_memory_line(r.memory))
     h100 = Target.get("h100")
     plans, coster = orchestrate(compiled.primgraph, h100)
     rh = report_for(compiled.graph, compiled.primgraph, plans, coster, h100, "triton", "optimal")
@@ -62,6 +60,11 @@ def cmd_demo(args, console: Console) -> int:
                   f"kernels, {s['unfused']['est_total_us'] / opt:.2f}x faster than unfused, "
                   f"{s['greedy']['est_total_us'] / opt:.2f}x faster than greedy fusion")
     return 0 if ok else 1
+
+
+def _memory_line(m: dict) -> str:
+    return (f"intermediates: {m['intermediates']} tensors, {m['intermediate_total_bytes'] / 1024:.1f} KiB in all, "
+            f"planned into a {m['intermediate_peak_bytes'] / 1024:.1f} KiB arena")
 
 
 def cmd_inspect(args, console: Console) -> int:
@@ -134,6 +137,7 @@ def cmd_compile(args, console: Console) -> int:
     console.print(strategy_table(r))
     console.print(f"{r.num_ops} operators, {r.num_prims} prims, {r.num_kernels} kernels; solver {r.solver}; "
                   f"compiled in {r.compile_seconds:.1f} s")
+    console.print(_memory_line(r.memory))
     if args.json:
         with open(args.json, "w") as f:
             f.write(r.to_json())

@@ -12,6 +12,7 @@ import operator
 import os
 import re
 import sys
+import warnings
 from typing import Any, Mapping
 
 import torch
@@ -67,7 +68,9 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict, *, strict: bool =
     was_training = module.training
     module.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch's own pytree code warns about its deprecated LeafSpec while exporting
+            warnings.filterwarnings("ignore", message=r".*LeafSpec", category=FutureWarning)
             ep = torch.export.export(module, args, kwargs, strict=strict)
             return ep.run_decompositions(decomposition_table())
     except Exception as e:
