@@ -58,6 +58,10 @@ def test_softmax_non_power_of_two_rows(rblock):
     pg, feeds = _graph_of("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
     s = _check(_whole(pg), _values(pg, feeds), xblock=4, rblock=rblock)
     assert len(s.instances) == 2
+    # a whole row in one tile: max, sum and the output share one load of x; else a loop each
+    src = emit_fused(s)
+    assert ("# one pass" in src) == (rblock == 64)
+    assert src.count("tl.load(") == (1 if rblock == 64 else 3)
 
 
 def test_fp16_softmax():

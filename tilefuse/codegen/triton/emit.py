@@ -18,7 +18,7 @@ import torch
 
 from ...analysis.index import bounds
 from ...ir.dtypes import DType
-from ...ir.expr import Binary, Cast, Const, Expr, Load, Select, Unary, Var, cast, transform
+from ...ir.expr import Binary, Cast, Const, Expr, Load, Select, Unary, Var, cast, substitute, transform
 from ...ir.prim import reduce_init
 
 _TL = {DType.float64: "tl.float64", DType.float32: "tl.float32", DType.float16: "tl.float16",
@@ -268,9 +268,12 @@ class _Kernel:
         ins = ", ".join(f"in{k}" for k in range(self.nin))
         params = ", ".join(p for p in (ins, outs, "XBLOCK: tl.constexpr, RBLOCK: tl.constexpr") if p)
         body = [f"def {self.name}({params}):", *self._rows()]
-        for inst in s.instances:
-            body += self._instance(inst)
-        body += self._stores()
+        if self._one_pass():
+            body += self._single_pass()
+        else:
+            for inst in s.instances:
+                body += self._instance(inst)
+            body += self._stores()
         return "\n".join(self._header() + ["import triton", "import triton.language as tl", LIBDEVICE,
                                             _HELPERS, "", "@triton.jit"] + body) + "\n"
 
@@ -313,7 +316,8 @@ class _Kernel:
         lines += [f"{ind}    {self._var(v)} = {_unravel('rs', ext, k)}" for k, v in enumerate(vars_)]
         return lines
 
-    def _instance(self, inst) -> list[str]:
+    def _reduction(self, inst):
+        """(body, accumulator dtype, combiner, identity) of an instance's reduction."""
         body = transform(inst.body, _widen) if inst.dtype in _HALF else inst.body
         acc_dt = DType.float32 if inst.dtype in _HALF else inst.dtype
         combiner = inst.combiner
@@ -321,20 +325,52 @@ class _Kernel:
         if inst.dtype is DType.bool:  # any/all as a max/min over int32, starting from False/True
             acc_dt, combiner, body = DType.int32, _BOOL_COMBINER[combiner], cast(body, DType.int32)
             init_value = int(init_value)
-        init = _const_text(Const(init_value, acc_dt))
+        return body, acc_dt, combiner, init_value
+
+    def _reduce_tile(self, sc: _Scope, inst, body: Expr, acc_dt: DType, combiner: str, init_value) -> str:
+        """Text of the tile's values reduced along axis 1 (masked lanes hold the identity)."""
+        v = sc.expr(body)
+        tile = sc.tmp(f"tl.where(xmask & rmask, {v}, {_const_text(Const(init_value, acc_dt))})", frozenset("xr"))
+        return f"{_COMBINE[combiner][0].format(v=tile)}.to({_TL[acc_dt]})"
+
+    def _final(self, inst, acc: str) -> str:
+        out = f"{acc}[:, None]"
+        return f"({out} != 0)" if inst.dtype is DType.bool else f"{out}.to({_TL[inst.dtype]})"
+
+    def _instance(self, inst) -> list[str]:
+        body, acc_dt, combiner, init_value = self._reduction(inst)
         acc = f"acc{inst.slot}"
         rn = math.prod(inst.rext)
         lines = [f"    # reduction {inst.prim} ({combiner}) over {rn} per row",
                  f"    {acc} = {_const_text(Const(init_value, acc_dt), '[XBLOCK]')}"]
         lines += self._loop_head("    ", rn, "RBLOCK", inst.rvars, inst.rext)
         sc = self._scope(inst.rvars, inst.rext, "        ")
-        v = sc.expr(body)
-        red, upd = _COMBINE[combiner]
-        tile = sc.tmp(f"tl.where(xmask & rmask, {v}, {init})", frozenset("xr"))
-        sc.line(f"{acc} = " + upd.format(acc=acc, r=f"{red.format(v=tile)}.to({_TL[acc_dt]})"))
-        out = f"{acc}[:, None]"
-        final = f"({out} != 0)" if inst.dtype is DType.bool else f"{out}.to({_TL[inst.dtype]})"
-        return lines + sc.lines + [f"    {self.inst_name[inst.slot]} = {final}"]
+        r = self._reduce_tile(sc, inst, body, acc_dt, combiner, init_value)
+        sc.line(f"{acc} = " + _COMBINE[combiner][1].format(acc=acc, r=r))
+        return lines + sc.lines + [f"    {self.inst_name[inst.slot]} = {self._final(inst, acc)}"]
+
+    def _one_pass(self) -> bool:
+        """Whole rows fit one tile and every reduction runs over the inner axes' extents: then the
+        reductions and the outputs share one tile of loads (softmax, layernorm read x once)."""
+        s = self.s
+        return bool(s.instances and s.ivars) and s.persistent and all(i.rext == s.iext for i in s.instances)
+
+    def _single_pass(self) -> list[str]:
+        s = self.s
+        inner = math.prod(s.iext)
+        lines = ["    # one pass: each row is one tile, shared by the reductions and the outputs",
+                 "    rs = tl.arange(0, RBLOCK).to(tl.int64)[None, :]",
+                 f"    rmask = rs < {inner}"]
+        lines += [f"    {self._var(v)} = {_unravel('rs', s.iext, k)}" for k, v in enumerate(s.ivars)]
+        sc = self._scope(s.ivars, s.iext, "    ")
+        for inst in s.instances:
+            body, acc_dt, combiner, init_value = self._reduction(inst)
+            body = substitute(body, dict(zip(inst.rvars, s.ivars)))
+            sc.line(f"# reduction {inst.prim} ({combiner}) over {inner} per row")
+            r = self._reduce_tile(sc, inst, body, acc_dt, combiner, init_value)
+            sc.line(f"{self.inst_name[inst.slot]} = {self._final(inst, r)}")
+        self._store_lines(sc, "RBLOCK")
+        return lines + sc.lines
 
     def _stores(self) -> list[str]:
         s = self.s
@@ -342,6 +378,12 @@ class _Kernel:
         block = "RBLOCK" if s.ivars else "1"
         lines = ["    # outputs"] + self._loop_head("    ", inner, block, s.ivars, s.iext)
         sc = self._scope(s.ivars, s.iext, "        ")
+        self._store_lines(sc, block)
+        return lines + sc.lines
+
+    def _store_lines(self, sc: _Scope, block: str) -> None:
+        """Every output computed and stored in scope ``sc``."""
+        s = self.s
         for k, st in enumerate(s.stores):
             shape = s.group.types[st.tensor].shape
             v = sc.expr(st.value)
@@ -352,7 +394,6 @@ class _Kernel:
             full = f"[XBLOCK, {block}]"
             sc.line(f"tl.store(out{k} + tl.broadcast_to({off}, {full}), "
                     f"tl.broadcast_to({v}, {full}).to({dt}), mask={mask})")
-        return lines + sc.lines
 
 
 def _offset(idx: list[str], shape: tuple[int, ...]) -> str:
