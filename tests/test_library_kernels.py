@@ -1,7 +1,8 @@
 """Library kernels (runtime/library.py) against the reference executor, prim by prim.
 
 Contraction prims come from fissioning real operators (their inputs from running the reference on
-the operator's graph, so a conv gets its padded input) or are built by hand for the edge paths.
+the operator's graph, so a conv gets its padded input) or are built by hand for the edge paths
+(conv-like prims that are, and are not, convolutions: the conv path must never give a wrong answer).
 Tolerances: fp32 1e-5; fp16 rtol/atol 1e-2 and bf16 2e-2 (the GEMM runs in 16-bit with torch's
 accumulation, the reference accumulates in fp32); integers exact.
 """
@@ -11,7 +12,7 @@ import pytest
 import torch
 from opcheck import one_node_graph
 
-import tilefuse.runtime.library as library
+import tilefuse.runtime.factors as factor_module
 from tilefuse.analysis.classify import Category, classify
 from tilefuse.fission import fission
 from tilefuse.fission.registry import Fission
@@ -84,18 +85,8 @@ OPS = {
     "sdpa_fp16": ("ScaledDotProductAttention",
                   [r(1, 2, 4, 16, dtype=H), r(1, 2, 5, 16, dtype=H), r(1, 2, 5, 8, dtype=H)], (1, 2, 4, 8), None, F16,
                   [("gemm", S, True), ("gemm", S, True)]),
-    "conv_stride_dilation_pad": ("Conv", [r(2, 3, 11, 10), r(4, 3, 3, 3)], (2, 4, 5, 5),
-                                 {"strides": (2, 2), "dilations": (2, 1), "pads": (1, 0, 1, 1)}, F32,
-                                 [("gemm", S, False)]),
-    "conv_batch1_direct": ("Conv", [r(1, 3, 9, 9), r(4, 3, 3, 3)], (1, 4, 3, 3),
-                           {"strides": (2, 2), "dilations": (2, 2)}, F32, [("gemm", S, True)]),
-    "conv1d": ("Conv", [r(2, 4, 12), r(6, 4, 3)], (2, 6, 10), None, F32, [("gemm", S, False)]),
-    "conv_grouped": ("Conv", [r(2, 4, 9, 9), r(6, 2, 3, 3)], (2, 6, 7, 7), {"group": 2}, F32,
-                     [("gemm", ("gathered", "strided"), False)]),
-    "conv_depthwise": ("Conv", [r(1, 3, 6, 6), r(3, 1, 3, 3)], (1, 3, 4, 4), {"group": 3}, F32,
-                       [("gemm", S, True)]),        # simplify drops the channel map: affine
     "conv_transpose": ("ConvTranspose", [r(2, 3, 4, 4), r(3, 2, 3, 3)], (2, 2, 9, 9), {"strides": (2, 2)}, F32,
-                       [("gemm", ("gathered", "strided"), False)]),
+                       [("gemm", ("gathered", "strided"), False)]),   # Select-guarded input: no conv path
     "matmul_fp16": ("MatMul", [r(8, 64, dtype=torch.float16), r(64, 9, dtype=torch.float16)], (8, 9), None, F16,
                     [("gemm", S, True)]),
     "matmul_bf16": ("MatMul", [r(8, 64, dtype=torch.bfloat16), r(64, 9, dtype=torch.bfloat16)], (8, 9), None,
@@ -121,6 +112,64 @@ def test_operator_contractions_match_reference(case):
         assert (k.path, k.factors, k.direct) == (path, factors, direct), k
 
 
+# Convolutions take the "conv" path: torch's conv{1,2,3}d on views of the input and the weight.
+# (op, inputs, output shape, attrs, dtype, groups)
+CONVS = {
+    "conv1d": ("Conv", [r(2, 4, 12), r(6, 4, 3)], (2, 6, 10), None, F32, 1),
+    "conv1d_stride_dilation_pad": ("Conv", [r(2, 3, 20), r(5, 3, 4)], (2, 5, 6),
+                                   {"strides": (3,), "dilations": (2,), "pads": (2, 1)}, F32, 1),
+    "conv2d_stride_dilation_pad": ("Conv", [r(2, 3, 11, 10), r(4, 3, 3, 3)], (2, 4, 5, 5),
+                                   {"strides": (2, 2), "dilations": (2, 1), "pads": (1, 0, 1, 1)}, F32, 1),
+    "conv2d_batch1": ("Conv", [r(1, 3, 9, 9), r(4, 3, 3, 3)], (1, 4, 3, 3), {"strides": (2, 2), "dilations": (2, 2)},
+                      F32, 1),
+    "conv2d_nonsquare_batch3": ("Conv", [r(3, 2, 9, 8), r(4, 2, 1, 3)], (3, 4, 5, 6), {"strides": (2, 1)}, F32, 1),
+    "conv2d_same_upper": ("Conv", [r(1, 2, 7, 7), r(3, 2, 3, 3)], (1, 3, 4, 4),
+                          {"strides": (2, 2), "auto_pad": "SAME_UPPER"}, F32, 1),
+    "conv2d_1x1": ("Conv", [r(2, 3, 5, 5), r(4, 3, 1, 1)], (2, 4, 5, 5), None, F32, 1),
+    "conv2d_1x1_stride2": ("Conv", [r(2, 3, 5, 5), r(4, 3, 1, 1)], (2, 4, 3, 3), {"strides": (2, 2)}, F32, 1),
+    "conv2d_one_channel_in_out": ("Conv", [r(2, 1, 6, 6), r(1, 1, 3, 3)], (2, 1, 4, 4), None, F32, 1),
+    "conv2d_full_window": ("Conv", [r(2, 3, 4, 4), r(5, 3, 4, 4)], (2, 5, 1, 1), None, F32, 1),
+    "conv3d": ("Conv", [r(2, 2, 7, 8, 6), r(3, 2, 3, 2, 3)], (2, 3, 3, 7, 3),
+               {"strides": (2, 1, 2), "dilations": (1, 2, 1), "pads": (1, 0, 1, 0, 1, 1)}, F32, 1),
+    "grouped": ("Conv", [r(2, 4, 9, 9), r(6, 2, 3, 3)], (2, 6, 7, 7), {"group": 2}, F32, 2),
+    "grouped_1d_padded": ("Conv", [r(2, 6, 9), r(6, 2, 3)], (2, 6, 9), {"group": 3, "pads": (1, 1)}, F32, 3),
+    "depthwise": ("Conv", [r(1, 3, 6, 6), r(3, 1, 3, 3)], (1, 3, 4, 4), {"group": 3}, F32, 3),
+    "depthwise_padded_strided": ("Conv", [r(2, 3, 7, 7), r(3, 1, 3, 3)], (2, 3, 4, 4),
+                                 {"group": 3, "pads": (1, 1, 1, 1), "strides": (2, 2)}, F32, 3),
+    "depthwise_multiplier": ("Conv", [r(1, 2, 6, 6), r(4, 1, 3, 3)], (1, 4, 4, 4), {"group": 2}, F32, 2),
+    "conv2d_fp16": ("Conv", [r(2, 3, 8, 8, dtype=H), r(4, 3, 3, 3, dtype=H)], (2, 4, 8, 8),
+                    {"pads": (1, 1, 1, 1)}, F16, 1),
+    "depthwise_bf16": ("Conv", [r(2, 4, 8, 8, dtype=torch.bfloat16), r(4, 1, 3, 3, dtype=torch.bfloat16)],
+                       (2, 4, 6, 6), {"group": 4}, BF16, 4),
+}
+
+
+@pytest.mark.parametrize("case", list(CONVS))
+def test_convolutions_take_the_conv_path(case):
+    op, ins, shape, attrs, dtype, groups = CONVS[case]
+    (prim, xs), = contractions(op, ins, shape, attrs, dtype)
+    k = run_and_check(prim, xs)
+    assert (k.path, k.factors, k.direct, k.conv.groups) == ("conv", S, False, groups), k
+    strides, dilations = (attrs or {}).get("strides"), (attrs or {}).get("dilations")
+    assert k.conv.stride == (strides or (1,) * (len(shape) - 2))
+    assert k.conv.dilation == (dilations or (1,) * (len(shape) - 2))
+
+
+def test_conv_reads_views_and_never_builds_windows(monkeypatch):
+    # stride 2 leaves the input's last row and column unread: the view still spans the whole input
+    (prim, xs), = contractions("Conv", [r(2, 3, 10, 10), r(4, 3, 3, 3)], (2, 4, 4, 4), {"strides": (2, 2)})
+    k = library_kernel(prim)
+    x, w = k.operands(xs)
+    assert x.data_ptr() == xs[0].data_ptr() and x.shape == xs[0].shape and x.is_contiguous()
+    assert w.data_ptr() == xs[1].data_ptr()
+    out = torch.empty(prim.out.shape)
+    with monkeypatch.context() as m:
+        for fn in ("bmm", "mm", "einsum"):
+            m.setattr(torch, fn, lambda *a, **kw: pytest.fail("conv went through a GEMM"))
+        k(xs, out)
+    torch.testing.assert_close(out, eval_prim(prim, xs), rtol=1e-5, atol=1e-5)
+
+
 def test_transposed_b_gemm_reads_views_and_never_gathers(monkeypatch):
     (prim, xs), = contractions("Gemm", [r(6, 4), r(5, 4)], (6, 5), {"transB": 1})
     k = library_kernel(prim)
@@ -128,20 +177,13 @@ def test_transposed_b_gemm_reads_views_and_never_gathers(monkeypatch):
     def no_gather(*a, **kw):
         raise AssertionError("a strided factor was gathered")
 
-    monkeypatch.setattr(library, "_Grid", no_gather)
+    monkeypatch.setattr(factor_module, "_Grid", no_gather)
     ops = k.operands(xs)
     for t in ops:  # every operand is a view of an input's storage: no copy, no gather
         assert any(t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for x in xs)
     b = next(t for t in ops if t.shape == (4, 5))  # B[k, n] = x1[n, k]: the transposed view
     assert b.stride() == (1, 4)
     run_and_check(prim, xs)
-
-
-def test_conv_window_is_an_overlapping_view():
-    (prim, xs), = contractions("Conv", [r(1, 2, 7, 7), r(3, 2, 3, 3)], (1, 3, 5, 5))
-    win = library_kernel(prim).operands(xs)[0]
-    assert win.data_ptr() == xs[0].data_ptr()
-    assert win.numel() > xs[0].numel()  # windows overlap: more view elements than input elements
 
 
 # ---------------------------------------------------------------- hand-built prims
@@ -246,6 +288,77 @@ def test_out_of_bounds_input_is_never_read_silently():
     k = library_kernel(prim)
     with pytest.raises(ReferenceError, match="out of bounds"):
         k(feed(prim, [r(3, 3), r(4, 5)]), torch.empty(3, 5))      # too small for the prim's index: falls back, raises
+
+
+# Hand-built conv-like prims: (input shapes, output shape, reduce extents, body, dtypes, conv path?)
+# a[0] is the input, a[1] the weight; i = (n, f, o...), rr = (c, k...).
+CONV_LIKE = {
+    "offsets_slice_the_input": ([(2, 5, 14), (3, 2, 3)], (2, 3, 4), (2, 3),
+                                lambda a, i, rr: a[0][i[0], rr[0] + 1, i[2] * 2 + rr[1] * 2 + 3]
+                                * a[1][i[1], rr[0], rr[1]], None, True),
+    "constant_batch_index": ([(3, 2, 9), (4, 2, 3)], (1, 4, 7), (2, 3),
+                             lambda a, i, rr: a[0][2, rr[0], i[2] + rr[1]] * a[1][i[1], rr[0], rr[1]], None, True),
+    "weight_layout_c_f_kw_kh": ([(2, 3, 7, 6), (3, 4, 2, 3)], (2, 4, 4, 5), (3, 3, 2),
+                                lambda a, i, rr: a[0][i[0], rr[0], i[2] + rr[1], i[3] + rr[2]]
+                                * a[1][rr[0], i[1], rr[2], rr[1]], None, True),    # a permuted weight view: a conv
+    "scaled_mixed_precision": ([(2, 3, 8), (4, 3, 3)], (2, 4, 6), (3, 3),
+                               lambda a, i, rr: cast(a[0][i[0], rr[0], i[2] + rr[1]], F32) * a[1][i[1], rr[0], rr[1]]
+                               * Const(0.25, F32), [F16, F32], True),
+    "flipped_input": ([(2, 3, 8), (4, 3, 3)], (2, 4, 6), (3, 3),
+                      lambda a, i, rr: a[0][i[0], rr[0], i[2] - rr[1] + 2] * a[1][i[1], rr[0], rr[1]], None, False),
+    "flipped_weight": ([(2, 3, 8), (4, 3, 3)], (2, 4, 6), (3, 3),
+                       lambda a, i, rr: a[0][i[0], rr[0], i[2] + rr[1]] * a[1][i[1], rr[0], 2 - rr[1]], None, False),
+    "locally_connected": ([(2, 3, 8), (4, 3, 8)], (2, 4, 6), (3, 3),
+                          lambda a, i, rr: a[0][i[0], rr[0], i[2] + rr[1]] * a[1][i[1], rr[0], i[2] + rr[1]],
+                          None, False),
+    "output_axes_n_o_f": ([(2, 3, 8), (4, 3, 3)], (2, 6, 4), (3, 3),
+                          lambda a, i, rr: a[0][i[0], rr[0], i[1] + rr[1]] * a[1][i[2], rr[0], rr[1]], None, False),
+    "overlapping_channel_windows": ([(2, 5, 8), (4, 2, 3)], (2, 4, 6), (2, 3),
+                                    lambda a, i, rr: a[0][i[0], i[1] + rr[0], i[2] + rr[1]] * a[1][i[1], rr[0], rr[1]],
+                                    None, False),
+    "overlapping_groups": ([(2, 3, 8), (4, 2, 3)], (2, 4, 6), (2, 3),
+                           lambda a, i, rr: a[0][i[0], i[1] // 2 + rr[0], i[2] + rr[1]] * a[1][i[1], rr[0], rr[1]],
+                           None, False),
+    "kernel_axis_in_two_dims": ([(2, 3, 6, 6), (4, 3, 3)], (2, 4, 4, 4), (3, 3),
+                                lambda a, i, rr: a[0][i[0], rr[0], i[2] + rr[1], i[3] + rr[1]]
+                                * a[1][i[1], rr[0], rr[1]], None, False),
+    "spatial_dims_mixed": ([(2, 3, 6, 9), (4, 3, 3, 3)], (2, 4, 4, 4), (3, 3, 3),
+                           lambda a, i, rr: a[0][i[0], rr[0], i[2] + rr[1], i[3] + i[2] + rr[2]]
+                           * a[1][i[1], rr[0], rr[1], rr[2]], None, False),
+    "integer_conv": ([(2, 3, 8), (4, 3, 3)], (2, 4, 6), (3, 3),
+                     lambda a, i, rr: a[0][i[0], rr[0], i[2] + rr[1]] * a[1][i[1], rr[0], rr[1]], [I32, I32], False),
+}
+
+
+@pytest.mark.parametrize("case", list(CONV_LIKE))
+def test_conv_like_prims(case):
+    shapes, out_shape, extents, body, dtypes, is_conv = CONV_LIKE[case]
+    dtypes = dtypes or [F32] * len(shapes)
+    prim = build(shapes, out_shape, extents, body, dtypes)
+    k = run_built(prim, [r(*sh, dtype=d.to_torch()) for sh, d in zip(shapes, dtypes)])
+    assert (k.path == "conv") == is_conv, k
+
+
+def test_conv_on_noncontiguous_input_and_out_of_bounds():
+    (prim, xs), = contractions("Conv", [r(2, 3, 9, 9), r(4, 3, 3, 3)], (2, 4, 7, 7), {"strides": (1, 1)})
+    x = xs[0].transpose(2, 3).contiguous().transpose(2, 3)   # same values, column-major spatial dims
+    assert run_and_check(prim, [x, xs[1]]).path == "conv"
+    k = library_kernel(prim)
+    with pytest.raises(ReferenceError, match="out of bounds"):
+        k([xs[0][:, :, :8], xs[1]], torch.empty(2, 4, 7, 7))
+
+
+@pytest.mark.gpu
+def test_cuda_conv_fp32_and_fp16():
+    for dt, tol in ((F32, 1e-4), (F16, 1e-2)):
+        t = dt.to_torch()
+        (prim, xs), = contractions("Conv", [r(2, 8, 12, 12, dtype=t), r(8, 2, 3, 3, dtype=t)], (2, 8, 6, 6),
+                                   {"group": 4, "strides": (2, 2), "pads": (1, 1, 1, 1)}, dt)
+        k = library_kernel(prim)
+        out = torch.empty(prim.out.shape, dtype=t, device="cuda")
+        k([x.cuda() for x in xs], out)
+        assert k.path == "conv"
+        torch.testing.assert_close(out.cpu(), eval_prim(prim, xs), rtol=tol, atol=tol)
 
 
 @pytest.mark.gpu

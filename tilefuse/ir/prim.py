@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from .dtypes import DType, TensorType
-from .expr import Expr, Load, Var, free_vars, loads, walk
+from .expr import Expr, Var, free_vars, loads
 
 COMBINERS = ("sum", "max", "min", "prod")
 

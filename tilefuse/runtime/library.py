@@ -1,7 +1,8 @@
 """Library kernels: one contraction prim run through torch (cuBLAS/cuDNN on a GPU, BLAS on CPU).
 
 ``library_kernel(prim)`` plans once and returns ``run(inputs, out)``, which writes the prim's value
-into the preallocated contiguous ``out``.  The body ``sum_r f1 * f2 * ... (* constants)`` (under at
+into the preallocated contiguous ``out``.  Factors are built by factors.py; convolutions are
+recognized by conv.py.  The body ``sum_r f1 * f2 * ... (* constants)`` (under at
 most one Cast to the output type) is split into its factors, and each factor becomes a tensor over
 its own variables:
 
@@ -18,10 +19,24 @@ its own variables:
   executor's ``_Grid`` over its own variables only, as the reference's einsum does.
 - constant factors (no load, no variable: attention's 1/sqrt(d)) multiply the result once.
 
-Paths (``run.path``):
+Paths (``run.path``; ``conv`` is tried before ``gemm`` and ``einsum``):
+- ``"conv"``: a float product of two factors that is an N-d convolution (N = 1, 2, 3) without
+  padding inside the prim (fission pads in a separate prim): output axes ``(n, f, o_1..o_N)`` in
+  that order, reduced axes ``c, k_1..k_N`` in any order, input ``x[n, chan, o_j*s_j + k_j*d_j +
+  const_j]`` (a Load under Casts; s, d > 0, const >= 0) and weight any Load indexed by f, c, k only
+  that is a strided view (any layout: ``w[f, c, k]``, ``w[c, f, k]``, ... are views of one
+  ``[F, C, K...]`` tensor).  The channel map ``chan`` is ``c`` (one group), ``f`` (depthwise, as
+  simplify leaves it) or ``(f // fpg) * C + c`` (grouped).  Extent-1 variables are ignored wherever
+  they appear (always 0), so axes simplify dropped or turned into constants still match.  It runs
+  ``torch.nn.functional.conv{N}d(x_view, w_view, stride=s, dilation=d, groups=G)`` (cuDNN on a
+  GPU, no im2col) with ``x_view`` a strided view ``[N, G*C, span...]`` of the input at the
+  constant offsets (a slice), then scales and ``out.copy_()``s (conv has no ``out=``).  Any
+  mismatch (negative or zero coefficients, a kernel axis in two dims, overlapping channel
+  windows, a weight reading n or o, other output axis orders, integers, ConvTranspose's
+  Select-guarded ``(o + p - k*d) // s`` input) leaves the prim to the paths below.
 - ``"gemm"``: exactly two non-constant factors and every reduced variable read by both: variables
   are batch (both operands + output), M/N (one operand + output) and K (reduced), and the product
-  is ``mm``/``bmm`` of ``[Bt, M, K] @ [Bt, K, N]`` (reshape may copy, e.g. conv's im2col).  When the
+  is ``mm``/``bmm`` of ``[Bt, M, K] @ [Bt, K, N]`` (reshape may copy, e.g. an im2col window).  When the
   output's axes are batch…, M…, N… (or batch…, N…, M…: the operands swap) it is written with
   ``out=`` straight into ``out`` (``run.direct``); otherwise it is permuted into ``out``.
 - ``"einsum"``: other products (a reduced variable read by one factor, three factors):
@@ -34,23 +49,25 @@ Paths (``run.path``):
 Numerics: the GEMM runs in the product's type (promoted with the output's for floats) and rounds
 once to the output type.  fp32/fp64 match the reference to summation order (1e-5); fp16/bf16 GEMMs
 run in 16-bit with the library's accumulation (fp32 on cuBLAS; within 1e-2 relative of the
-reference's fp32 accumulation on CPU, 2e-2 for bf16); integers are exact (same wrap-around).
+reference's fp32 accumulation on CPU, 2e-2 for bf16); integers are exact (same wrap-around).  The
+conv path likewise: fp32 on CUDA is forced to IEEE fp32 (cuDNN's default is TF32); fp16/bf16 run
+natively on CUDA (cuDNN accumulates in fp32) and, on CPU, in fp32 rounded once (as the reference).
 """
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
-from ..analysis.index import affine_form
 from ..ir.dtypes import DType, promote
-from ..ir.expr import Binary, Cast, Expr, Load, Var, free_vars, transform, walk
+from ..ir.expr import Binary, Cast, Expr, Load, Var, free_vars, walk
 from ..ir.prim import Prim, reduce_init
-from .reference import CHUNK_ELEMS, _Grid, _letters, _retype, _var_env, eval_prim
+from .conv import CONV, Conv, conv_plan, ieee_fp32
+from .factors import cast_to, constant, factor, mul_leaves
+from .reference import CHUNK_ELEMS, _letters, eval_prim
 
-HALF = (DType.float16, DType.bfloat16)
 # A gathered factor above this many elements is not materialized: the whole prim goes to eval_prim,
 # which chunks (the reference's own einsum limit).
 GATHER_LIMIT = CHUNK_ELEMS * 4
@@ -58,104 +75,17 @@ GATHER_LIMIT = CHUNK_ELEMS * 4
 Run = Callable[[list[torch.Tensor], torch.Tensor], None]
 
 
-# ---------------------------------------------------------------- factors
 
-def _mul_leaves(e: Expr) -> list[Expr]:
-    if isinstance(e, Binary) and e.op == "mul":
-        return _mul_leaves(e.a) + _mul_leaves(e.b)
-    return [e]
-
-
-def _cast_to(x: torch.Tensor, dtype: DType) -> torch.Tensor:
-    """The reference's Cast semantics (float -> int truncates)."""
-    t = dtype.to_torch()
-    if x.dtype == t:
-        return x
-    if dtype.is_int and x.dtype.is_floating_point:
-        return torch.trunc(x).to(t)
-    return x.to(t)
-
-
-@dataclass(frozen=True)
-class _Strided:
-    """A Load through an affine index with non-negative coefficients, read as an ``as_strided`` view."""
-    slot: int
-    cols: tuple[tuple[tuple[int, int], ...], ...]  # per view dim: ((input dim, coefficient), ...)
-    consts: tuple[int, ...]                         # per input dim: the index at the origin
-    hi: tuple[int, ...]                             # per input dim: the largest index read
-    sizes: tuple[int, ...]
-    casts: tuple[DType, ...]                        # applied innermost first
-    kind = "strided"
-
-    def tensor(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor | None:
-        x = inputs[self.slot]
-        if x.dim() != len(self.hi) or any(n <= h for n, h in zip(x.shape, self.hi)):
-            return None  # would read out of bounds: let the reference report it
-        st = x.stride()
-        strides = [sum(st[d] * k for d, k in col) for col in self.cols]
-        offset = x.storage_offset() + sum(s * c for s, c in zip(st, self.consts))
-        v = x.as_strided(self.sizes, strides, offset)
-        for dt in self.casts:
-            v = _cast_to(v, dt)
-        return v
-
-
-def _strided(f: Expr, order: Sequence[Var], ext: dict[Var, int]) -> _Strided | None:
-    casts = []
-    while isinstance(f, Cast):
-        casts.append(f.dtype)
-        f = f.x
-    if not isinstance(f, Load):
-        return None
-    forms = [affine_form(i) for i in f.index]  # None for div/mod, Select, Load, products of Vars
-    if any(a is None or any(k < 0 for k in a[0].values()) or a[1] < 0 for a in forms):
-        return None  # negative strides cannot be viewed
-    cols = tuple(tuple((d, a[0][v]) for d, a in enumerate(forms) if v in a[0]) for v in order)
-    # Exact bounds of an affine index with non-negative coefficients over 0..ext-1.
-    hi = tuple(c + sum(k * (ext[v] - 1) for v, k in co.items()) for co, c in forms)
-    return _Strided(f.tensor, cols, tuple(c for _, c in forms), hi, tuple(ext[v] for v in order),
-                    tuple(reversed(casts)))
-
-
-@dataclass(frozen=True)
-class _Gathered:
-    """Any other factor: evaluated by the reference executor over its own variables."""
-    prim: Prim
-    expr: Expr
-    order: tuple[Var, ...]
-    sizes: tuple[int, ...]
-    kind = "gathered"
-
-    def tensor(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
-        device = inputs[0].device if inputs else torch.device("cpu")
-        g = _Grid(self.prim, list(inputs), _var_env(list(self.order), self.prim.extents, device))
-        return g.eval(self.expr).expand(self.sizes)
-
-
-def _factor(prim: Prim, f: Expr, order: Sequence[Var]):
-    ext = prim.extents
-    got = _strided(f, order, ext)
-    if got is not None:
-        return got
-    if prim.out.dtype in HALF:  # the reference evaluates 16-bit reduce bodies in fp32
-        f = transform(f, lambda n: _retype(n) if n.dtype in HALF else None)
-    return _Gathered(prim, f, tuple(order), tuple(ext[v] for v in order))
-
-
-def _constant(e: Expr):
-    return _Grid(None, [], {}).eval(e).item()
-
-
-# ---------------------------------------------------------------- the kernel
 
 class LibraryKernel:
     """``run(inputs, out)``; ``path``, ``factors`` ("strided"/"gathered" per non-constant factor, in
-    body order), ``direct`` (the GEMM writes ``out`` in place) and ``reason`` (why a fallback) say
-    what it does."""
+    body order), ``direct`` (the GEMM writes ``out`` in place), ``conv`` (the conv path's stride,
+    dilation, groups) and ``reason`` (why a fallback) say what it does."""
 
     path: str = "reference"
     factors: tuple[str, ...] = ()
     direct: bool = False
+    conv: Conv | None = None
     reason: str = ""
 
     def __init__(self, prim: Prim):
@@ -189,11 +119,11 @@ class LibraryKernel:
             return self._fallback("integer product of another type than the output")
         self.compute = prod_t if prod_t.is_int else promote(prod_t, out_t)
         terms, scale = [], 1
-        for f in _mul_leaves(body):
+        for f in mul_leaves(body):
             if any(isinstance(n, (Load, Var)) for n in walk(f)):
                 terms.append(f)
             else:
-                scale = scale * _constant(f)
+                scale = scale * constant(f)
         self.scale = scale
         if len(terms) < 2:
             return self._fallback("fewer than two non-constant factors")
@@ -205,7 +135,10 @@ class LibraryKernel:
         if set().union(*var_sets) != set(allv):
             return self._fallback("a variable no factor reads")
         rvars = set(p.reduce.axes)
-        if len(terms) == 2 and all(rvars <= vs for vs in var_sets):
+        conv = conv_plan(p, terms) if self.compute.is_float else None
+        if conv is not None:
+            self._plan_conv(conv)
+        elif len(terms) == 2 and all(rvars <= vs for vs in var_sets):
             self._plan_gemm(terms, var_sets)
         else:
             self._plan_einsum(terms, var_sets, allv)
@@ -214,6 +147,11 @@ class LibraryKernel:
         if big:
             self.factors = ()
             return self._fallback("a gathered factor too large to materialize")
+
+    def _plan_conv(self, conv: Conv) -> None:
+        self.conv = conv
+        self._factors = [conv.x, conv.w] if conv.which == 0 else [conv.w, conv.x]
+        self.path = "conv"
 
     def _plan_gemm(self, terms: list[Expr], var_sets: list[frozenset]) -> None:
         p = self.prim
@@ -226,7 +164,7 @@ class LibraryKernel:
         full = batch + rows + cols
         self.full_sizes = tuple(ext[v] for v in full)
         self.perm = tuple(full.index(v) for v in p.axes)
-        made = {li: _factor(p, terms[li], batch + rows + k), ri: _factor(p, terms[ri], batch + k + cols)}
+        made = {li: factor(p, terms[li], batch + rows + k), ri: factor(p, terms[ri], batch + k + cols)}
         self._factors = [made[0], made[1]]
         self._order = (li, ri)  # which factor is the left and which the right operand
         self.path = "gemm"
@@ -250,7 +188,7 @@ class LibraryKernel:
             return self._fallback("more variables than einsum letters")
         letter = dict(zip(allv, _letters(len(allv))))
         orders = [[v for v in allv if v in vs] for vs in var_sets]
-        self._factors = [_factor(self.prim, f, o) for f, o in zip(terms, orders)]
+        self._factors = [factor(self.prim, f, o) for f, o in zip(terms, orders)]
         specs = ",".join("".join(letter[v] for v in o) for o in orders)
         self.equation = specs + "->" + "".join(letter[v] for v in self.prim.axes)
         self.path = "einsum"
@@ -262,7 +200,7 @@ class LibraryKernel:
         ts = [f.tensor(inputs) for f in self._factors]
         if any(t is None for t in ts):
             return None
-        ts = [_cast_to(t, self.compute) for t in ts]
+        ts = [cast_to(t, self.compute) for t in ts]
         if self.compute.is_int:  # cuBLAS has no integer GEMM: integer contractions run on the CPU
             ts = [t.cpu() for t in ts]
         return ts
@@ -279,11 +217,24 @@ class LibraryKernel:
         if ts is None:
             out.copy_(eval_prim(self.prim, inputs))  # raises, naming the out-of-bounds index
             return
-        if self.path == "gemm":
+        if self.path == "conv":
+            self._conv(ts, out)
+        elif self.path == "gemm":
             self._gemm(ts, out)
         else:
             res = torch.einsum(self.equation, *ts)
             out.copy_(res.mul_(self.scale) if self.scale != 1 else res)
+
+    def _conv(self, ts: list[torch.Tensor], out: torch.Tensor) -> None:
+        c = self.conv
+        x, w = ts[c.which], ts[1 - c.which]
+        if x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+            x, w = x.float(), w.float()  # CPU: accumulate in fp32 like the reference, round once below
+        conv = functools.partial(CONV[len(c.stride)], x, w, stride=c.stride, dilation=c.dilation, groups=c.groups)
+        res = ieee_fp32(conv) if x.is_cuda and x.dtype == torch.float32 else conv()
+        if self.scale != 1:
+            res.mul_(self.scale)
+        out.copy_(res)
 
     def _gemm(self, ts: list[torch.Tensor], out: torch.Tensor) -> None:
         left, right = (ts[i] for i in self._order)
