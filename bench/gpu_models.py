@@ -4,7 +4,7 @@ and tilefuse replayed as one CUDA graph (MEASURED on the device the script runs 
     python bench/gpu_models.py [--size small|base|tiny] [--models bert,gpt2,vit,resnet,llama]
         [--dtype float16] [--batch 1] [--seq N] [--device cuda|cpu] [--out PATH.json]
 
-Per model (bench/zoo.py: random weights, nothing downloaded) and variant:
+Per model (tilefuse/zoo.py: random weights, nothing downloaded) and variant:
 - eager: ``model(*inputs)`` under ``torch.no_grad``;
 - inductor: ``torch.compile(model)`` (default mode); its compile time is its first call;
 - tilefuse: ``tilefuse.compile(model, inputs, target="auto")``; kernels are generated and
@@ -299,7 +299,7 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
     called after each variant (a run stopped midway keeps what it measured)."""
     import torch
     import tilefuse  # first: without CUDA it must select Triton's interpreter before triton loads
-    import zoo
+    from tilefuse import zoo
 
     rec: dict = {"model": name, "variants": {}, "skipped": skipped_variants(args)}
     dtype, dev = getattr(torch, args.dtype), args.device
@@ -456,7 +456,7 @@ def run_child(name: str, argv: list[str], out_path: Path, timeout: float) -> dic
     too); its record, or what it saved before failing, with the error and the end of its output."""
     cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--child", name, "--child-out", str(out_path)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.perf_counter()
     tail: list[str] = []
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -508,7 +508,7 @@ def driver_main(args) -> int:
     except ImportError as e:
         raise SystemExit(f"tilefuse does not import: {e}; run from the repository root with PYTHONPATH=. and its "
                          f"dependencies installed (bench/README.md: highspy travels as a wheel)") from e
-    import zoo
+    from tilefuse import zoo
     dev = device_info(args.device)
     out_path = Path(args.out) if args.out else HERE / "results" / f"gpu_models_{slug(dev['name']) if args.device == 'cuda' else 'cpu'}_{args.size}.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -594,7 +594,7 @@ def table(doc: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    sys.path[:0] = [str(HERE), str(ROOT)]
+    sys.path[:0] = [str(ROOT)]   # tilefuse from this checkout even when not installed
     if args.child:
         return child_main(args)
     return driver_main(args)

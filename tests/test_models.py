@@ -11,7 +11,6 @@ init several of these nets produce (near-)zero logits, and a comparison of zeros
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 import pytest
@@ -19,6 +18,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import tilefuse
+from tilefuse.zoo import randomize
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -100,24 +100,6 @@ MODELS = {  # name -> (factory, attention implementations)
     "swin": (swin, BOTH), "segformer": (segformer, BOTH), "resnet": (resnet, (None,)),
     "mobilenet_v2": (mobilenet_v2, (None,)), "efficientnet": (efficientnet, (None,)),
 }
-
-
-def randomize(model: torch.nn.Module, seed: int = 0) -> None:
-    """Weights ~ N(0, 1/fan_in), norm scales in [0.5, 1.5], biases and BN statistics O(0.1..1)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p[0].numel()))
-            elif name.endswith("weight"):
-                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
-            else:
-                p.copy_((torch.rand(p.shape, generator=g) - 0.5) * 0.2)
-        for name, b in model.named_buffers():
-            if name.endswith("running_mean"):
-                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
-            elif name.endswith("running_var"):
-                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
 
 
 def build(name: str, attn: str | None):

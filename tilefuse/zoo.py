@@ -1,4 +1,7 @@
-"""transformers models for the benchmarks, built from configs with random weights (never downloaded).
+"""transformers models for tests and benchmarks, built from configs with random weights (never downloaded).
+
+``transformers`` is imported when a model is built (it is a test/benchmark dependency, not a
+runtime one).
 
 ``build(name, size, batch=1, seq=None, attn="sdpa", input_sets=1)`` returns ``(model, [inputs, ...])``:
 an fp32 model in eval mode with weights re-drawn by ``randomize`` and ``input_sets`` tuples of
@@ -10,8 +13,8 @@ example inputs (different values, same shapes) on the CPU.  Sizes:
   12-layer Llama with hidden 768 and grouped-query attention).
 
 Text models take token ids (and an attention mask with a few trailing padded positions that differ
-between input sets); vision models take pixels.  The test zoo (tests/test_models.py) is kept apart:
-benchmarks never import from tests.
+between input sets); vision models take pixels.  The test zoo (tests/test_models.py) has its own
+shrunk configurations (nine models, every attention implementation) and shares ``randomize``.
 """
 from __future__ import annotations
 
