@@ -31,8 +31,12 @@ class GraphReplay:
             self.program.run(self.static_in)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.static_out = self.program.run(self.static_in)
+        try:
+            with torch.cuda.graph(graph):
+                self.static_out = self.program.run(self.static_in)
+        except RuntimeError as e:   # a kernel that synchronizes with the host cannot be captured
+            raise RuntimeError(f"cuda_graph=True: the plan could not be captured as a CUDA graph "
+                               f"({str(e).splitlines()[0]}); compile with cuda_graph=False") from e
         self.graph = graph
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
