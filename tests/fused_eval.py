@@ -7,13 +7,17 @@ split and the store maps of the fused family independently of any code generator
 """
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import torch
 
-from tilefuse.ir.expr import Load, Var, transform
-from tilefuse.runtime.reference import _Grid, _retype, _var_env
+from opcheck import one_node_graph
+
+from tilefuse.fission import fission
+from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.expr import Load, transform
+from tilefuse.ir.prim import PrimGraph
+from tilefuse.runtime.reference import _Grid, _retype, _var_env, run_reference
 
 _COMBINE = {"sum": lambda t, d: t.sum(d), "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d),
             "prod": lambda t, d: t.prod(d)}
@@ -61,3 +65,19 @@ def evaluate_schedule(s, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         res[tuple(i[keep] for i in idx)] = val[keep].to(res.dtype)
         out[st.tensor] = res
     return out
+
+
+def all_values(pg, feeds):
+    """Every tensor of the graph, by name (the reference executor on a graph exposing all prims)."""
+    full = PrimGraph(pg.inputs, pg.constants, pg.prims, tuple(p.name for p in pg.prims))
+    env = {c.name: c.data for c in pg.constants} | dict(feeds)
+    env.update(zip(full.outputs, run_reference(full, feeds)))
+    return env
+
+
+def op_graph(op, inputs, out_shape, attrs, dtype=DType.float32):
+    """A one-operator graph, fissioned, and its feeds (inputs named x0, x1, ...)."""
+    g = one_node_graph(op, inputs, [TensorType(out_shape, dtype)], attrs)
+    pg = fission(g)
+    feeds = {d.name: inputs[int(d.name[1:])] for d in g.inputs}
+    return pg, feeds

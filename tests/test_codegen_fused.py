@@ -5,7 +5,8 @@ import random
 import pytest
 import torch
 from opcheck import one_node_graph
-from test_fused import H100, _graph_of, _values
+from fused_eval import all_values, op_graph
+from test_fused import H100
 
 from tilefuse.codegen.triton import compile_fused, emit_fused
 from tilefuse.families.base import Group
@@ -49,14 +50,14 @@ def _whole(pg):
 def _model(fn, *inputs):
     from tilefuse.frontend.torch import import_torch
     pg = fission(import_torch(fn, inputs).graph)
-    env = _values(pg, {d.name: t for d, t in zip(pg.inputs, inputs)})
+    env = all_values(pg, {d.name: t for d, t in zip(pg.inputs, inputs)})
     return _whole(pg), env
 
 
 @pytest.mark.parametrize("rblock", [16, 64])   # looped and persistent reductions
 def test_softmax_non_power_of_two_rows(rblock):
-    pg, feeds = _graph_of("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
-    s = _check(_whole(pg), _values(pg, feeds), xblock=4, rblock=rblock)
+    pg, feeds = op_graph("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
+    s = _check(_whole(pg), all_values(pg, feeds), xblock=4, rblock=rblock)
     assert len(s.instances) == 2
     # a whole row in one tile: max, sum and the output share one load of x; else a loop each
     src = emit_fused(s)
@@ -66,8 +67,8 @@ def test_softmax_non_power_of_two_rows(rblock):
 
 def test_fp16_softmax():
     x = (torch.randn(5, 40) * 4).half()
-    pg, feeds = _graph_of("Softmax", [x], (5, 40), {"axis": -1}, DType.float16)
-    _check(_whole(pg), _values(pg, feeds), tol=2e-3)
+    pg, feeds = op_graph("Softmax", [x], (5, 40), {"axis": -1}, DType.float16)
+    _check(_whole(pg), all_values(pg, feeds), tol=2e-3)
 
 
 def test_layernorm_with_row_outputs():
@@ -76,18 +77,18 @@ def test_layernorm_with_row_outputs():
                        [TensorType((4, 5, 24), DType.float32), TensorType((4, 5, 1), DType.float32),
                         TensorType((4, 5, 1), DType.float32)], {"axis": -1})
     pg = fission(g)
-    env = _values(pg, {"x0": x, "x1": w, "x2": b})
+    env = all_values(pg, {"x0": x, "x1": w, "x2": b})
     s = _check(Group(pg.prims, ("x0", "x1", "x2"), pg.outputs, dict(pg.types)), env, rblock=16)
     assert sum(st.row_only for st in s.stores) == 2
 
 
 def test_transpose_and_scale_store_two_layouts():
     x = torch.randn(3, 7)
-    pg, feeds = _graph_of("Transpose", [x], (7, 3), {"perm": (1, 0)})
+    pg, feeds = op_graph("Transpose", [x], (7, 3), {"perm": (1, 0)})
     fx = Fission({p.name for p in pg.prims} | {"x0"})
     t = fx.ref(pg.prims[0].name, pg.prims[0].out)
     y = fx.compute((7, 3), lambda i: t[i] * 2.0)
-    env = _values(pg, feeds)
+    env = all_values(pg, feeds)
     env[y.name] = env[t.name] * 2
     _check(Group(pg.prims + tuple(fx.prims), ("x0",), (t.name, y.name), dict(pg.types) | {y.name: y.type}), env)
 
@@ -214,7 +215,7 @@ def test_bool_reduction_over_an_empty_axis_gives_its_identity(combiner):
 
 
 def test_source_is_deterministic_and_names_its_operators():
-    pg, _ = _graph_of("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
+    pg, _ = op_graph("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
     s = _schedule(_whole(pg))
     src = emit_fused(s)
     assert src == emit_fused(s)
@@ -229,7 +230,7 @@ def test_sample_of_encoder_block_candidates():
     from tilefuse.orchestrate.segment import split_segments
     model, inputs = demo_model(batch=2, seq=8)
     pg = fission(import_torch(model, inputs).graph)
-    env = _values(pg, {d.name: t for d, t in zip(pg.inputs, inputs)})
+    env = all_values(pg, {d.name: t for d, t in zip(pg.inputs, inputs)})
     fam = FusedFamily()
     accepted = []
     for seg in split_segments(pg):

@@ -1,9 +1,8 @@
 """The fused family: inlining, row/inner split and stores are checked by evaluating schedules."""
 import random
 
-import pytest
 import torch
-from fused_eval import evaluate_schedule
+from fused_eval import all_values, evaluate_schedule, op_graph
 from opcheck import one_node_graph
 
 from tilefuse.cost.target import Target
@@ -13,18 +12,8 @@ from tilefuse.fission import fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.orchestrate.candidates import enumerate_candidates
 from tilefuse.orchestrate.segment import split_segments
-from tilefuse.runtime.reference import run_reference
 
 H100 = Target.get("h100")
-
-
-def _values(pg, feeds):
-    """Every tensor of the graph, by name (the reference executor on a graph exposing all prims)."""
-    from tilefuse.ir.prim import PrimGraph
-    full = PrimGraph(pg.inputs, pg.constants, pg.prims, tuple(p.name for p in pg.prims))
-    env = {c.name: c.data for c in pg.constants} | dict(feeds)
-    env.update(zip(full.outputs, run_reference(full, feeds)))
-    return env
 
 
 def _check_group(group, env):
@@ -37,17 +26,10 @@ def _check_group(group, env):
     return s
 
 
-def _graph_of(op, inputs, out_shape, attrs, dtype=DType.float32):
-    g = one_node_graph(op, inputs, [TensorType(out_shape, dtype)], attrs)
-    pg = fission(g)
-    feeds = {d.name: inputs[int(d.name[1:])] for d in g.inputs}
-    return pg, feeds
-
-
 def test_softmax_is_one_fused_kernel_with_two_reductions():
     x = torch.randn(6, 33)
-    pg, feeds = _graph_of("Softmax", [x], (6, 33), {"axis": -1})
-    env = _values(pg, feeds)
+    pg, feeds = op_graph("Softmax", [x], (6, 33), {"axis": -1})
+    env = all_values(pg, feeds)
     s = _check_group(Group(pg.prims, ("x0",), pg.outputs, dict(pg.types)), env)
     assert [i.combiner for i in s.instances] == ["max", "sum"]
     assert s.xext == (6,) and s.iext == (33,)
@@ -59,20 +41,20 @@ def test_layernorm_row_outputs_and_full_outputs_in_one_kernel():
                        [TensorType((4, 5, 24), DType.float32), TensorType((4, 5, 1), DType.float32),
                         TensorType((4, 5, 1), DType.float32)], {"axis": -1})
     pg = fission(g)
-    env = _values(pg, {"x0": x, "x1": w, "x2": b})
+    env = all_values(pg, {"x0": x, "x1": w, "x2": b})
     s = _check_group(Group(pg.prims, ("x0", "x1", "x2"), pg.outputs, dict(pg.types)), env)
     assert sum(st.row_only for st in s.stores) == 2
 
 
 def test_transpose_then_add_stores_both_layouts():
     x = torch.randn(3, 7)
-    pg, feeds = _graph_of("Transpose", [x], (7, 3), {"perm": (1, 0)})
+    pg, feeds = op_graph("Transpose", [x], (7, 3), {"perm": (1, 0)})
     from tilefuse.fission.registry import Fission
     fx = Fission({p.name for p in pg.prims} | {"x0"})
     t = fx.ref(pg.prims[0].name, pg.prims[0].out)
     y = fx.compute((7, 3), lambda i: t[i] * 2.0)
     prims = pg.prims + tuple(fx.prims)
-    env = _values(pg, feeds)
+    env = all_values(pg, feeds)
     env[y.name] = env[t.name] * 2
     types = dict(pg.types) | {y.name: y.type}
     s = _check_group(Group(prims, ("x0",), (t.name, y.name), types), env)
@@ -81,7 +63,7 @@ def test_transpose_then_add_stores_both_layouts():
 
 def test_rejects_mixed_shapes_it_cannot_store():
     x = torch.randn(4, 6)
-    pg, feeds = _graph_of("ReduceSum", [x], (6,), {"axes": (0,), "keepdims": 0})
+    pg, feeds = op_graph("ReduceSum", [x], (6,), {"axes": (0,), "keepdims": 0})
     from tilefuse.fission.registry import Fission
     fx = Fission({p.name for p in pg.prims} | {"x0"})
     xs = fx.ref("x0", TensorType((4, 6), DType.float32))
@@ -98,7 +80,7 @@ def test_every_fused_candidate_of_an_encoder_block_computes_the_reference():
     imp = import_torch(model, inputs)
     pg = fission(imp.graph)
     feeds = {d.name: t for d, t in zip(pg.inputs, inputs)}
-    env = _values(pg, feeds)
+    env = all_values(pg, feeds)
     fam = FusedFamily()
     rng = random.Random(0)
     checked = 0
