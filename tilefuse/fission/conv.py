@@ -144,17 +144,21 @@ def add_bias(fx: Fission, y: TensorRef, b: TensorRef | None) -> TensorRef:
     return fx.compute(y.shape, lambda i: y[i] + cast(b[(i[1],)], y.dtype))
 
 
-@rule("Conv")
-def conv(fx: Fission, node: Node, ins: list) -> TensorRef:
-    """N-D convolution (strides, dilations, pads/auto_pad, groups): pad prim, contraction, bias add."""
+def _operands(node: Node, ins: list) -> tuple:
+    """(x, w, bias or None, spatial rank, kernel, group, input channels per group), checked."""
     x, w, b = (list(ins) + [None])[:3]
     nsp = x.rank - 2
     if nsp < 1 or w.rank != x.rank:
         raise UnsupportedAttribute(node, "shapes", (x.shape, w.shape),
-                                   "Conv needs (N, C, spatial...) input and weights")
-    kernel = kernel_attr(node, w.shape[2:])
+                                   f"{node.op} needs (N, C, spatial...) input and weights")
     group = node.attrs.get("group", 1)
-    c_in = group_split(node, x.shape[1], group, "input channels")
+    return x, w, b, nsp, kernel_attr(node, w.shape[2:]), group, group_split(node, x.shape[1], group, "input channels")
+
+
+@rule("Conv")
+def conv(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """N-D convolution (strides, dilations, pads/auto_pad, groups): pad prim, contraction, bias add."""
+    x, w, b, nsp, kernel, group, c_in = _operands(node, ins)
     m_out = group_split(node, w.shape[0], group, "output channels")
     if w.shape[1] != c_in:
         raise UnsupportedAttribute(node, "group", group, f"weights have {w.shape[1]} input channels per group, "
@@ -202,14 +206,7 @@ def transpose_geometry(node: Node, in_sizes, kernel, strides, dilations) -> tupl
 @rule("ConvTranspose")
 def conv_transpose(fx: Fission, node: Node, ins: list) -> TensorRef:
     """N-D transposed convolution: one contraction with the stride folded into a guarded input load."""
-    x, w, b = (list(ins) + [None])[:3]
-    nsp = x.rank - 2
-    if nsp < 1 or w.rank != x.rank:
-        raise UnsupportedAttribute(node, "shapes", (x.shape, w.shape),
-                                   "ConvTranspose needs (N, C, spatial...) input and weights")
-    kernel = kernel_attr(node, w.shape[2:])
-    group = node.attrs.get("group", 1)
-    c_in = group_split(node, x.shape[1], group, "input channels")
+    x, w, b, nsp, kernel, group, c_in = _operands(node, ins)
     if w.shape[0] != x.shape[1]:
         raise UnsupportedAttribute(node, "shapes", (x.shape, w.shape), "weights' dim 0 must equal input channels")
     m_out = w.shape[1]
