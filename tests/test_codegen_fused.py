@@ -239,3 +239,12 @@ def test_sample_of_encoder_block_candidates():
     sample = random.Random(0).sample(accepted, 15)
     for c in sample:
         _check(Group(c.prims, c.inputs, c.outputs, pg.types), env, tol=1e-4)
+
+
+def test_warps_grow_with_the_tile_and_are_named_in_the_source():
+    from tilefuse.codegen.triton.emit import num_warps
+    pg, _ = op_graph("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
+    s = _schedule(_whole(pg))
+    warps = [num_warps(dataclasses.replace(s, xblock=x, rblock=r)) for x, r in ((1, 64), (4, 128), (8, 128), (32, 256))]
+    assert warps == [1, 2, 4, 8]        # about 8 elements per thread, at most 8 warps
+    assert f"num_warps={num_warps(s)}" in emit_fused(s).splitlines()[0]

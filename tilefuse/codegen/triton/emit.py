@@ -98,6 +98,13 @@ def _mul(a, b):
 '''
 
 
+def num_warps(schedule) -> int:
+    """Warps per program: about 8 tile elements per thread, 1 to 8 warps (a 1024-element
+    pointwise tile gets Triton's usual 4; an 8192-element persistent reduction gets 8)."""
+    per_warp = (schedule.xblock * schedule.rblock) // 256        # 32 threads x 8 elements
+    return 1 << min(3, max(0, per_warp.bit_length() - 1))        # a power of two, as Triton needs
+
+
 def kernel_name(schedule) -> str:
     """``fused_<ops>``: the source operator types the kernel implements, in order."""
     ops = dict.fromkeys(re.sub(r"\W+", "", p.origin.op).lower() or "op" for p in schedule.group.prims)
@@ -281,7 +288,7 @@ class _Kernel:
         s = self.s
         origins = dict.fromkeys(str(p.origin) for p in s.group.prims)
         out = [f"# {self.name}: fused kernel (tilefuse), anchor {s.anchor}, "
-               f"XBLOCK={s.xblock} RBLOCK={s.rblock}", "# implements:"]
+               f"XBLOCK={s.xblock} RBLOCK={s.rblock} num_warps={num_warps(s)}", "# implements:"]
         out += [f"#   {o}" for o in origins]
         out += [f"# inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(s.inputs))}",
                 f"# outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(s.stores))}"]

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from .emit import emit_fused, kernel_name
+from .emit import emit_fused, kernel_name, num_warps
 
 _MODULES: dict[str, object] = {}
 
@@ -107,14 +107,15 @@ def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Ten
     kernel = load_kernel(source, name)
     rows = math.prod(schedule.xext)
     grid = (-(-rows // schedule.xblock),)
-    xblock, rblock = schedule.xblock, schedule.rblock
+    xblock, rblock, warps = schedule.xblock, schedule.rblock, num_warps(schedule)
     empty = rows == 0 or any(schedule.group.types[st.tensor].numel == 0 for st in schedule.stores)
 
     def launch(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         if empty:
             return
         with _quiet_masked_lanes():
-            kernel[grid](*(t.contiguous() for t in inputs), *outputs, XBLOCK=xblock, RBLOCK=rblock)
+            kernel[grid](*(t.contiguous() for t in inputs), *outputs, XBLOCK=xblock, RBLOCK=rblock,
+                         num_warps=warps)
 
     launch.kernel_name, launch.source = name, source
     return launch
