@@ -88,3 +88,12 @@ def test_run_with_given_inputs_and_a_mismatch_exits_1(tmp_path, capsys):
     # an absurd tolerance of -1 cannot be met: the comparison itself must be able to fail
     assert main(["run", path, "--inputs", str(feeds), "--check", "--rtol", "0", "--atol", "-1"]) == 1
     assert "mismatch" in capsys.readouterr().out
+
+
+def test_run_check_without_onnxruntime_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    import sys
+    path = _model(tmp_path / "m.onnx")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)     # as if not installed
+    assert main(["run", path, "--check"]) == 2
+    err = capsys.readouterr()
+    assert "pip install onnxruntime" in err.out + err.err and "Traceback" not in err.out + err.err

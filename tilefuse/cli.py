@@ -165,6 +165,12 @@ def cmd_run(args, console: Console) -> int:
 
     import tilefuse
 
+    if args.check:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise TilefuseError("--check compares with onnxruntime, which is not installed: "
+                                "pip install onnxruntime (or drop --check)") from None
     compiled = tilefuse.compile_onnx(args.model, backend=args.backend)
     if args.inputs:
         with np.load(args.inputs) as data:
@@ -182,7 +188,6 @@ def cmd_run(args, console: Console) -> int:
     console.print(t)
     if not args.check:
         return 0
-    import onnxruntime as ort
     sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
     bad = []
@@ -225,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except TilefuseError as e:
         if args.debug:
             raise
-        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)))
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)), soft_wrap=True)
         return 2
 
 
