@@ -334,7 +334,7 @@ class _Kernel:
             init_value = int(init_value)
         return body, acc_dt, combiner, init_value
 
-    def _reduce_tile(self, sc: _Scope, inst, body: Expr, acc_dt: DType, combiner: str, init_value) -> str:
+    def _reduce_tile(self, sc: _Scope, body: Expr, acc_dt: DType, combiner: str, init_value) -> str:
         """Text of the tile's values reduced along axis 1 (masked lanes hold the identity)."""
         v = sc.expr(body)
         tile = sc.tmp(f"tl.where(xmask & rmask, {v}, {_const_text(Const(init_value, acc_dt))})", frozenset("xr"))
@@ -352,7 +352,7 @@ class _Kernel:
                  f"    {acc} = {_const_text(Const(init_value, acc_dt), '[XBLOCK]')}"]
         lines += self._loop_head("    ", rn, "RBLOCK", inst.rvars, inst.rext)
         sc = self._scope(inst.rvars, inst.rext, "        ")
-        r = self._reduce_tile(sc, inst, body, acc_dt, combiner, init_value)
+        r = self._reduce_tile(sc, body, acc_dt, combiner, init_value)
         sc.line(f"{acc} = " + _COMBINE[combiner][1].format(acc=acc, r=r))
         return lines + sc.lines + [f"    {self.inst_name[inst.slot]} = {self._final(inst, acc)}"]
 
@@ -374,7 +374,7 @@ class _Kernel:
             body, acc_dt, combiner, init_value = self._reduction(inst)
             body = substitute(body, dict(zip(inst.rvars, s.ivars)))
             sc.line(f"# reduction {inst.prim} ({combiner}) over {inner} per row")
-            r = self._reduce_tile(sc, inst, body, acc_dt, combiner, init_value)
+            r = self._reduce_tile(sc, body, acc_dt, combiner, init_value)
             sc.line(f"{self.inst_name[inst.slot]} = {self._final(inst, r)}")
         self._store_lines(sc, "RBLOCK")
         return lines + sc.lines
