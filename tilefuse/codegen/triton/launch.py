@@ -117,5 +117,5 @@ def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Ten
             kernel[grid](*(t.contiguous() for t in inputs), *outputs, XBLOCK=xblock, RBLOCK=rblock,
                          num_warps=warps)
 
-    launch.kernel_name, launch.source = name, source
+    launch.source = source
     return launch
