@@ -55,11 +55,13 @@ def evaluate_schedule(s, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         t = s.group.types[st.tensor]
         g = _Grid(dummy, vals, _var_env(anchor_order, ext, torch.device("cpu")))
         shape = [ext[v] for v in anchor_order]
-        val = g.eval(_rowwise(st.value, nin, s.xvars)).expand(shape)
-        idx = [g.eval(i).expand(shape) for i in st.index]
         keep = torch.ones(shape, dtype=torch.bool)
         for v in st.mask_vars:
             keep &= (g.env[v] == 0).expand(shape)
+        for v, n in st.limits:
+            keep &= (g.env[v] < n).expand(shape)
+        val = g.eval(_rowwise(st.value, nin, s.xvars), keep).expand(shape)   # reads may leave their
+        idx = [g.eval(i, keep).expand(shape) for i in st.index]              # tensors where not kept
         res = torch.full(t.shape, float("nan"), dtype=t.dtype.to_torch()) if t.dtype.is_float else \
             torch.zeros(t.shape, dtype=t.dtype.to_torch())
         res[tuple(i[keep] for i in idx)] = val[keep].to(res.dtype)

@@ -132,13 +132,15 @@ def test_transpose_reshape_chain():
     _check(group, env, xblock=4, rblock=8)
 
 
-def test_split_into_several_outputs():
-    # an even split (attention's q, k, v chunk); uneven splits have no common store space and are
-    # planned as separate kernels
-    fn = lambda x: tuple(t * (k + 1) for k, t in enumerate(torch.split(x, [4, 4, 4], dim=1)))
-    group, env = _model(fn, torch.randn(4, 12))
+@pytest.mark.parametrize("sizes", [[4, 4, 4], [3, 5, 2]], ids=["even", "uneven"])
+def test_split_into_several_outputs(sizes):
+    # attention's q, k, v chunk; uneven parts are computed at the largest part's coordinates and
+    # stored where they fit (their reads past the input are masked)
+    fn = lambda x: tuple(t * (k + 1) for k, t in enumerate(torch.split(x, sizes, dim=1)))
+    group, env = _model(fn, torch.randn(4, sum(sizes)))
     s = _check(group, env)
     assert len(s.stores) == 3
+    assert sum(bool(st.limits) for st in s.stores) == (2 if sizes[0] != sizes[1] else 0)
 
 
 def test_integer_and_bool_group():

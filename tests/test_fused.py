@@ -92,3 +92,23 @@ def test_every_fused_candidate_of_an_encoder_block_computes_the_reference():
             _check_group(Group(c.prims, c.inputs, c.outputs, pg.types), env)
             checked += 1
     assert checked >= 40
+
+
+def _whole_model(fn, *inputs):
+    from tilefuse.frontend.torch import import_torch
+    pg = fission(import_torch(fn, inputs).graph)
+    made = {p.name for p in pg.prims}
+    ins = tuple(dict.fromkeys(n for p in pg.prims for n in p.inputs if n not in made))
+    return Group(pg.prims, ins, pg.outputs, dict(pg.types)), all_values(pg, {d.name: t for d, t in zip(pg.inputs, inputs)})
+
+
+def test_uneven_split_is_one_kernel_storing_each_part_where_it_fits():
+    group, env = _whole_model(lambda x: tuple(t + 1.0 for t in torch.split(x, [2, 5, 3], dim=-1)), torch.randn(3, 10))
+    s = _check_group(group, env)
+    assert sorted(n for st in s.stores for _, n in st.limits) == [2, 3]     # the 5-wide part is the anchor
+
+
+def test_uneven_parts_with_reductions_are_not_fused():
+    # a reduction's rows would run past the smaller part: such groups stay separate kernels
+    group, env = _whole_model(lambda x: tuple(t.softmax(-1) for t in torch.split(x, [3, 5], dim=0)), torch.randn(8, 6))
+    assert FusedFamily().schedule(group, H100) is None

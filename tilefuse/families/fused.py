@@ -60,6 +60,8 @@ class Store:
     value: Expr                   # over anchor vars
     mask_vars: tuple[Var, ...]    # store only where these anchor vars are 0 (duplicates elsewhere)
     row_only: bool                # value and index depend on row vars only
+    limits: tuple[tuple[Var, int], ...] = ()   # store only where var < n: an output smaller than
+                                               # the anchor, computed at the anchor's coordinates
 
 
 @dataclass(frozen=True)
@@ -168,14 +170,15 @@ class _Inliner:
         return Load(slot, (), p.out.dtype)
 
 
-def _injective_store(idx: tuple[Expr, ...], shape: tuple[int, ...], ext: Mapping[Var, int]):
-    """Vars used if idx maps them injectively onto the whole tensor (else None)."""
+def _injective_store(idx: tuple[Expr, ...], shape: tuple[int, ...], ext: Mapping[Var, int], partial=False):
+    """Vars used if idx maps them injectively onto the whole tensor (else None); ``partial``: a var
+    may range beyond its dim (the store is then limited to the dim)."""
     used = []
     for e, n in zip(idx, shape):
         if isinstance(e, Const):
             if e.value != 0 or n != 1:
                 return None
-        elif isinstance(e, Var) and e in ext and e not in used and ext[e] == n:
+        elif isinstance(e, Var) and e in ext and e not in used and (ext[e] == n or partial and ext[e] > n):
             used.append(e)
         else:
             return None
@@ -220,6 +223,8 @@ def _seconds(s: FusedSchedule, target: Target) -> float:
 
 def _build(group: Group) -> FusedBody | None:
     outs = [group.members[o] for o in group.outputs]
+    if len(outs) > 1 and any(o.out.numel == 0 for o in outs):
+        return None   # an empty output gains nothing from fusion and would be a zero-size buffer argument
     order = {p.name: k for k, p in enumerate(group.prims)}
     anchor = max(outs, key=lambda p: (p.out.numel, order[p.name]))
     avars = tuple(Var(f"a{k}") for k in range(anchor.out.rank))
@@ -236,7 +241,10 @@ def _build(group: Group) -> FusedBody | None:
                 values[o.name] = inl.value_at(o.name, idx)
                 break
         else:
-            if o.out.shape != anchor.out.shape:
+            # Same shape, or (without reductions, whose rows would then run out of range) smaller
+            # in every dim: computed at the anchor's coordinates, stored where they fit (a split).
+            smaller = o.out.rank == anchor.out.rank and all(n <= m for n, m in zip(o.out.shape, anchor.out.shape))
+            if o.out.shape != anchor.out.shape and not (smaller and not inl.instances):
                 return None
             stores_idx[o.name] = avars
             values[o.name] = inl.value_at(o.name, avars)
@@ -255,14 +263,15 @@ def _build(group: Group) -> FusedBody | None:
     stores = []
     for o in outs:
         idx = stores_idx[o.name]
-        used = _injective_store(idx, o.out.shape, ext)
+        used = _injective_store(idx, o.out.shape, ext, partial=not inl.instances)
         if used is None:
             return None
         val = values[o.name]
         deps = set(used) | (free_vars(val) & set(avars))
         mask = tuple(v for v in avars if v not in deps)
         row_only = not (deps & set(ivars))
-        stores.append(Store(o.name, idx, val, mask, row_only))
+        limits = tuple((e, n) for e, n in zip(idx, o.out.shape) if isinstance(e, Var) and ext[e] > n)
+        stores.append(Store(o.name, idx, val, mask, row_only, limits))
     size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in inl.instances for _ in walk(i.body))
     if size > MAX_EXPR_NODES:
         return None

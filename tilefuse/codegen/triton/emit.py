@@ -396,7 +396,8 @@ class _Kernel:
             v = sc.expr(st.value)
             idx = [sc.index(i) for i in st.index]
             off = _offset(idx, shape)
-            mask = " & ".join(["xmask", "rmask"] + [f"({sc.names[m]} == 0)" for m in st.mask_vars])
+            mask = " & ".join(["xmask", "rmask"] + [f"({sc.names[m]} == 0)" for m in st.mask_vars]
+                              + [f"({sc.names[v]} < {n})" for v, n in st.limits])
             dt = _TL[s.group.types[st.tensor].dtype]
             full = f"[XBLOCK, {block}]"
             sc.line(f"tl.store(out{k} + tl.broadcast_to({off}, {full}), "

@@ -108,7 +108,7 @@ def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Ten
     rows = math.prod(schedule.xext)
     grid = (-(-rows // schedule.xblock),)
     xblock, rblock, warps = schedule.xblock, schedule.rblock, num_warps(schedule)
-    empty = rows == 0 or any(schedule.group.types[st.tensor].numel == 0 for st in schedule.stores)
+    empty = rows == 0 or all(schedule.group.types[st.tensor].numel == 0 for st in schedule.stores)
 
     def launch(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         if empty:
