@@ -83,3 +83,28 @@ def op_graph(op, inputs, out_shape, attrs, dtype=DType.float32):
     pg = fission(g)
     feeds = {d.name: inputs[int(d.name[1:])] for d in g.inputs}
     return pg, feeds
+
+
+def layernorm_group():
+    """LayerNormalization with its mean and inverse-std outputs, as one group, and every value."""
+    from tilefuse.families.base import Group
+    x, w, b = torch.randn(4, 5, 24), torch.randn(24), torch.randn(24)
+    g = one_node_graph("LayerNormalization", [x, w, b],
+                       [TensorType((4, 5, 24), DType.float32), TensorType((4, 5, 1), DType.float32),
+                        TensorType((4, 5, 1), DType.float32)], {"axis": -1})
+    pg = fission(g)
+    return Group(pg.prims, ("x0", "x1", "x2"), pg.outputs, dict(pg.types)), all_values(pg, {"x0": x, "x1": w, "x2": b})
+
+
+def transpose_scale_group():
+    """A transpose and twice its value, both outputs (two layouts of one tile), and every value."""
+    from tilefuse.families.base import Group
+    from tilefuse.fission.registry import Fission
+    pg, feeds = op_graph("Transpose", [torch.randn(3, 7)], (7, 3), {"perm": (1, 0)})
+    fx = Fission({p.name for p in pg.prims} | {"x0"})
+    t = fx.ref(pg.prims[0].name, pg.prims[0].out)
+    y = fx.compute((7, 3), lambda i: t[i] * 2.0)
+    env = all_values(pg, feeds)
+    env[y.name] = env[t.name] * 2
+    types = dict(pg.types) | {y.name: y.type}
+    return Group(pg.prims + tuple(fx.prims), ("x0",), (t.name, y.name), types), env

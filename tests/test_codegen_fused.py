@@ -4,8 +4,7 @@ import random
 
 import pytest
 import torch
-from opcheck import one_node_graph
-from fused_eval import all_values, op_graph
+from fused_eval import all_values, layernorm_group, op_graph, transpose_scale_group
 from test_fused import H100
 
 from tilefuse.codegen.triton import compile_fused, emit_fused
@@ -72,25 +71,12 @@ def test_fp16_softmax():
 
 
 def test_layernorm_with_row_outputs():
-    x, w, b = torch.randn(4, 5, 24), torch.randn(24), torch.randn(24)
-    g = one_node_graph("LayerNormalization", [x, w, b],
-                       [TensorType((4, 5, 24), DType.float32), TensorType((4, 5, 1), DType.float32),
-                        TensorType((4, 5, 1), DType.float32)], {"axis": -1})
-    pg = fission(g)
-    env = all_values(pg, {"x0": x, "x1": w, "x2": b})
-    s = _check(Group(pg.prims, ("x0", "x1", "x2"), pg.outputs, dict(pg.types)), env, rblock=16)
+    s = _check(*layernorm_group(), rblock=16)
     assert sum(st.row_only for st in s.stores) == 2
 
 
 def test_transpose_and_scale_store_two_layouts():
-    x = torch.randn(3, 7)
-    pg, feeds = op_graph("Transpose", [x], (7, 3), {"perm": (1, 0)})
-    fx = Fission({p.name for p in pg.prims} | {"x0"})
-    t = fx.ref(pg.prims[0].name, pg.prims[0].out)
-    y = fx.compute((7, 3), lambda i: t[i] * 2.0)
-    env = all_values(pg, feeds)
-    env[y.name] = env[t.name] * 2
-    _check(Group(pg.prims + tuple(fx.prims), ("x0",), (t.name, y.name), dict(pg.types) | {y.name: y.type}), env)
+    _check(*transpose_scale_group())
 
 
 def test_elementwise_chain_with_broadcasting():

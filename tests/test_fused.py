@@ -2,8 +2,7 @@
 import random
 
 import torch
-from fused_eval import all_values, evaluate_schedule, op_graph
-from opcheck import one_node_graph
+from fused_eval import all_values, evaluate_schedule, layernorm_group, op_graph, transpose_scale_group
 
 from tilefuse.cost.target import Target
 from tilefuse.families.base import Group
@@ -36,28 +35,12 @@ def test_softmax_is_one_fused_kernel_with_two_reductions():
 
 
 def test_layernorm_row_outputs_and_full_outputs_in_one_kernel():
-    x, w, b = torch.randn(4, 5, 24), torch.randn(24), torch.randn(24)
-    g = one_node_graph("LayerNormalization", [x, w, b],
-                       [TensorType((4, 5, 24), DType.float32), TensorType((4, 5, 1), DType.float32),
-                        TensorType((4, 5, 1), DType.float32)], {"axis": -1})
-    pg = fission(g)
-    env = all_values(pg, {"x0": x, "x1": w, "x2": b})
-    s = _check_group(Group(pg.prims, ("x0", "x1", "x2"), pg.outputs, dict(pg.types)), env)
+    s = _check_group(*layernorm_group())
     assert sum(st.row_only for st in s.stores) == 2
 
 
 def test_transpose_then_add_stores_both_layouts():
-    x = torch.randn(3, 7)
-    pg, feeds = op_graph("Transpose", [x], (7, 3), {"perm": (1, 0)})
-    from tilefuse.fission.registry import Fission
-    fx = Fission({p.name for p in pg.prims} | {"x0"})
-    t = fx.ref(pg.prims[0].name, pg.prims[0].out)
-    y = fx.compute((7, 3), lambda i: t[i] * 2.0)
-    prims = pg.prims + tuple(fx.prims)
-    env = all_values(pg, feeds)
-    env[y.name] = env[t.name] * 2
-    types = dict(pg.types) | {y.name: y.type}
-    s = _check_group(Group(prims, ("x0",), (t.name, y.name), types), env)
+    s = _check_group(*transpose_scale_group())
     assert s.ivars == ()
 
 

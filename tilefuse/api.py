@@ -24,7 +24,7 @@ from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .report.report import KernelInfo, Report, kernel_name
 from .runtime.compiled import CompiledModel
-from .runtime.memory import plan_memory
+from .runtime.memory import MemoryPlan, plan_memory
 from .transform.simplify import simplify_graph
 
 BACKENDS = ("reference", "triton")
@@ -56,8 +56,9 @@ def _kernel_infos(plan: Plan, coster: Coster) -> list[KernelInfo]:
 
 
 def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Coster, target: Target,
-               backend: str, strategy: str) -> Report:
+               backend: str, strategy: str, memory: MemoryPlan | None = None) -> Report:
     plan = plans[strategy]
+    m = memory or plan_memory(plan, primgraph)
     return Report(
         target=target.name, backend=backend, strategy=strategy,
         num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
@@ -68,14 +69,9 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
                     for s, p in plans.items()},
         solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
         ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
-        memory=_memory(plan, primgraph),
+        memory={"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
+                "intermediates": len(m.offsets)},
     )
-
-
-def _memory(plan: Plan, primgraph: PrimGraph) -> dict[str, int]:
-    m = plan_memory(plan, primgraph)
-    return {"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
-            "intermediates": len(m.offsets)}
 
 
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
@@ -93,9 +89,10 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         (d / "2-prims.txt").write_text(str(primgraph) + "\n")
         (d / "3-plan.txt").write_text("\n".join(
             f"{i}: {k.candidate}  est {k.cost * 1e6:.2f} us" for i, k in enumerate(plan.kernels)) + "\n")
-    report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy)
+    memory = plan_memory(plan, primgraph)
+    report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
     report.compile_seconds = round(time.perf_counter() - t0, 4)
-    return CompiledModel(imported, primgraph, plan, report, backend, tgt, cuda_graph=cuda_graph)
+    return CompiledModel(imported, primgraph, plan, report, backend, tgt, cuda_graph=cuda_graph, memory=memory)
 
 
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",

@@ -1019,12 +1019,18 @@ def _per_channel(em: Emitter, x: str, value: float) -> str:
     return em.const(torch.full((c,), value, dtype=em.dtype(x).to_torch()))
 
 
+def _scale_shift(em: Emitter, a) -> tuple[str, str]:
+    """A norm's weight and bias, ones and zeros per channel where absent."""
+    w = a.weight if a.weight is not None else _per_channel(em, a.input, 1.0)
+    b = a.bias if a.bias is not None else _per_channel(em, a.input, 0.0)
+    return w, b
+
+
 @converts("aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(em, a):
     if em.used_outputs() - {0}:
         raise em.unsupported("the saved mean/invstd outputs are not supported")
-    w = a.weight if a.weight is not None else _per_channel(em, a.input, 1.0)
-    b = a.bias if a.bias is not None else _per_channel(em, a.input, 0.0)
+    w, b = _scale_shift(em, a)
     y = em.op("BatchNormalization", [a.input, w, b, a.running_mean, a.running_var],
               {"epsilon": float(a.eps), "momentum": float(a.momentum)})
     return (y, None, None)
@@ -1041,8 +1047,7 @@ def _native_batch_norm(em, a):
 def _group_norm(em, a):
     if em.used_outputs() - {0}:
         raise em.unsupported("the mean/rstd outputs are not supported")
-    w = a.weight if a.weight is not None else _per_channel(em, a.input, 1.0)
-    b = a.bias if a.bias is not None else _per_channel(em, a.input, 0.0)
+    w, b = _scale_shift(em, a)
     y = em.op("GroupNormalization", [a.input, w, b], {"num_groups": int(a.group), "epsilon": float(a.eps)},
               out=em.out_type(0))
     return (y, None, None)

@@ -12,13 +12,14 @@ from ..ir.prim import PrimGraph
 from ..frontend.common import Imported
 from ..orchestrate.plan import Plan, execute_reference
 from .executor import Program
+from .memory import MemoryPlan
 
 
 class CompiledModel:
     """Callable with the model's inputs (torch tensors); ``run`` takes ONNX-style numpy feeds."""
 
     def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target,
-                 cuda_graph: bool = False):
+                 cuda_graph: bool = False, memory: MemoryPlan | None = None):
         if cuda_graph and (backend != "triton" or target.device != "cuda"):
             raise ValueError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
                              f"got backend={backend!r}, target {target.name!r}")
@@ -30,6 +31,7 @@ class CompiledModel:
         self.backend = backend
         self.target = target
         self.cuda_graph = cuda_graph
+        self.memory = memory      # the plan's buffer layout, when the pipeline already made it
         self.device = torch.device(target.device)
         self._program = None    # generated kernels and memory, built at the first call
         self._replay = None
@@ -68,7 +70,7 @@ class CompiledModel:
     def program(self) -> Program:
         """The runnable plan (kernels generated and memory planned on first use)."""
         if self._program is None:
-            self._program = Program(self.plan, self.primgraph, self.device)
+            self._program = Program(self.plan, self.primgraph, self.device, self.memory)
         return self._program
 
     def _require_present(self) -> None:

@@ -56,10 +56,10 @@ def _one_output(fn) -> KernelFn:
 class Program:
     """A plan's kernels, memory plan and constants on ``device``; ``run`` executes it once."""
 
-    def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device):
+    def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device, memory: MemoryPlan | None = None):
         self.plan, self.device, self.types = plan, device, pg.types
         self.steps = [build_step(k) for k in plan.kernels]
-        self.memory: MemoryPlan = plan_memory(plan, pg)
+        self.memory: MemoryPlan = memory or plan_memory(plan, pg)
         self.constants = {c.name: c.data.to(device) for c in pg.constants}
         arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8, device=device)
         self.intermediates = self.memory.views(arena, self.types)

@@ -297,11 +297,9 @@ class _Kernel:
     def _rows(self) -> list[str]:
         s = self.s
         xn = math.prod(s.xext)
-        lines = ["    pid = tl.program_id(0)",
-                 "    xs = (pid.to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK).to(tl.int64))[:, None]",
-                 f"    xmask = xs < {xn}"]
-        lines += [f"    {self._var(v)} = {_unravel('xs', s.xext, k)}" for k, v in enumerate(s.xvars)]
-        return lines
+        return ["    pid = tl.program_id(0)"] + self._axis(
+            "    ", "x", "(pid.to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK).to(tl.int64))[:, None]", xn,
+            s.xvars, s.xext)
 
     @staticmethod
     def _var(v: Var) -> str:
@@ -316,12 +314,15 @@ class _Kernel:
         ranges |= {v: (0, n - 1) for v, n in zip(loop_vars, loop_ext)}
         return _Scope(self, names, dims, ranges, {"x": "xmask", "r": "rmask"}, indent)
 
+    def _axis(self, ind: str, axis: str, tile: str, n: int, vars_, ext) -> list[str]:
+        """``xs``/``rs`` = the linear index tile, its mask (< n), and the variables unravelled from it."""
+        lin = f"{axis}s"
+        return ([f"{ind}{lin} = {tile}", f"{ind}{axis}mask = {lin} < {n}"]
+                + [f"{ind}{self._var(v)} = {_unravel(lin, ext, k)}" for k, v in enumerate(vars_)])
+
     def _loop_head(self, ind: str, rn: int, block: str, vars_, ext) -> list[str]:
-        lines = [f"{ind}for r0 in range(0, {rn}, {block}):",
-                 f"{ind}    rs = (r0 + tl.arange(0, {block})).to(tl.int64)[None, :]",
-                 f"{ind}    rmask = rs < {rn}"]
-        lines += [f"{ind}    {self._var(v)} = {_unravel('rs', ext, k)}" for k, v in enumerate(vars_)]
-        return lines
+        return [f"{ind}for r0 in range(0, {rn}, {block}):"] + self._axis(
+            ind + "    ", "r", f"(r0 + tl.arange(0, {block})).to(tl.int64)[None, :]", rn, vars_, ext)
 
     def _reduction(self, inst):
         """(body, accumulator dtype, combiner, identity) of an instance's reduction."""
@@ -365,10 +366,8 @@ class _Kernel:
     def _single_pass(self) -> list[str]:
         s = self.s
         inner = math.prod(s.iext)
-        lines = ["    # one pass: each row is one tile, shared by the reductions and the outputs",
-                 "    rs = tl.arange(0, RBLOCK).to(tl.int64)[None, :]",
-                 f"    rmask = rs < {inner}"]
-        lines += [f"    {self._var(v)} = {_unravel('rs', s.iext, k)}" for k, v in enumerate(s.ivars)]
+        lines = ["    # one pass: each row is one tile, shared by the reductions and the outputs"] + self._axis(
+            "    ", "r", "tl.arange(0, RBLOCK).to(tl.int64)[None, :]", inner, s.ivars, s.iext)
         sc = self._scope(s.ivars, s.iext, "    ")
         for inst in s.instances:
             body, acc_dt, combiner, init_value = self._reduction(inst)
