@@ -16,8 +16,9 @@ H100 = Target.get("h100")
 
 
 def _check_group(group, env):
-    s = FusedFamily().schedule(group, H100)
-    assert s is not None
+    scheds = FusedFamily().schedules(group, H100)
+    assert scheds
+    s = scheds[0]
     got = evaluate_schedule(s, [env[n] for n in s.inputs])
     assert set(got) == set(group.outputs)
     for name, t in got.items():
@@ -53,7 +54,7 @@ def test_rejects_mixed_shapes_it_cannot_store():
     z = fx.compute((6, 4), lambda i: xs[i[1], i[0]] + 1.0)   # unrelated output, other shape
     prims = pg.prims + tuple(fx.prims)
     types = dict(pg.types) | {z.name: z.type}
-    assert FusedFamily().schedule(Group(prims, ("x0",), (pg.outputs[0], z.name), types), H100) is None
+    assert FusedFamily().schedules(Group(prims, ("x0",), (pg.outputs[0], z.name), types), H100) == []
 
 
 def test_every_fused_candidate_of_an_encoder_block_computes_the_reference():
@@ -69,8 +70,8 @@ def test_every_fused_candidate_of_an_encoder_block_computes_the_reference():
     checked = 0
     for seg in split_segments(pg):
         accepted = []
-        enumerate_candidates(seg, lambda c: accepted.append(c) if fam.schedule(
-            Group(c.prims, c.inputs, c.outputs, pg.types), H100) is not None else None)
+        enumerate_candidates(seg, lambda c: accepted.append(c) if fam.schedules(
+            Group(c.prims, c.inputs, c.outputs, pg.types), H100) else None)
         for c in rng.sample(accepted, min(len(accepted), 40)):
             _check_group(Group(c.prims, c.inputs, c.outputs, pg.types), env)
             checked += 1
@@ -94,4 +95,4 @@ def test_uneven_split_is_one_kernel_storing_each_part_where_it_fits():
 def test_uneven_parts_with_reductions_are_not_fused():
     # a reduction's rows would run past the smaller part: such groups stay separate kernels
     group, env = _whole_model(lambda x: tuple(t.softmax(-1) for t in torch.split(x, [3, 5], dim=0)), torch.randn(8, 6))
-    assert FusedFamily().schedule(group, H100) is None
+    assert FusedFamily().schedules(group, H100) == []

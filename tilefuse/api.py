@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .analysis.classify import count_by_category
+from .cost.roofline import roofline
 from .cost.target import Target
 from .fission import fission
 from .frontend.common import Imported
@@ -37,10 +38,12 @@ def _check_options(backend: str, strategy: str) -> None:
         raise ValueError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
 
 
-def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0,
+def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda_graph: bool = False,
+                measured: dict[str, float] | None = None,
                 progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Plan], Coster]:
-    """Plans for every strategy, costed on the target."""
-    coster = Coster(pg.types, target)
+    """Plans for every strategy, costed on the target as they will run (per-launch or in a CUDA
+    graph), with measured kernel times (schedule key -> seconds) in place of modelled ones."""
+    coster = Coster(pg.types, target, cuda_graph=cuda_graph, measured=measured)
     return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress)), coster
 
 
@@ -50,27 +53,40 @@ def _kernel_infos(plan: Plan, coster: Coster) -> list[KernelInfo]:
         cost, sched = coster.best(k.candidate)
         ops = list(dict.fromkeys(f"{p.origin.op}:{p.origin.name}" for p in k.prims))
         types = [p.origin.op for p in k.prims]
-        out.append(KernelInfo(kernel_name(i, sched.family, types), sched.family, list(k.candidate.names), ops,
-                              round(cost.seconds * 1e6, 3), int(cost.bytes), int(cost.flops)))
+        out.append(KernelInfo(
+            kernel_name(i, sched.family, types), sched.family, list(k.candidate.names), ops,
+            round(cost.seconds * 1e6, 3), int(cost.bytes), int(cost.flops),
+            round(cost.seconds * 1e6, 3) if cost.measured else None,
+            grid=cost.blocks, warps=cost.warps, waves=cost.waves, occupancy=cost.occupancy, bound=cost.bound,
+            l2_bytes=int(cost.l2_bytes), schedule=sched.key()))
     return out
+
+
+def _traffic(plan: Plan, coster: Coster) -> int:
+    return sum(int(coster.best(k.candidate)[0].bytes) for k in plan.kernels)
 
 
 def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Coster, target: Target,
                backend: str, strategy: str, memory: MemoryPlan | None = None) -> Report:
     plan = plans[strategy]
     m = memory or plan_memory(plan, primgraph)
+    bound = roofline(primgraph, target)
     return Report(
         target=target.name, backend=backend, strategy=strategy,
         num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
         prims_by_category=count_by_category(primgraph.prims),
         num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster),
         est_total_us=round(plan.cost * 1e6, 3),
-        strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3)}
+        strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3),
+                        "traffic_bytes": _traffic(p, coster)}
                     for s, p in plans.items()},
         solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
         ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
         memory={"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
                 "intermediates": len(m.offsets)},
+        launch="cuda_graph" if coster.cuda_graph else "per_launch",
+        traffic_bytes=_traffic(plan, coster), compulsory_bytes=bound.compulsory_bytes, total_flops=bound.flops,
+        roofline_us=round(bound.seconds * 1e6, 3),
     )
 
 
@@ -80,7 +96,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     graph = imported.graph
     primgraph = simplify_graph(fission(graph))
     tgt = Target.get(target)
-    plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, progress=progress)
+    plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, progress=progress)
     plan = plans[strategy]
     if dump is not None:
         d = Path(dump)

@@ -1,13 +1,27 @@
-"""The analytic cost model (documented in docs/cost-model.md).
+"""The analytic cost model (docs/cost-model.md): one function, ``estimate``, for every family.
 
-    t = launch + max(bytes / BW, flops / peak) × α,     α = (blocks + SMs) / blocks
+A kernel is described by what it does (``Work``: programs, DRAM and L2 bytes, flops at a peak,
+bytes one program keeps in flight, per-program resources) and timed on a ``Target``:
 
-``bytes`` is the DRAM traffic implied by a schedule (Welder: per-tile loads and stores × tiles,
-with coalescing penalties), ``flops`` counts arithmetic including recomputation, and α is MCFuser's
-parallelism factor: a grid of few blocks leaves SMs idle (8 blocks on 108 SMs: α = 14.5; α → 1 as
-the grid grows).  Every number here is modelled, never measured.
+    t = launch + Σ_waves max(DRAM, L2, compute) + fill + programs-per-SM × program cost
+
+* occupancy: programs resident per SM, from the target's per-SM limits on blocks, threads,
+  registers and shared memory and the program's use of them; slots = SMs × occupancy;
+* waves: ceil(programs / slots); a wave of n programs moves its share of the bytes at
+  min(bandwidth, n × bytes in flight / latency) (Little's law: a small grid cannot keep enough
+  requests in flight to saturate DRAM or L2) and computes at the peak times the fraction of the
+  SMs' warp schedulers its warps occupy.  A small grid pays through idle SMs, not a factor;
+* fill: one memory latency before the first bytes arrive;
+* program cost: each program costs ``program_cycles`` of its SM's time (dispatch, prologue), so a
+  huge grid of tiny programs pays per program.
+
+Everything is modelled, never measured.  MCFuser's α = (blocks + SMs)/blocks survives only as
+``parallelism`` for ranking tilings inside a chain search; it never multiplies a time.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 from ..ir.expr import Binary, Expr, Load, Select, Unary, walk
 from .target import Target
@@ -20,6 +34,7 @@ OP_WEIGHT = {
     "cosh": 8, "asinh": 8, "acosh": 8, "atanh": 8, "log1p": 4, "expm1": 4, "fmod": 4, "mod": 2,
     "floordiv": 2,
 }
+BOUNDS = ("dram", "l2", "compute", "launch")
 
 
 def expr_flops(e: Expr) -> int:
@@ -34,15 +49,104 @@ def expr_flops(e: Expr) -> int:
 
 
 def parallelism(blocks: int, target: Target) -> float:
-    """MCFuser's α = (blocks + SMs) / blocks."""
+    """MCFuser's α = (blocks + SMs) / blocks: ranks tilings of one chain; never multiplies a time."""
     blocks = max(int(blocks), 1)
     return (blocks + target.sm_count) / blocks
 
 
-def kernel_seconds(bytes_: float, flops: float, peak: float, blocks: int, target: Target,
-                   cuda_graph: bool = False) -> float:
-    launch = target.launch_graph_s if cuda_graph else target.launch_s
-    return launch + max(bytes_ / target.dram_bw, flops / peak) * parallelism(blocks, target)
+@dataclass(frozen=True)
+class Resources:
+    """What one program (thread block) holds while it runs."""
+    warps: int
+    regs_per_thread: int = 32
+    smem_bytes: int = 0
+
+
+def occupancy(res: Resources, target: Target) -> int:
+    """Programs resident per SM (0: the program does not fit the SM at all)."""
+    threads = res.warps * target.warp_size
+    regs = max(res.regs_per_thread, 1) * threads
+    if threads > target.max_threads_per_block or regs > target.regs_per_block \
+            or res.smem_bytes > target.smem_per_block or res.regs_per_thread > 255:
+        return 0
+    limits = [target.max_blocks_per_sm, target.max_threads_per_sm // threads, target.regs_per_sm // regs]
+    if res.smem_bytes:
+        limits.append(target.smem_per_sm // res.smem_bytes)
+    return max(min(limits), 0)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a kernel does, in totals over its grid."""
+    programs: int
+    dram_bytes: float          # compulsory traffic plus re-reads that miss L2
+    l2_bytes: float            # every byte requested by the SMs (loads and stores)
+    flops: float
+    peak: float                # FLOP/s the kernel's arithmetic runs at (dtype, tensor cores, efficiency)
+    inflight_bytes: float      # bytes one program has requested and not yet received
+    res: Resources
+    chunks: int = 1            # loop iterations of a program (interpreting targets charge each)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    launch: float
+    dram_s: float              # summed over waves (time the DRAM term dominates or not)
+    l2_s: float
+    compute_s: float
+    waves: int
+    occupancy: int
+    bound: str                 # which of BOUNDS dominates
+
+    @property
+    def body(self) -> float:
+        return self.seconds - self.launch
+
+
+INFEASIBLE = Estimate(math.inf, 0.0, math.inf, math.inf, math.inf, 0, 0, "compute")
+
+
+def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
+    """Modelled time of a kernel (see the module docstring); ``INFEASIBLE`` if a program cannot
+    be resident on an SM."""
+    launch = target.launch(cuda_graph)
+    programs = max(int(w.programs), 0)
+    if programs == 0:
+        return Estimate(launch, launch, 0.0, 0.0, 0.0, 0, 0, "launch")
+    occ = occupancy(w.res, target)
+    if occ == 0:
+        return INFEASIBLE
+    slots = target.sm_count * occ
+    waves = -(-programs // slots)
+    full, rem = divmod(programs, slots)
+    dram = l2 = comp = body = 0.0
+    for n, count in ((slots, full), (rem, 1 if rem else 0)):
+        if not count:
+            continue
+        share = n / programs                      # fraction of the kernel's work in this wave
+        d = share * w.dram_bytes / _rate(target.dram_rate, target.dram_latency_s, n * w.inflight_bytes)
+        l = share * w.l2_bytes / _rate(target.l2_rate, target.l2_latency_s, n * w.inflight_bytes)
+        # SMs with a program, times the share of their warp schedulers the programs' warps fill
+        sms = min(n, target.sm_count)
+        busy = sms / target.sm_count * min(1.0, n * w.res.warps / (sms * target.warp_schedulers))
+        c = share * w.flops / (w.peak * busy) if w.flops else 0.0
+        dram, l2, comp = dram + count * d, l2 + count * l, comp + count * c
+        body += count * max(d, l, c)
+    overhead = target.dram_latency_s + -(-programs // target.sm_count) * target.program_cycles / target.clock_hz
+    if target.program_s:      # an interpreting target runs programs and their loop chunks one by one
+        overhead += target.program_s * programs * max(w.chunks, 1)
+    seconds = launch + body + overhead
+    terms = {"dram": dram, "l2": l2, "compute": comp, "launch": launch + overhead}
+    bound = max(BOUNDS, key=lambda k: terms[k])
+    return Estimate(seconds, launch, dram, l2, comp, waves, occ, bound)
+
+
+def _rate(bandwidth: float, latency: float, inflight: float) -> float:
+    """Bytes/s a set of programs with ``inflight`` bytes outstanding can draw (Little's law)."""
+    if latency <= 0:
+        return bandwidth
+    return max(min(bandwidth, inflight / latency), 1.0)
 
 
 def coalesced_elems(sub: tuple[int, ...], full: tuple[int, ...], elem_bytes: int, target: Target) -> float:

@@ -1,9 +1,10 @@
 """Hardware targets as data.
 
-Figures are the vendors' published specifications (dense, i.e. without structured sparsity);
-each preset cites its source.  Launch overheads are typical measured values for a kernel launch
-from a Python host (eager) and for a launch replayed inside a CUDA graph; they are estimates,
-and on a GPU ``cost/measure.py`` (later) calibrates them.
+Every figure names its source.  Vendor figures are the published specifications (dense, i.e.
+without structured sparsity).  Figures no vendor publishes (achievable DRAM fraction, latencies,
+L2 bandwidth, launch overheads, per-program cost) come from published measurements, cited, and are
+checked by the calibration table (``tests/test_calibration.py``, docs/cost-model.md).  On a GPU,
+``cost/measure.py`` replaces modelled kernel times with measured ones.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ TFLOPS = 1e12
 class Target:
     name: str
     sm_count: int
-    dram_bw: float                          # bytes/s
+    dram_bw: float                          # bytes/s, peak
     peak_simt: Mapping[str, float]          # FLOP/s on CUDA cores, by dtype name
     peak_tensor: Mapping[str, float]        # FLOP/s on tensor cores, by dtype name (absent: none)
     smem_per_sm: int                        # bytes
@@ -34,8 +35,15 @@ class Target:
     max_threads_per_sm: int
     max_blocks_per_sm: int
     l2_bytes: int
-    launch_s: float                         # per-kernel launch overhead, eager
-    launch_graph_s: float                   # per-kernel overhead inside a CUDA graph
+    launch_s: float                         # per-kernel launch overhead from a Python host (eager)
+    launch_graph_s: float                   # per-kernel overhead as a node of a replayed CUDA graph
+    clock_hz: float = 1.0e9                 # SM clock under load
+    l2_bw: float = 0.0                      # bytes/s, L2 -> SMs (0: same as DRAM)
+    dram_efficiency: float = 1.0            # fraction of dram_bw a large streaming copy reaches
+    dram_latency_s: float = 0.0             # loaded DRAM round trip: bytes in flight / latency
+    l2_latency_s: float = 0.0               # bound the bandwidth a small grid can draw
+    program_cycles: float = 0.0             # SM cycles each program costs (dispatch, prologue)
+    warp_schedulers: int = 4                # issue slots per SM: a program's warps fill them
     warp_size: int = 32
     transaction_bytes: int = 32             # DRAM sector size: the unit of coalescing
     present: bool = False                   # a device of this kind is attached
@@ -47,12 +55,28 @@ class Target:
         """The torch device type plans for this target run on."""
         return "cpu" if self.name == "cpu" else "cuda"
 
+    @property
+    def dram_rate(self) -> float:
+        """Achievable DRAM bandwidth of a large streaming kernel (bytes/s)."""
+        return self.dram_bw * self.dram_efficiency
+
+    @property
+    def l2_rate(self) -> float:
+        return self.l2_bw or self.dram_rate
+
+    def launch(self, cuda_graph: bool) -> float:
+        """Launch overhead of one kernel, as the plan will run: eager or inside a CUDA graph."""
+        return self.launch_graph_s if cuda_graph else self.launch_s
+
     def peak(self, dtype: DType, tensor_cores: bool) -> float:
         """Peak FLOP/s for arithmetic in dtype (falls back to CUDA cores when no tensor-core figure)."""
         key = dtype.value
         if tensor_cores and key in self.peak_tensor:
             return self.peak_tensor[key]
         return self.peak_simt.get(key, self.peak_simt["float32"])
+
+    def has_tensor_cores(self, dtype: DType) -> bool:
+        return dtype.value in self.peak_tensor
 
     def is_present(self) -> bool:
         """A device of this kind is attached (the interpreter target ``cpu`` always is)."""
@@ -91,9 +115,16 @@ def _ro(d: dict) -> Mapping[str, float]:
     return MappingProxyType(d)
 
 
-# NVIDIA H100 SXM5: "NVIDIA H100 Tensor Core GPU" datasheet and Hopper architecture whitepaper
-# (132 SMs, 3.35 TB/s HBM3, FP32 67 TFLOPS, TF32 494.7 / FP16, BF16 989.4 TFLOPS dense tensor core,
-# 228 KB shared memory per SM with 227 KB usable per block, 64K registers per SM, 50 MB L2).
+# NVIDIA H100 SXM5.  [1] "NVIDIA H100 Tensor Core GPU" datasheet and Hopper architecture
+# whitepaper: 132 SMs, 3.35 TB/s HBM3, FP32 67 TFLOPS, FP16 on CUDA cores 133.8 TFLOPS,
+# TF32 494.7 / FP16, BF16 989.4 / INT8 1978.9 TFLOPS dense tensor core, 228 KB shared memory per SM
+# (227 KB per block), 64K registers per SM, 2048 threads and 32 blocks per SM, 50 MB L2, 1.98 GHz
+# max boost (1.755 GHz on the PCIe card).  [2] Chips and Cheese, "Nvidia's H100: Funny L2, and Tons
+# of Bandwidth" (2023): L2 bandwidth several times DRAM's (about 5.5 TB/s on the PCIe card's 114
+# SMs) and loaded memory latencies of a few hundred ns.  [3] Measured device-to-device copies reach
+# about 90% of the HBM peak (issue #8's calibration figure; H200: 4.3 of 4.8 TB/s).  [4] Kernel
+# launch from Python 2-5 us; about 1 us per kernel node inside a CUDA graph (PyTorch CUDA-graph
+# documentation and Souffle's ~2 us per launch on A100).
 H100 = Target(
     name="h100", sm_count=132, dram_bw=3.35 * TB,
     peak_simt=_ro({"float32": 67 * TFLOPS, "float16": 133.8 * TFLOPS, "bfloat16": 133.8 * TFLOPS,
@@ -103,15 +134,21 @@ H100 = Target(
     smem_per_sm=228 * KiB, smem_per_block=227 * KiB, regs_per_sm=65536, regs_per_block=65536,
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=50 * MiB,
     launch_s=4.0e-6, launch_graph_s=1.0e-6,
+    clock_hz=1.755e9,                        # [1], [2]: sustained clock under load
+    l2_bw=5.5 * TB,                          # [2]
+    dram_efficiency=0.9,                     # [3]
+    dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,   # [2], loaded latencies (Little's law)
+    program_cycles=24,                       # assumed: block dispatch + prologue; calibrated [5]
 )
 
 # NVIDIA H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet: the H100 SXM compute (same GH100 SMs and
-# clocks) with 141 GB HBM3e at 4.8 TB/s.
+# clocks) with 141 GB HBM3e at 4.8 TB/s; a device-to-device copy measures about 4.3 TB/s [3].
 H200 = replace(H100, name="h200", dram_bw=4.8 * TB)
 
 # NVIDIA A100 SXM4 80GB: "NVIDIA A100 Tensor Core GPU" datasheet and Ampere whitepaper
 # (108 SMs, 2.039 TB/s HBM2e, FP32 19.5 TFLOPS, TF32 156 / FP16, BF16 312 TFLOPS dense tensor core,
-# FP16 on CUDA cores 78 TFLOPS, 164 KB shared memory per SM with 163 KB per block, 40 MB L2).
+# FP16 on CUDA cores 78 TFLOPS, 164 KB shared memory per SM with 163 KB per block, 40 MB L2,
+# 1.41 GHz boost); L2 bandwidth and latency from [2]'s A100 comparison, approximately.
 A100 = Target(
     name="a100", sm_count=108, dram_bw=2.039 * TB,
     peak_simt=_ro({"float32": 19.5 * TFLOPS, "float16": 78 * TFLOPS, "bfloat16": 39 * TFLOPS,
@@ -121,10 +158,14 @@ A100 = Target(
     smem_per_sm=164 * KiB, smem_per_block=163 * KiB, regs_per_sm=65536, regs_per_block=65536,
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=40 * MiB,
     launch_s=4.0e-6, launch_graph_s=1.0e-6,
+    clock_hz=1.41e9, l2_bw=4.0 * TB, dram_efficiency=0.9, dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,
+    program_cycles=24,
 )
 
 # The Triton interpreter on a CPU host (for tests): not a GPU; numbers are of the right order for a
 # 2-core machine interpreting kernels, so that plans made for it are sensible, not to predict time.
+# The interpreter runs programs and each program's loop chunks one after another in Python:
+# ``program_s`` per program and chunk dominates (a 1280-row kernel of 1-row programs took 6.7 s).
 CPU = Target(
     name="cpu", sm_count=2, dram_bw=10e9,
     peak_simt=_ro({"float32": 20e9, "float16": 5e9, "bfloat16": 5e9, "float64": 10e9}),

@@ -1,11 +1,14 @@
-"""The kernel-family protocol (DESIGN.md §6) and the group of prims a candidate kernel computes."""
+"""The kernel-family protocol (DESIGN.md §6), the group of prims a candidate kernel computes, and
+its cost."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping, Protocol
 
 from ..analysis.classify import Category, classify
+from ..cost.model import Work, estimate
 from ..cost.target import Target
 from ..ir.dtypes import TensorType
 from ..ir.prim import Prim
@@ -34,29 +37,53 @@ class Group:
 
 @dataclass(frozen=True)
 class Cost:
+    """A kernel's modelled (or measured) time and what it was derived from."""
     seconds: float
     bytes: int            # DRAM bytes moved
     flops: int            # arithmetic operations, recomputation included
     blocks: int           # programs / thread blocks launched
+    l2_bytes: int = 0     # bytes requested through L2 (re-reads included)
+    warps: int = 0        # per program
+    waves: int = 0
+    occupancy: int = 0    # programs resident per SM
+    bound: str = ""       # dram | l2 | compute | launch: the term that dominates
+    measured: bool = False
 
-    def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.seconds + other.seconds, self.bytes + other.bytes, self.flops + other.flops,
-                    self.blocks + other.blocks)
+    @staticmethod
+    def modelled(work: Work, target: Target, cuda_graph: bool = False) -> "Cost":
+        est = estimate(work, target, cuda_graph=cuda_graph)
+        return Cost(est.seconds, int(work.dram_bytes), int(work.flops), work.programs, int(work.l2_bytes),
+                    work.res.warps, est.waves, est.occupancy, est.bound)
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """Base of every family's schedule: which family, which group, how many programs."""
+    """Base of every family's schedule: which family, which group, how many programs, and the
+    work the kernel does (what the cost model times)."""
     family: str
     group: Group
     blocks: int
+    work: Work
+
+    def tile_key(self) -> tuple:
+        """The family's own choices (tile sizes, warps, ...), part of ``key``."""
+        return ()
+
+    def key(self) -> str:
+        """Structural identity (shapes, dtypes, index maps, tile choice; never prim names): equal
+        for the same kernel in two layers; the tuning cache's key."""
+        g = self.group
+        pos = {p.name: k for k, p in enumerate(g.prims)}
+        ext = {n: k for k, n in enumerate(g.inputs)}
+        prims = tuple((p.signature, tuple(("p", pos[n]) if n in pos else ("x", ext[n]) for n in p.inputs))
+                      for p in g.prims)
+        shape = (self.family, prims, tuple(g.types[n] for n in g.inputs), tuple(pos[o] for o in g.outputs),
+                 self.tile_key())
+        return hashlib.sha256(repr(shape).encode()).hexdigest()[:24]
 
 
 class KernelFamily(Protocol):
     name: str
 
-    def schedule(self, group: Group, target: Target) -> Schedule | None:
-        """A schedule for the group, or None (quickly) if this family cannot build it."""
-
-    def cost(self, sched: Schedule, target: Target) -> Cost:
-        """Modelled time, bytes and flops of the scheduled kernel on the target."""
+    def schedules(self, group: Group, target: Target) -> list[Schedule]:
+        """Top-k schedules for the group, best first; [] (quickly) if this family cannot build it."""

@@ -5,18 +5,22 @@ A group is *inlined* into per-output expressions over the iteration space of an 
 through its index map, so layout prims become index arithmetic on loads and stores.  Each use of a
 member reduction becomes a *reduction instance*: the reduction's own body evaluated at the index
 where it is used, producing one value per row.  The anchor's axes split into row axes X (those the
-instances are indexed by) and inner axes; one program handles XBLOCK consecutive rows, runs a loop
-per reduction instance over its reduced extent in chunks of RBLOCK (one pass if RBLOCK covers it:
-a persistent reduction), then a loop over the inner axes computing and storing the outputs.
+instances are indexed by) and inner axes; one program handles XBLOCK consecutive rows.  A schedule
+is either *one pass* (every reduction runs over the inner extents and the whole row fits the tile:
+the reductions and the outputs share one load of each input, as the Triton softmax tutorial does)
+or *looped* (a loop per reduction instance over its reduced extent in chunks of RBLOCK, then a loop
+over the inner axes computing and storing the outputs; each loop issues its own loads).
 
 Outputs other than the anchor must be reachable from the anchor's space by an injective index
 map (a permutation/projection of its axes), or have the anchor's shape; otherwise the group is
-rejected, as are nested reductions (a reduction used inside another's reduced loop).  Rejection is
-the common case and is cheap.
+rejected, as are nested reductions (a reduction used inside another's reduced loop; their traffic
+can still be modelled: ``tile_traffic``).  Rejection is the common case and is cheap.
 
-Traffic per program follows Welder: the bounding box each load touches over the program's tile,
-with the coalescing penalty of ``cost.model.coalesced_elems``; inputs that fit in half of L2 are
-counted once (broadcast weights such as LayerNorm's gamma are served from L2 after the first read).
+Cost: the traffic the schedule issues (``schedule/tiles.py``: Welder's tile propagation with
+coalescing, loads counted loop by loop as the emitter issues them, re-reads split between L2 and
+DRAM), fp32 CUDA-core flops, and the program's resources (warps, registers from the values a
+thread holds) for occupancy, all timed by ``cost.model.estimate``.  The tile space is XBLOCK ×
+RBLOCK × num_warps; ``schedules`` returns the best few, best first.
 """
 from __future__ import annotations
 
@@ -25,19 +29,25 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..analysis.classify import Category, contraction_operands
-from ..analysis.index import affine_form, bounds
-from ..cost.model import coalesced_elems, expr_flops, kernel_seconds
+from ..cost.model import Resources, Work, estimate, expr_flops, occupancy
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from ..ir.expr import Const, Expr, Load, Var, free_vars, walk
+from ..ir.expr import Const, Expr, Load, Var, free_vars, substitute, walk
 from ..ir.prim import Prim
-from .base import Cost, Group, Schedule
+from ..schedule.tiles import load_sites, requested_bytes, split_l2, tile_box
+from .base import Group, Schedule
 
 MAX_EXPR_NODES = 4000          # beyond this, inlining has blown up (stencils of stencils): reject
-MAX_TILE_ELEMS = 8192          # XBLOCK·RBLOCK values live per program (registers)
-MAX_PERSISTENT = 4096          # largest reduced/inner extent held whole in one program
-XBLOCKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-RBLOCKS = (64, 256, 1024)          # chunk sizes of looped reductions (persistent: next_pow2(extent))
+MAX_TILE_ELEMS = 16384         # XBLOCK·RBLOCK values live per program (registers: see _registers)
+MAX_PERSISTENT = 16384         # largest reduced/inner extent held whole in one program
+XBLOCKS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+RBLOCKS = (64, 256, 1024, 4096, 16384)  # chunk sizes of looped reductions (persistent: next_pow2(extent))
+WARPS = (1, 2, 4, 8, 16)
+ELEMS_PER_THREAD = (4, 16)     # a thread's share of the tile: at least one 8-byte fp16 vector per
+                               # load, at most what registers hold without spilling
+RESOLUTION = 0.05              # modelled times closer than this are ties (see _ranked)
+TIE_ELEMS_PER_THREAD = 8       # in a tie, the share of the tile per thread Inductor and the tutorials use
+TOP_K = 4                      # schedules handed on (to measurement) per group
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class FusedBody:
     iext: tuple[int, ...]
     instances: tuple[Instance, ...]         # reductions, in dependency order
     stores: tuple[Store, ...]
+    nested: bool = False                    # a reduction inside another's loop: traffic only, no kernel
 
 
 @dataclass(frozen=True)
@@ -83,8 +94,7 @@ class FusedSchedule(Schedule):
     body: FusedBody
     xblock: int
     rblock: int
-    bytes: int
-    flops: int
+    num_warps: int
 
     def __getattr__(self, name):  # the body's fields read as the schedule's own
         if name == "body":
@@ -94,6 +104,16 @@ class FusedSchedule(Schedule):
     @property
     def persistent(self) -> bool:
         return self.rblock >= _loop_max(self.instances, self.iext)
+
+    @property
+    def one_pass(self) -> bool:
+        """Reductions and outputs share one tile of loads, in one loop (the emitter obeys this and
+        the traffic model charges it): whole rows fit the tile and every reduction runs over the
+        inner extents."""
+        return self.persistent and _can_one_pass(self.body)
+
+    def tile_key(self) -> tuple:
+        return (self.xblock, self.rblock, self.num_warps)
 
 
 def _loop_max(instances, iext) -> int:
@@ -188,40 +208,74 @@ def _injective_store(idx: tuple[Expr, ...], shape: tuple[int, ...], ext: Mapping
 class FusedFamily:
     name = "fused"
 
-    def schedule(self, group: Group, target: Target) -> FusedSchedule | None:
+    def schedules(self, group: Group, target: Target) -> list[FusedSchedule]:
         cats = group.categories
         # Contractions belong to the library (and later the gemm/chain families); a fused kernel
         # takes one only when it stands alone and no library form exists (e.g. a 3-operand
         # einsum), so that every single prim stays buildable.
         if Category.opaque in cats:
-            return None
+            return []
         if Category.contraction in cats and (len(cats) > 1 or contraction_operands(group.prims[0]) is not None):
-            return None
+            return []
         built = _build(group)
-        if built is None:
-            return None
-        best = None
-        sites, flops = _sites(built), _flops(built)
-        for xb, rb in _tile_options(built):
-            sched = _with_tile(built, sites, flops, xb, rb, target)
-            t = _seconds(sched, target)
-            if best is None or t < best[0]:
-                best = (t, sched)
-        return None if best is None else best[1]
-
-    def cost(self, sched: FusedSchedule, target: Target) -> Cost:
-        return Cost(_seconds(sched, target), sched.bytes, sched.flops, sched.blocks)
+        if built is None or built.nested:
+            return []
+        return _ranked(built, target)[:TOP_K]
 
 
-def _seconds(s: FusedSchedule, target: Target) -> float:
-    t = kernel_seconds(s.bytes, s.flops, target.peak(DType.float32, False), s.blocks, target)
-    if target.program_s:  # an interpreting target runs programs and their loop chunks one by one
-        chunks = sum(-(-n // s.rblock) for n in [math.prod(s.iext)] + [math.prod(i.rext) for i in s.instances])
-        t += target.program_s * s.blocks * chunks
-    return t
+def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
+    """Every feasible (XBLOCK, RBLOCK, warps) schedule, fastest first.
+
+    Schedules within ``RESOLUTION`` of the fastest are ties the model cannot separate (its
+    per-program and latency constants are assumptions until measured); among them the simplest
+    comes first: fewest rows per program (the Triton tutorial's one row per program, more programs
+    to balance the SMs), then about 8 tile elements per thread (so warps grow with the row), then
+    fewest warps, then the smallest chunk.  Deterministic.
+    """
+    flops = _flops(b)
+    loops_looped = _loops(b, one_pass=False)
+    loops_one = _loops(b, one_pass=True) if _can_one_pass(b) else None
+    scored = []
+    for xb, rb in _tile_options(b):
+        one = loops_one is not None and rb >= _loop_max(b.instances, b.iext)
+        for sched in _with_tile(b, loops_one if one else loops_looped, one, flops, xb, rb, target):
+            t = estimate(sched.work, target).seconds
+            if t != float("inf"):
+                scored.append((t, sched))
+    if not scored:
+        return []
+    best = min(t for t, _ in scored)
+    def simplest(s: FusedSchedule):
+        per_thread = s.xblock * s.rblock / (s.num_warps * target.warp_size)
+        return s.xblock, abs(math.log2(per_thread / TIE_ELEMS_PER_THREAD)), s.num_warps, s.rblock
+
+    tied = sorted((s for t, s in scored if t <= best * (1 + RESOLUTION)), key=simplest)
+    rest = [s for _, s in sorted(((t, s) for t, s in scored if t > best * (1 + RESOLUTION)),
+                                 key=lambda ts: (ts[0], ts[1].xblock, ts[1].num_warps, ts[1].rblock))]
+    return tied + rest
 
 
-def _build(group: Group) -> FusedBody | None:
+def tile_traffic(group: Group, tile: tuple[int, ...], target: Target, *, rblock: int | None = None
+                 ) -> tuple[int, int]:
+    """(bytes requested, programs) when the group's anchor output is computed in tiles of shape
+    ``tile`` (Welder's output tile), every load of a tile shared when its rows fit (``rblock``
+    None) or issued once per loop when the rows are looped in chunks of ``rblock``.  Works for
+    nested reductions too (e.g. Matmul -> Softmax), which no kernel of this family builds."""
+    b = _build(group, nested_ok=True)
+    if b is None:
+        raise ValueError("the group cannot be inlined into one iteration space")
+    avars = tuple(Var(f"a{k}") for k in range(len(tile)))
+    ext = dict(zip(b.xvars, b.xext)) | dict(zip(b.ivars, b.iext))
+    programs = math.prod(-(-ext[v] // t) for v, t in zip(avars, tile))
+    rb = rblock or _loop_max(b.instances, b.iext)
+    loops = _loops(b, one_pass=rb >= _loop_max(b.instances, b.iext))
+    ranges = _ranges(b, {v: t for v, t in zip(avars, tile)})
+    per_input = requested_bytes(loops, ranges, [group.types[n] for n in b.inputs], target)
+    stores = sum(group.types[s.tensor].nbytes for s in b.stores)
+    return int(sum(per_input) * programs + stores), programs
+
+
+def _build(group: Group, nested_ok: bool = False) -> FusedBody | None:
     outs = [group.members[o] for o in group.outputs]
     if len(outs) > 1 and any(o.out.numel == 0 for o in outs):
         return None   # an empty output gains nothing from fusion and would be a zero-size buffer argument
@@ -250,12 +304,21 @@ def _build(group: Group) -> FusedBody | None:
             values[o.name] = inl.value_at(o.name, avars)
     rvar_names = {v for inst in inl.instances for v in inst.rvars}
     xset: set[Var] = set()
+    nested = False
     for inst in inl.instances:
         for e in inst.index:
             fv = free_vars(e)
             if fv & rvar_names:
-                return None  # nested reduction
-            xset |= fv
+                if not nested_ok:
+                    return None  # nested reduction
+                nested = True
+            xset |= fv - rvar_names
+    if nested:
+        # traffic only: rows are what the row-wise reductions are indexed by; a reduction used
+        # per element (the matmul under a softmax) is computed for the whole tile, as Welder does
+        rowwise = [set().union(*(free_vars(e) for e in i.index)) - rvar_names for i in inl.instances]
+        rowwise = [r for r in rowwise if r != set(avars)]
+        xset = set().union(*rowwise) if rowwise else xset
     if not inl.instances:
         xset = set(avars)
     xvars = tuple(v for v in avars if v in xset)
@@ -276,7 +339,40 @@ def _build(group: Group) -> FusedBody | None:
     if size > MAX_EXPR_NODES:
         return None
     return FusedBody(group, anchor.name, group.inputs, xvars, tuple(ext[v] for v in xvars), ivars,
-                  tuple(ext[v] for v in ivars), tuple(inl.instances), tuple(stores))
+                  tuple(ext[v] for v in ivars), tuple(inl.instances), tuple(stores), nested)
+
+
+def _can_one_pass(b: FusedBody) -> bool:
+    """The emitter's single pass: every reduction runs over the inner extents (softmax, norms)."""
+    return bool(b.instances and b.ivars) and all(i.rext == b.iext for i in b.instances)
+
+
+def _loops(b: FusedBody, *, one_pass: bool) -> list:
+    """The distinct loads each loop of the kernel issues, in emission order.
+
+    Looped: one loop per reduction instance, then the store loop.  One pass: a single loop in
+    which every instance's reduced variables are the row's inner variables (as the emitter
+    substitutes them), so loads of the same element by different reductions are one load.
+    Nested instances (traffic only) keep one canonical variable per reduced axis of their prim.
+    """
+    nin = len(b.inputs)
+    bodies = [inst.body for inst in b.instances] + [s.value for s in b.stores]
+    if not one_pass:
+        return [load_sites([body], nin) for body in bodies]
+    mapping: dict[Var, Var] = {}
+    for inst in b.instances:
+        if inst.rext == b.iext:
+            mapping.update(zip(inst.rvars, b.ivars))
+        else:
+            mapping.update((v, Var(f"k_{inst.prim}_{j}")) for j, v in enumerate(inst.rvars))
+    return [load_sites([substitute(body, mapping) for body in bodies], nin)]
+
+
+def _loop_extents(b: FusedBody, one_pass: bool) -> list[int]:
+    inner = math.prod(b.iext)
+    if one_pass:
+        return [inner]
+    return [math.prod(i.rext) for i in b.instances] + [inner]
 
 
 def _tile_options(b: FusedBody):
@@ -286,7 +382,7 @@ def _tile_options(b: FusedBody):
         rbs = [1]
     else:
         full = 1 << (loop - 1).bit_length()
-        rbs = [r for r in RBLOCKS if r < full and r <= 1024] + ([full] if full <= MAX_PERSISTENT else [])
+        rbs = [r for r in RBLOCKS if r < full] + ([full] if full <= MAX_PERSISTENT else [])
     xcap = 1 << max(xn - 1, 0).bit_length()
     for rb in rbs:
         for xb in XBLOCKS:
@@ -294,84 +390,57 @@ def _tile_options(b: FusedBody):
                 yield xb, rb
 
 
-def _tile_box(vars_: tuple[Var, ...], ext: tuple[int, ...], block: int) -> dict[Var, int]:
-    """Extent each var covers when ``block`` consecutive row-major positions are taken."""
-    box, left = {}, block
-    for v, n in zip(reversed(vars_), reversed(ext)):
-        take = min(n, max(left, 1))
-        box[v] = take
-        left = -(-left // n) if left > n > 0 else 1
-    return box
-
-
-@dataclass(frozen=True)
-class _Site:
-    """A load the kernel issues, analysed once per group (tile sizes vary, the maps do not)."""
-    loop: int                       # which loop issues it (instances first, then stores)
-    load: Load
-    dims: tuple                     # per dim: ("affine", {var: coeff}) | ("data", vars) | ("other", expr)
-
-
-def _sites(b: FusedBody) -> list[_Site]:
-    nin = len(b.inputs)
-    loops = [inst.body for inst in b.instances] + [s.value for s in b.stores]
-    out = []
-    for k, body in enumerate(loops):
-        for ld in (n for n in walk(body) if isinstance(n, Load) and n.tensor < nin):
-            dims = []
-            for e in ld.index:
-                if any(isinstance(x, Load) for x in walk(e)):
-                    dims.append(("data", tuple(free_vars(e))))
-                    continue
-                form = affine_form(e)
-                dims.append(("affine", form[0]) if form is not None else ("other", e))
-            out.append(_Site(k, ld, tuple(dims)))
-    return out
-
-
-def _site_elems(site: _Site, ranges: Mapping[Var, tuple[int, int]], shape, itemsize: int,
-                target: Target) -> float:
-    sub = []
-    for (kind, what), n in zip(site.dims, shape):
-        if kind == "affine":
-            # exact extent of an affine map over a box: 1 + sum |c|·(extent - 1), clipped to the dim
-            ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in what.items())
-        elif kind == "data":
-            # data-dependent: at most one distinct row per point of the index's own box
-            ext = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in what if v in ranges)
-        else:
-            lo, hi = bounds(what, ranges)
-            ext = max(min(hi, n - 1) - max(lo, 0) + 1, 0)
-        sub.append(max(min(ext, n), 0))
-    return coalesced_elems(tuple(sub), tuple(shape), itemsize, target)
-
-
-def _with_tile(b: FusedBody, sites: list[_Site], flops: int, xb: int, rb: int, target: Target) -> FusedSchedule:
-    g = b.group
-    xn = math.prod(b.xext)
-    programs = -(-xn // xb)
-    xbox = _tile_box(b.xvars, b.xext, xb)
-    ranges: dict[Var, tuple[int, int]] = {v: (0, xbox[v] - 1) for v in b.xvars}
-    ranges.update((v, (0, n - 1)) for v, n in zip(b.ivars, b.iext))
+def _ranges(b: FusedBody, box: dict[Var, int]) -> dict[Var, tuple[int, int]]:
+    """Variable ranges over one program: ``box`` for the tiled anchor vars, every other anchor,
+    inner and reduced var over its whole extent (the program's loops cover it)."""
+    ranges = {v: (0, box.get(v, n) - 1) for v, n in zip(b.xvars + b.ivars, b.xext + b.iext)}
     for inst in b.instances:
         ranges.update((v, (0, n - 1)) for v, n in zip(inst.rvars, inst.rext))
-    persistent = rb >= _loop_max(b.instances, b.iext)
-    # a persistent program loads each distinct (tensor, index) once; a looped one once per loop
-    seen: set[Load] = set()
-    per_input = [0.0] * len(b.inputs)
-    for site in sites:
-        if persistent and site.load in seen:
+        ranges.update((Var(f"k_{inst.prim}_{j}"), (0, n - 1)) for j, n in enumerate(inst.rext))
+    return ranges
+
+
+def _traffic(b: FusedBody, loops, xb: int, rb: int, target: Target):
+    """(programs, bytes one program requests per input, bytes stored)."""
+    g = b.group
+    programs = -(-math.prod(b.xext) // xb)
+    ranges = _ranges(b, tile_box(b.xvars, b.xext, xb))
+    per_input = requested_bytes(loops, ranges, [g.types[n] for n in b.inputs], target)
+    stores = sum(g.types[s.tensor].nbytes for s in b.stores)
+    return programs, per_input, stores
+
+
+def _registers(b: FusedBody, loops, elems_per_thread: int) -> int:
+    """32-bit registers per thread: a base for indices and pointers, plus the tile values a thread
+    holds at once: its loads in the widest loop and the value computed from them (reductions
+    leave one value per row, not per element)."""
+    widest = max((len(sites) for sites in loops), default=0)
+    live = min(widest, 8) + 1
+    return 24 + elems_per_thread * live
+
+
+def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int, target: Target):
+    """The schedules of one tile, one per warp count that fits."""
+    g = b.group
+    programs, per_input, stores = _traffic(b, loops, xb, rb, target)
+    extents = _loop_extents(b, one_pass)
+    iterations = sum(-(-n // rb) for n in extents)
+    inputs = [g.types[n] for n in b.inputs]
+    requested = sum(per_input)
+    for warps in WARPS:
+        elems = -(-(xb * rb) // (warps * target.warp_size))
+        lo, hi = ELEMS_PER_THREAD
+        if not (lo <= elems <= hi or (elems < lo and warps == 1) or (elems > hi and warps == WARPS[-1])):
+            continue   # too few elements per thread (idle lanes) or too many (registers)
+        res = Resources(warps, _registers(b, loops, elems))
+        occ = occupancy(res, target)
+        if occ == 0:
             continue
-        seen.add(site.load)
-        t = g.types[b.inputs[site.load.tensor]]
-        per_input[site.load.tensor] += _site_elems(site, ranges, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
-    total = 0.0
-    for k, per in enumerate(per_input):
-        t = g.types[b.inputs[k]]
-        whole = per * programs
-        total += min(whole, t.nbytes) if t.nbytes <= target.l2_bytes // 2 else whole
-    total += sum(g.types[s.tensor].nbytes for s in b.stores)
-    return FusedSchedule("fused", g, programs, b, xb, rb, int(total), flops)
+        concurrent = min(programs, occ * target.sm_count)
+        dram, l2 = split_l2(per_input, programs, concurrent, inputs, target)
+        work = Work(programs, dram + stores, l2 + stores, flops, target.peak(DType.float32, False),
+                    inflight_bytes=requested / max(iterations, 1), res=res, chunks=iterations)
+        yield FusedSchedule("fused", g, programs, work, b, xb, rb, warps)
 
 
 def _flops(b: FusedBody) -> int:

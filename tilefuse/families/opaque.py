@@ -2,21 +2,22 @@
 from __future__ import annotations
 
 from ..analysis.classify import Category
-from ..cost.model import kernel_seconds
+from ..cost.model import Resources, Work
 from ..cost.target import Target
-from .base import Cost, Group, Schedule
+from .base import Group, Schedule
+
+SORT_PASSES = 3      # a sort-like torch kernel reads its data a few times (modelling assumption)
 
 
 class OpaqueFamily:
     name = "opaque"
 
-    def schedule(self, group: Group, target: Target) -> Schedule | None:
+    def schedules(self, group: Group, target: Target) -> list[Schedule]:
         if len(group.prims) != 1 or group.categories[0] is not Category.opaque:
-            return None
-        return Schedule("opaque", group, target.sm_count)
-
-    def cost(self, sched: Schedule, target: Target) -> Cost:
-        p = sched.group.prims[0]
-        nbytes = sum(sched.group.types[t].nbytes for t in dict.fromkeys(p.inputs)) + p.out.nbytes
-        # A sort-like pass reads its input a few times; 3x is a modelling assumption.
-        return Cost(kernel_seconds(3 * nbytes, 0, 1.0, sched.blocks, target), nbytes, 0, sched.blocks)
+            return []
+        p = group.prims[0]
+        nbytes = sum(group.types[t].nbytes for t in dict.fromkeys(p.inputs)) + p.out.nbytes
+        programs = target.sm_count * 4
+        work = Work(programs, SORT_PASSES * nbytes, SORT_PASSES * nbytes, 0, 1.0,
+                    inflight_bytes=16 * 1024, res=Resources(4))
+        return [Schedule("opaque", group, programs, work)]

@@ -1,11 +1,14 @@
 """Costing candidates with the kernel families: the ``cost_fn`` the orchestrator calls.
 
-Families are tried in order; a family that cannot build a group returns None at once (most
-candidates die there).  The cheapest schedule wins.  Schedules are kept per candidate so the plan's
-kernels carry the schedule they were costed with.
+Every family proposes its top schedules for a group (most reject it at once); each is timed by
+the cost model as the plan will run (per-launch, or as a node of a CUDA graph) and the fastest
+wins.  A measured time (``cost/measure.py``) overrides the model for the schedule it was measured
+on.  Results are memoized per candidate, so the plan's kernels carry the schedule they were costed
+with.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from ..cost.target import Target
@@ -20,30 +23,48 @@ FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), FusedFami
 
 
 class Coster:
-    """Best (cost, schedule) of a prim group on a target, memoized by group structure."""
+    """Best (cost, schedule) of a prim group on a target, memoized by group structure.
+
+    ``measured`` maps a schedule's ``key()`` to measured seconds; those schedules are costed at
+    their measured time (plus nothing: a measured time includes what the model calls launch).
+    """
 
     def __init__(self, types: Mapping[str, TensorType], target: Target,
-                 families: Sequence[KernelFamily] = FAMILIES):
+                 families: Sequence[KernelFamily] = FAMILIES, *, cuda_graph: bool = False,
+                 measured: Mapping[str, float] | None = None):
         self.types = types
         self.target = target
         self.families = tuple(families)
+        self.cuda_graph = cuda_graph
+        self.measured = dict(measured or {})
         self._memo: dict[tuple, tuple[Cost, Schedule] | None] = {}
+        self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
+
+    def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
+        """Every family's top schedules for the candidate, each costed, fastest first."""
+        key = (cand.names, cand.outputs)
+        got = self._options.get(key)
+        if got is None:
+            group = Group(cand.prims, cand.inputs, cand.outputs, self.types)
+            got = []
+            for fam in self.families:
+                for sched in fam.schedules(group, self.target):
+                    got.append((self.cost(sched), sched))
+            got.sort(key=lambda cs: cs[0].seconds)
+            self._options[key] = got
+        return got
+
+    def cost(self, sched: Schedule) -> Cost:
+        cost = Cost.modelled(sched.work, self.target, self.cuda_graph)
+        seconds = self.measured.get(sched.key())
+        return cost if seconds is None else replace(cost, seconds=seconds, measured=True)
 
     def best(self, cand: Candidate) -> tuple[Cost, Schedule] | None:
         key = (cand.names, cand.outputs)
-        if key in self._memo:
-            return self._memo[key]
-        group = Group(cand.prims, cand.inputs, cand.outputs, self.types)
-        best = None
-        for fam in self.families:
-            sched = fam.schedule(group, self.target)
-            if sched is None:
-                continue
-            cost = fam.cost(sched, self.target)
-            if best is None or cost.seconds < best[0].seconds:
-                best = (cost, sched)
-        self._memo[key] = best
-        return best
+        if key not in self._memo:
+            opts = self.options(cand)
+            self._memo[key] = opts[0] if opts else None
+        return self._memo[key]
 
     def __call__(self, cand: Candidate) -> float | None:
         got = self.best(cand)

@@ -13,10 +13,17 @@ class KernelInfo:
     family: str
     prims: list[str]
     ops: list[str]
-    est_us: float
-    bytes: int
+    est_us: float              # modelled, or the measured time when measured_us is set
+    bytes: int                 # DRAM bytes (modelled)
     flops: int
     measured_us: float | None = None
+    grid: int = 0              # programs launched
+    warps: int = 0             # per program
+    waves: int = 0             # ceil(grid / (SMs x occupancy))
+    occupancy: int = 0         # programs resident per SM
+    bound: str = ""            # dram | l2 | compute | launch: the modelled term that dominates
+    l2_bytes: int = 0          # bytes requested through L2 (re-reads included)
+    schedule: str = ""         # the schedule's structural key (tuning cache)
 
 
 @dataclass
@@ -37,6 +44,14 @@ class Report:
     # Intermediate tensors (neither inputs, weights nor outputs): the arena the buffer planner
     # lays them out in (bytes live at the peak, with reuse), against the sum of all of them.
     memory: dict[str, int] = field(default_factory=dict)
+    # How the plan was costed and how far it is from the hardware: launches per kernel or as
+    # CUDA-graph nodes; modelled DRAM traffic of the plan; the roofline bound of the model
+    # (compulsory bytes at peak bandwidth vs useful flops at peak; cost/roofline.py).
+    launch: str = "per_launch"
+    traffic_bytes: int = 0
+    compulsory_bytes: int = 0
+    total_flops: int = 0
+    roofline_us: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,65 +1,109 @@
-"""Welder's tile graph: propagate an output tile back through a group of prims; memory traffic.
+"""Welder's tile traffic: what a program's tile of a fused kernel reads and writes.
 
-Given the tile of a group's output (a range per output axis) and optional reduction chunks
-(``rstep``), every prim's input tile follows from its index maps (``analysis.index.input_boxes``),
-processed from the outputs back to the inputs with boxes of shared tensors united.  Tensors read
-from outside the group are loaded from DRAM once per tile; tiles of intermediates stay on chip.
-Traffic = per-tile loads + stores, times the number of tiles (Welder §3, ``MemTraffic``).
+The fused family inlines a group over its anchor's iteration space (families/fused.py); a program
+computes a tile of rows (``tile_box``) and loops over inner and reduced axes.  Each load of the
+inlined expressions is a ``LoadSite``: its index map, analysed once.  Propagating the program's
+tile through the index map gives the box the load touches (Welder's tile propagation, with the
+map composed through every layout prim by the inliner); its bytes follow Welder's coalescing rule
+(``cost.model.coalesced_elems``).  ``requested_bytes`` sums the boxes of the loads a schedule
+issues, loop by loop exactly as the emitter issues them (a load shared by a single pass is issued
+once); ``split_l2`` divides the requested bytes into DRAM and L2 traffic.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from ..analysis.index import Interval, box_shape, input_boxes
+from ..analysis.index import affine_form, bounds
+from ..cost.model import coalesced_elems
+from ..cost.target import Target
 from ..ir.dtypes import TensorType
-from ..ir.prim import Prim
+from ..ir.expr import Load, Var, free_vars, walk
+
+
+def tile_box(vars_: Sequence[Var], ext: Sequence[int], block: int) -> dict[Var, int]:
+    """Extent each var covers when ``block`` consecutive row-major positions are taken."""
+    box, left = {}, block
+    for v, n in zip(reversed(vars_), reversed(ext)):
+        take = min(n, max(left, 1))
+        box[v] = take
+        left = -(-left // n) if left > n > 0 else 1
+    return box
 
 
 @dataclass(frozen=True)
-class TilePlan:
-    boxes: Mapping[str, tuple[Interval, ...]]   # every tensor the group touches -> its tile
-    tiles: int                                   # how many output tiles cover the output
-    load_bytes: int                              # per tile, from DRAM
-    store_bytes: int                             # per tile, to DRAM
-
-    @property
-    def traffic(self) -> int:
-        return (self.load_bytes + self.store_bytes) * self.tiles
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return box_shape(self.boxes[name])
+class LoadSite:
+    """One distinct load of a loop: tensor slot and, per dim, how its index depends on variables."""
+    load: Load
+    dims: tuple        # per dim: ("affine", {var: coeff}) | ("data", vars) | ("other", expr)
 
 
-def _union(a: Sequence[Interval] | None, b: Sequence[Interval]) -> tuple[Interval, ...]:
-    if a is None:
-        return tuple(b)
-    return tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a, b))
+def load_sites(bodies: Iterable, num_inputs: int) -> list[LoadSite]:
+    """The distinct loads of kernel inputs in ``bodies`` (one loop's expressions): loads are
+    interned, so a load written twice is issued once, as the emitter's common subexpressions."""
+    seen: dict[Load, None] = {}
+    for body in bodies:
+        for n in walk(body):
+            if isinstance(n, Load) and n.tensor < num_inputs:
+                seen.setdefault(n)
+    out = []
+    for ld in seen:
+        dims = []
+        for e in ld.index:
+            if any(isinstance(x, Load) for x in walk(e)):
+                dims.append(("data", tuple(free_vars(e))))
+                continue
+            form = affine_form(e)
+            dims.append(("affine", form[0]) if form is not None else ("other", e))
+        out.append(LoadSite(ld, tuple(dims)))
+    return out
 
 
-def propagate(prims: Sequence[Prim], types: Mapping[str, TensorType], output: str,
-              tile: Sequence[int], rstep: Mapping[str, Sequence[int]] | None = None) -> TilePlan:
-    """Tiles of every tensor when ``output`` is computed in tiles of shape ``tile`` (first tile).
+def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorType, target: Target) -> float:
+    """Elements moved to serve ``site`` over a box of variable ranges (coalescing included)."""
+    sub = []
+    for (kind, what), n in zip(site.dims, t.shape):
+        if kind == "affine":
+            # exact extent of an affine map over a box: 1 + sum |c|·(extent - 1), clipped to the dim
+            ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in what.items())
+        elif kind == "data":
+            # data-dependent: at most one distinct row per point of the index's own box
+            ext = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in what if v in ranges)
+        else:
+            lo, hi = bounds(what, ranges)
+            ext = max(min(hi, n - 1) - max(lo, 0) + 1, 0)
+        sub.append(max(min(ext, n), 0))
+    return coalesced_elems(tuple(sub), tuple(t.shape), t.dtype.itemsize, target)
 
-    ``rstep[prim]`` chunks that prim's reduction axes (Welder's reduction-axis tiles); by default
-    a reduction reads its whole reduced extent per tile.
+
+def requested_bytes(loops: Sequence[Sequence[LoadSite]], ranges: Mapping[Var, tuple[int, int]],
+                    inputs: Sequence[TensorType], target: Target) -> list[float]:
+    """Bytes one program requests of each input: every loop issues its distinct loads over the
+    whole of its ranges (a load repeated by two loops is requested twice)."""
+    per_input = [0.0] * len(inputs)
+    for sites in loops:
+        for site in sites:
+            t = inputs[site.load.tensor]
+            per_input[site.load.tensor] += site_elems(site, ranges, t, target) * t.dtype.itemsize
+    return per_input
+
+
+def split_l2(per_program: Sequence[float], programs: int, concurrent: int, inputs: Sequence[TensorType],
+             target: Target) -> tuple[float, float]:
+    """(DRAM bytes, L2 bytes) of the loads of ``programs`` programs, ``concurrent`` resident at once.
+
+    Every requested byte passes through L2.  The first touch of each byte comes from DRAM
+    (compulsory); a re-read hits L2 when what it re-reads is still resident: the whole tensor fits
+    in half of L2 (weights broadcast to every program), or the bytes the resident programs hold
+    of it do (a row re-read by the next pass of the same program).  Otherwise it goes to DRAM again.
     """
-    members = {p.name: p for p in prims}
-    out_t = types[output]
-    boxes: dict[str, tuple[Interval, ...]] = {output: tuple((0, t - 1) for t in tile)}
-    for p in reversed(prims):
-        if p.name not in boxes:
-            continue
-        ranges = dict(zip(p.axes, boxes[p.name]))
-        if p.reduce is not None:
-            steps = (rstep or {}).get(p.name, p.reduce.extents)
-            ranges.update((v, (0, s - 1)) for v, s in zip(p.reduce.axes, steps))
-        shapes = [types[n].shape for n in p.inputs]
-        for slot, box in input_boxes(p, ranges, shapes).items():
-            name = p.inputs[slot]
-            boxes[name] = _union(boxes.get(name), box)
-    tiles = math.prod(-(-n // t) for n, t in zip(out_t.shape, tile))
-    loads = sum(math.prod(box_shape(b)) * types[n].dtype.itemsize for n, b in boxes.items() if n not in members)
-    store = math.prod(tile) * out_t.dtype.itemsize
-    return TilePlan(boxes, tiles, loads, store)
+    dram = l2 = 0.0
+    half = target.l2_bytes // 2
+    for per, t in zip(per_program, inputs):
+        total = per * programs
+        compulsory = min(total, t.nbytes)
+        resident = t.nbytes <= half or per * concurrent <= half
+        dram += compulsory if resident else total
+        l2 += total
+    return dram, l2

@@ -99,10 +99,8 @@ def _mul(a, b):
 
 
 def num_warps(schedule) -> int:
-    """Warps per program: about 8 tile elements per thread, 1 to 8 warps (a 1024-element
-    pointwise tile gets Triton's usual 4; an 8192-element persistent reduction gets 8)."""
-    per_warp = (schedule.xblock * schedule.rblock) // 256        # 32 threads x 8 elements
-    return 1 << min(3, max(0, per_warp.bit_length() - 1))        # a power of two, as Triton needs
+    """Warps per program: the schedule's choice (the cost model ranked tile and warps together)."""
+    return schedule.num_warps
 
 
 def kernel_name(schedule) -> str:
@@ -358,10 +356,9 @@ class _Kernel:
         return lines + sc.lines + [f"    {self.inst_name[inst.slot]} = {self._final(inst, acc)}"]
 
     def _one_pass(self) -> bool:
-        """Whole rows fit one tile and every reduction runs over the inner axes' extents: then the
-        reductions and the outputs share one tile of loads (softmax, layernorm read x once)."""
-        s = self.s
-        return bool(s.instances and s.ivars) and s.persistent and all(i.rext == s.iext for i in s.instances)
+        """The schedule says whether the reductions and the outputs share one tile of loads (one
+        pass: whole rows fit the tile and every reduction runs over the inner extents)."""
+        return self.s.one_pass
 
     def _single_pass(self) -> list[str]:
         s = self.s

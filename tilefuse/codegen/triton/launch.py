@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from ...paths import cache_root
 from .emit import emit_fused, kernel_name, num_warps
 
 _MODULES: dict[str, object] = {}
@@ -52,7 +53,7 @@ class _InterpretedLibdevice:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("TILEFUSE_CACHE_DIR", "~/.cache/tilefuse")).expanduser()
+    return cache_root()
 
 
 def load_kernel(source: str, name: str):
