@@ -90,13 +90,32 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
     )
 
 
+def _measure(primgraph: PrimGraph, tgt: Target, measure, *, time_limit: float, cuda_graph: bool):
+    """Select -> measure -> re-select on the target's device (cost/measure.py); ``measure`` is
+    True (CUDA events) or a timer of one's own (a ``cost.measure.Timer``)."""
+    import torch
+
+    from .cost.cache import TuningCache
+    from .cost.measure import cuda_timer, tune
+    from .runtime.executor import kernel_runner
+    timer = measure if callable(measure) else cuda_timer()
+    device = torch.device(tgt.device)
+    return tune(lambda m: orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, measured=m),
+                lambda sched: kernel_runner(sched, primgraph, device), timer,
+                launch_s=tgt.launch(cuda_graph), target=tgt.name, cache=TuningCache())
+
+
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
-              cuda_graph: bool = False) -> CompiledModel:
+              cuda_graph: bool = False, measure=False) -> CompiledModel:
     graph = imported.graph
     primgraph = simplify_graph(fission(graph))
     tgt = Target.get(target)
-    plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, progress=progress)
+    if measure:
+        tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
+        plans, coster = tuning.plans, tuning.coster
+    else:
+        plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, progress=progress)
     plan = plans[strategy]
     if dump is not None:
         d = Path(dump)
@@ -107,18 +126,24 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
             f"{i}: {k.candidate}  est {k.cost * 1e6:.2f} us" for i, k in enumerate(plan.kernels)) + "\n")
     memory = plan_memory(plan, primgraph)
     report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
+    if measure:
+        report.measurement = {"rounds": tuning.rounds, "stable": tuning.stable,
+                              "schedules_measured": len(tuning.measured), "from_cache": tuning.from_cache}
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     return CompiledModel(imported, primgraph, plan, report, backend, tgt, cuda_graph=cuda_graph, memory=memory)
 
 
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
             strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
-            cuda_graph: bool = False, **options: Any) -> CompiledModel:
+            cuda_graph: bool = False, measure=False, **options: Any) -> CompiledModel:
     """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args).
 
     ``time_limit`` bounds candidate enumeration and the solver per segment (seconds);
-    ``cuda_graph`` replays the whole plan as one CUDA graph (CUDA targets, backend ``triton``);
-    other options go to the torch frontend (``example_kwargs``).
+    ``cuda_graph`` replays the whole plan as one CUDA graph (CUDA targets, backend ``triton``)
+    and plans with graph-node launch overheads; ``measure`` times the chosen kernels and their
+    families' best alternatives on the device and re-plans with the measured times (needs the
+    target's GPU; results persist in the tuning cache); other options go to the torch frontend
+    (``example_kwargs``).
     """
     _check_options(backend, strategy)
     from .frontend.torch import import_torch
@@ -127,15 +152,15 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
         example_inputs = (example_inputs,)
     imported = import_torch(model, tuple(example_inputs), **options)
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, cuda_graph=cuda_graph)
+                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure)
 
 
 def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "triton",
                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
-                 cuda_graph: bool = False, progress=None, **options: Any) -> CompiledModel:
+                 cuda_graph: bool = False, measure=False, progress=None, **options: Any) -> CompiledModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
 
-    ``time_limit`` and ``cuda_graph`` as for ``compile``; ``progress(done, total)`` is called as
+    ``time_limit``, ``cuda_graph`` and ``measure`` as for ``compile``; ``progress(done, total)`` is called as
     segments are planned; other options go to the ONNX frontend (``input_shapes``,
     ``initializers_as_inputs``).
     """
@@ -144,4 +169,4 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     t0 = time.perf_counter()
     imported = import_onnx(model_or_path, **options)
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph)
+                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure)

@@ -94,16 +94,39 @@ def cmd_inspect(args, console: Console) -> int:
 
 
 def kernel_table(report, limit: int | None = None) -> Table:
-    t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {report.target}; times modelled)")
+    measured = any(k.measured_us is not None for k in report.kernels)
+    what = "modelled and measured" if measured else "modelled"
+    t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {report.target}, "
+                    f"{report.launch.replace('_', ' ')}; times {what})")
     t.add_column("#", justify="right")
     t.add_column("family")
     t.add_column("prims", justify="right")
     t.add_column("operators fused")
+    t.add_column("grid", justify="right")
+    t.add_column("warps", justify="right")
+    t.add_column("waves", justify="right")
+    t.add_column("occ", justify="right")
+    t.add_column("bound")
     t.add_column("est us", justify="right")
+    if measured:
+        t.add_column("measured us", justify="right")
     rows = report.kernels if limit is None else report.kernels[:limit]
     for k, info in enumerate(rows):
-        t.add_row(str(k), info.family, str(len(info.prims)), _op_summary(info.ops), f"{info.est_us:.2f}")
+        cells = [str(k), info.family, str(len(info.prims)), _op_summary(info.ops), str(info.grid), str(info.warps),
+                 str(info.waves), str(info.occupancy), info.bound, f"{info.est_us:.2f}"]
+        if measured:
+            cells.append("" if info.measured_us is None else f"{info.measured_us:.2f}")
+        t.add_row(*cells)
     return t
+
+
+def roofline_line(report) -> str:
+    """The plan against the hardware's limit: modelled time and traffic over the roofline bound."""
+    ratio = report.est_total_us / report.roofline_us if report.roofline_us else float("nan")
+    traffic = report.traffic_bytes / report.compulsory_bytes if report.compulsory_bytes else float("nan")
+    return (f"roofline bound {report.roofline_us:.1f} us (modelled plan {report.est_total_us:.1f} us = {ratio:.1f}x); "
+            f"DRAM traffic {report.traffic_bytes / 1e6:.2f} MB = {traffic:.2f}x the compulsory "
+            f"{report.compulsory_bytes / 1e6:.2f} MB")
 
 
 def _op_summary(ops: list[str]) -> str:
@@ -130,11 +153,17 @@ def cmd_compile(args, console: Console) -> int:
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("orchestrating segments", total=None)
         compiled = tilefuse.compile_onnx(
-            args.model, target=args.target, strategy=args.strategy,
+            args.model, target=args.target, strategy=args.strategy, measure=args.measure,
+            cuda_graph=args.cuda_graph,
             progress=lambda done, total: bar.update(task, completed=done, total=total))
     r = compiled.report
     console.print(kernel_table(r))
     console.print(strategy_table(r))
+    console.print(roofline_line(r))
+    if r.measurement:
+        m = r.measurement
+        console.print(f"measured {m['schedules_measured']} schedules ({m['from_cache']} from the tuning cache) "
+                      f"in {m['rounds']} rounds; plan {'stable' if m['stable'] else 'still changing'}")
     console.print(f"{r.num_ops} operators, {r.num_prims} prims, {r.num_kernels} kernels; solver {r.solver}; "
                   f"compiled in {r.compile_seconds:.1f} s")
     console.print(_memory_line(r.memory))
@@ -215,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
     p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
     p.add_argument("--json", help="write the report as JSON to this file")
+    p.add_argument("--measure", action="store_true",
+                   help="time the chosen kernels on this machine's GPU and re-plan with measured times")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="plan for replay as one CUDA graph (launch overhead per graph node)")
     p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime")
     p.add_argument("model")
     p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")

@@ -78,3 +78,67 @@ def cuda_timer(warmup: int = 10, reps: int = 50, flush_l2: bool = True) -> Timer
 
 def _l2_flush_buffer() -> torch.Tensor:
     return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+
+# --- select -> measure -> re-select (DESIGN.md §7) ---------------------------------------------
+
+ROUNDS = 3          # re-solves at most; a plan whose kernels were all measured is stable
+TOP_K = 4           # schedules measured per chosen kernel: the family's best few by the model
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the measurement loop did: the final plans and coster, every measured schedule
+    (key -> seconds as costed: device time plus the plan mode's launch), how many rounds ran,
+    whether the plan stopped changing, and how many times came from the tuning cache."""
+    plans: dict
+    coster: object
+    measured: dict[str, float]
+    rounds: int
+    stable: bool
+    from_cache: int
+
+
+def tune(plan_fn: Callable[[dict[str, float]], tuple[dict, object]],
+         runner: Callable[[object], Callable[[], object]], timer: Timer, *, launch_s: float,
+         target: str, cache=None, versions=None, strategy: str = "optimal", rounds: int = ROUNDS,
+         top_k: int = TOP_K) -> Tuning:
+    """Measure the kernels the plan uses and re-plan with their times until the plan is stable.
+
+    ``plan_fn(measured)`` plans with measured times (schedule key -> seconds) overriding the
+    model and returns ``(plans, coster)``; ``coster.options(candidate)`` ranks a kernel's
+    schedules.  For every kernel of ``plans[strategy]``, its ``top_k`` schedules are run by
+    ``runner(schedule)()`` under ``timer`` (or read from ``cache``, keyed by the schedule's
+    structural key, the target and the library versions) — only what the optimum uses is
+    measured.  A measured device time is charged ``launch_s`` on top (the events time the device
+    work; the launch is the plan mode's).  Stops when a round measured nothing new (every kernel
+    of the plan is measured: the plan is stable) or after ``rounds`` re-solves.
+    """
+    from .cache import entry_key, library_versions
+    versions = versions if versions is not None else library_versions()
+    measured: dict[str, float] = {}
+    from_cache = 0
+    plans, coster = plan_fn(measured)
+    for done in range(rounds):
+        new = 0
+        for kernel in plans[strategy].kernels:
+            for _, sched in coster.options(kernel.candidate)[:top_k]:
+                key = sched.key()
+                if key in measured:
+                    continue
+                ekey = entry_key(key, target, versions)
+                device_s = cache.get(ekey) if cache is not None else None
+                if device_s is None:
+                    device_s = timer(runner(sched)).median_s
+                    if cache is not None and device_s > 0:
+                        cache.put(ekey, device_s, schedule=key, target=target)
+                else:
+                    from_cache += 1
+                measured[key] = device_s + launch_s
+                new += 1
+        if not new:
+            return Tuning(plans, coster, measured, done, True, from_cache)
+        plans, coster = plan_fn(measured)
+    stable = all(sched_key in measured for sched_key in
+                 (coster.best(k.candidate)[1].key() for k in plans[strategy].kernels))
+    return Tuning(plans, coster, measured, rounds, stable, from_cache)

@@ -3,14 +3,17 @@
 A kernel is described by what it does (``Work``: programs, DRAM and L2 bytes, flops at a peak,
 bytes one program keeps in flight, per-program resources) and timed on a ``Target``:
 
-    t = launch + Σ_waves max(DRAM, L2, compute) + fill + programs-per-SM × program cost
+    t = launch + max(DRAM, L2, Σ_waves compute) + fill + programs-per-SM × program cost
 
 * occupancy: programs resident per SM, from the target's per-SM limits on blocks, threads,
   registers and shared memory and the program's use of them; slots = SMs × occupancy;
-* waves: ceil(programs / slots); a wave of n programs moves its share of the bytes at
-  min(bandwidth, n × bytes in flight / latency) (Little's law: a small grid cannot keep enough
-  requests in flight to saturate DRAM or L2) and computes at the peak times the fraction of the
-  SMs' warp schedulers its warps occupy.  A small grid pays through idle SMs, not a factor;
+* memory: the bytes move at min(bandwidth, resident programs × bytes in flight / latency)
+  (Little's law: a small grid, or small programs at low occupancy, cannot keep enough requests in
+  flight to saturate DRAM or L2); programs are dispatched as slots free up, so a memory-bound grid
+  keeps min(programs, slots) resident until it drains;
+* waves: ceil(programs / slots); compute runs wave by wave, a wave of n programs at the peak times
+  the fraction of the SMs' warp schedulers its warps occupy, so a partial last wave (or a small
+  grid) pays through idle SMs (wave quantization), not through a factor;
 * fill: one memory latency before the first bytes arrive;
 * program cost: each program costs ``program_cycles`` of its SM's time (dispatch, prologue), so a
   huge grid of tiny programs pays per program.
@@ -92,7 +95,7 @@ class Work:
 class Estimate:
     seconds: float
     launch: float
-    dram_s: float              # summed over waves (time the DRAM term dominates or not)
+    dram_s: float              # time each term alone would take
     l2_s: float
     compute_s: float
     waves: int
@@ -119,20 +122,23 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
         return INFEASIBLE
     slots = target.sm_count * occ
     waves = -(-programs // slots)
-    full, rem = divmod(programs, slots)
-    dram = l2 = comp = body = 0.0
-    for n, count in ((slots, full), (rem, 1 if rem else 0)):
-        if not count:
-            continue
-        share = n / programs                      # fraction of the kernel's work in this wave
-        d = share * w.dram_bytes / _rate(target.dram_rate, target.dram_latency_s, n * w.inflight_bytes)
-        l = share * w.l2_bytes / _rate(target.l2_rate, target.l2_latency_s, n * w.inflight_bytes)
-        # SMs with a program, times the share of their warp schedulers the programs' warps fill
-        sms = min(n, target.sm_count)
-        busy = sms / target.sm_count * min(1.0, n * w.res.warps / (sms * target.warp_schedulers))
-        c = share * w.flops / (w.peak * busy) if w.flops else 0.0
-        dram, l2, comp = dram + count * d, l2 + count * l, comp + count * c
-        body += count * max(d, l, c)
+    # Memory: programs are dispatched as slots free up and desynchronize, so the grid keeps
+    # min(programs, slots) programs' requests in flight until it drains.
+    resident = min(programs, slots)
+    dram = w.dram_bytes / _rate(target.dram_rate, target.dram_latency_s, resident * w.inflight_bytes)
+    l2 = w.l2_bytes / _rate(target.l2_rate, target.l2_latency_s, resident * w.inflight_bytes)
+    # Compute: equal programs run in waves; a partial last wave leaves SMs (or their warp
+    # schedulers) idle: wave quantization.
+    comp = 0.0
+    if w.flops:
+        full, rem = divmod(programs, slots)
+        for n, count in ((slots, full), (rem, 1 if rem else 0)):
+            if count:
+                # SMs with a program, times the share of their warp schedulers the warps fill
+                sms = min(n, target.sm_count)
+                busy = sms / target.sm_count * min(1.0, n * w.res.warps / (sms * target.warp_schedulers))
+                comp += count * (n / programs) * w.flops / (w.peak * busy)
+    body = max(dram, l2, comp)
     overhead = target.dram_latency_s + -(-programs // target.sm_count) * target.program_cycles / target.clock_hz
     if target.program_s:      # an interpreting target runs programs and their loop chunks one by one
         overhead += target.program_s * programs * max(w.chunks, 1)

@@ -39,6 +39,7 @@ class Target:
     launch_graph_s: float                   # per-kernel overhead as a node of a replayed CUDA graph
     clock_hz: float = 1.0e9                 # SM clock under load
     l2_bw: float = 0.0                      # bytes/s, L2 -> SMs (0: same as DRAM)
+    l1_bytes: int = 0                       # L1 data cache + shared memory per SM (0: no L1 model)
     dram_efficiency: float = 1.0            # fraction of dram_bw a large streaming copy reaches
     dram_latency_s: float = 0.0             # loaded DRAM round trip: bytes in flight / latency
     l2_latency_s: float = 0.0               # bound the bandwidth a small grid can draw
@@ -124,7 +125,11 @@ def _ro(d: dict) -> Mapping[str, float]:
 # SMs) and loaded memory latencies of a few hundred ns.  [3] Measured device-to-device copies reach
 # about 90% of the HBM peak (issue #8's calibration figure; H200: 4.3 of 4.8 TB/s).  [4] Kernel
 # launch from Python 2-5 us; about 1 us per kernel node inside a CUDA graph (PyTorch CUDA-graph
-# documentation and Souffle's ~2 us per launch on A100).
+# documentation and Souffle's ~2 us per launch on A100).  [5] program_cycles: not published;
+# the cost of dispatching a program and running its prologue, an assumption to be replaced by
+# measurement.  [6] L2 bandwidth is not published; [2] measured ~5.5 TB/s on the PCIe card (114
+# SMs, power-limited clock), and an 8192³ GEMM at the recorded ~790 TFLOP/s with 256x128 tiles
+# moves 12.9 GB from L2 to the SMs in 1.39 ms, so the SXM part sustains at least ~9.3 TB/s.
 H100 = Target(
     name="h100", sm_count=132, dram_bw=3.35 * TB,
     peak_simt=_ro({"float32": 67 * TFLOPS, "float16": 133.8 * TFLOPS, "bfloat16": 133.8 * TFLOPS,
@@ -135,10 +140,11 @@ H100 = Target(
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=50 * MiB,
     launch_s=4.0e-6, launch_graph_s=1.0e-6,
     clock_hz=1.755e9,                        # [1], [2]: sustained clock under load
-    l2_bw=5.5 * TB,                          # [2]
+    l1_bytes=256 * KiB,                      # [1]: 256 KB combined L1 data cache / shared memory per SM
+    l2_bw=10 * TB,                           # [2], [6]
     dram_efficiency=0.9,                     # [3]
     dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,   # [2], loaded latencies (Little's law)
-    program_cycles=24,                       # assumed: block dispatch + prologue; calibrated [5]
+    program_cycles=16,                       # [5]
 )
 
 # NVIDIA H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet: the H100 SXM compute (same GH100 SMs and
@@ -148,7 +154,7 @@ H200 = replace(H100, name="h200", dram_bw=4.8 * TB)
 # NVIDIA A100 SXM4 80GB: "NVIDIA A100 Tensor Core GPU" datasheet and Ampere whitepaper
 # (108 SMs, 2.039 TB/s HBM2e, FP32 19.5 TFLOPS, TF32 156 / FP16, BF16 312 TFLOPS dense tensor core,
 # FP16 on CUDA cores 78 TFLOPS, 164 KB shared memory per SM with 163 KB per block, 40 MB L2,
-# 1.41 GHz boost); L2 bandwidth and latency from [2]'s A100 comparison, approximately.
+# 1.41 GHz boost, L2 "2.3x V100's": about 5120 B/clk, 7.2 TB/s at 1.41 GHz); latencies as H100 [2].
 A100 = Target(
     name="a100", sm_count=108, dram_bw=2.039 * TB,
     peak_simt=_ro({"float32": 19.5 * TFLOPS, "float16": 78 * TFLOPS, "bfloat16": 39 * TFLOPS,
@@ -158,8 +164,8 @@ A100 = Target(
     smem_per_sm=164 * KiB, smem_per_block=163 * KiB, regs_per_sm=65536, regs_per_block=65536,
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=40 * MiB,
     launch_s=4.0e-6, launch_graph_s=1.0e-6,
-    clock_hz=1.41e9, l2_bw=4.0 * TB, dram_efficiency=0.9, dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,
-    program_cycles=24,
+    clock_hz=1.41e9, l2_bw=7.2 * TB, l1_bytes=192 * KiB, dram_efficiency=0.9, dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,
+    program_cycles=16,
 )
 
 # The Triton interpreter on a CPU host (for tests): not a GPU; numbers are of the right order for a

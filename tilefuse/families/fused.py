@@ -229,8 +229,9 @@ def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
     Schedules within ``RESOLUTION`` of the fastest are ties the model cannot separate (its
     per-program and latency constants are assumptions until measured); among them the simplest
     comes first: fewest rows per program (the Triton tutorial's one row per program, more programs
-    to balance the SMs), then about 8 tile elements per thread (so warps grow with the row), then
-    fewest warps, then the smallest chunk.  Deterministic.
+    to balance the SMs), then fewest loop iterations (one pass over a row rather than several),
+    then about 8 tile elements per thread (so warps grow with the row), then fewest warps, then
+    the smallest chunk.  Deterministic.
     """
     flops = _flops(b)
     loops_looped = _loops(b, one_pass=False)
@@ -247,7 +248,7 @@ def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
     best = min(t for t, _ in scored)
     def simplest(s: FusedSchedule):
         per_thread = s.xblock * s.rblock / (s.num_warps * target.warp_size)
-        return s.xblock, abs(math.log2(per_thread / TIE_ELEMS_PER_THREAD)), s.num_warps, s.rblock
+        return s.xblock, s.work.chunks, abs(math.log2(per_thread / TIE_ELEMS_PER_THREAD)), s.num_warps, s.rblock
 
     tied = sorted((s for t, s in scored if t <= best * (1 + RESOLUTION)), key=simplest)
     rest = [s for _, s in sorted(((t, s) for t, s in scored if t > best * (1 + RESOLUTION)),

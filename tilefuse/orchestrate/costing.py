@@ -41,18 +41,37 @@ class Coster:
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
 
     def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
-        """Every family's top schedules for the candidate, each costed, fastest first."""
+        """Every family's top schedules for the candidate, each costed: the fastest family's
+        first, in the family's order (by measured time once any of them is measured)."""
         key = (cand.names, cand.outputs)
         got = self._options.get(key)
         if got is None:
             group = Group(cand.prims, cand.inputs, cand.outputs, self.types)
-            got = []
+            ranked = []
             for fam in self.families:
-                for sched in fam.schedules(group, self.target):
-                    got.append((self.cost(sched), sched))
-            got.sort(key=lambda cs: cs[0].seconds)
+                costed = self._calibrated(fam.schedules(group, self.target))
+                if costed:
+                    # a family's own order stands (its ties are broken by simplicity), unless a
+                    # measured time says otherwise; families compete by their first schedule
+                    costed.sort(key=lambda cs: cs[0].seconds if any(c.measured for c, _ in costed) else 0)
+                    ranked.append(costed)
+            ranked.sort(key=lambda opts: opts[0][0].seconds)
+            got = [cs for opts in ranked for cs in opts]
             self._options[key] = got
         return got
+
+    def _calibrated(self, scheds: list[Schedule]) -> list[tuple[Cost, Schedule]]:
+        """A family's schedules of one group, costed.  Where some were measured, the others'
+        modelled times are scaled by how far the model was off for their measured siblings (the
+        median ratio), so an alternative tiling of a kernel the device found slow is not taken
+        for fast."""
+        costed = [(self.cost(s), s) for s in scheds]
+        ratios = sorted(c.seconds / Cost.modelled(s.work, self.target, self.cuda_graph).seconds
+                        for c, s in costed if c.measured)
+        if not ratios or len(ratios) == len(costed):
+            return costed
+        r = ratios[len(ratios) // 2]
+        return [(cs if cs[0].measured else (replace(cs[0], seconds=cs[0].seconds * r), cs[1])) for cs in costed]
 
     def cost(self, sched: Schedule) -> Cost:
         cost = Cost.modelled(sched.work, self.target, self.cuda_graph)
@@ -69,3 +88,4 @@ class Coster:
     def __call__(self, cand: Candidate) -> float | None:
         got = self.best(cand)
         return None if got is None else got[0].seconds
+

@@ -52,6 +52,9 @@ class Report:
     compulsory_bytes: int = 0
     total_flops: int = 0
     roofline_us: float = 0.0
+    # The measurement loop (compile(measure=...)): rounds, whether the plan settled, how many
+    # schedules were measured and how many of those came from the tuning cache.  Empty if none.
+    measurement: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -36,13 +36,13 @@ def _torch_kernel(prim) -> KernelFn:
     return run
 
 
-def build_step(kernel) -> Step:
+def build_step(sched) -> Step:
+    """The runnable kernel of a schedule."""
     from ..codegen.triton import compile_fused
-    sched = kernel.schedule
     if sched.family == "fused":
         launch = compile_fused(sched)
         return Step(tuple(sched.inputs), tuple(st.tensor for st in sched.stores), launch, launch.source)
-    (prim,) = kernel.prims
+    (prim,) = sched.group.prims
     if sched.family == "library":
         from .library import library_kernel
         return Step(tuple(prim.inputs), (prim.name,), _one_output(library_kernel(prim)))
@@ -58,7 +58,7 @@ class Program:
 
     def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device, memory: MemoryPlan | None = None):
         self.plan, self.device, self.types = plan, device, pg.types
-        self.steps = [build_step(k) for k in plan.kernels]
+        self.steps = [build_step(k.schedule) for k in plan.kernels]
         self.memory: MemoryPlan = memory or plan_memory(plan, pg)
         self.constants = {c.name: c.data.to(device) for c in pg.constants}
         arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8, device=device)
@@ -81,3 +81,23 @@ class Program:
         for step in self.steps:
             step.run([buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs])
         return [buffers[n] for n in self.plan.outputs]
+
+
+def kernel_runner(sched, pg: PrimGraph, device: torch.device) -> Callable[[], None]:
+    """A zero-argument call running one schedule's kernel alone on ``device`` (for measuring):
+    weights are the model's, other inputs random floats or zero integers (in range as indices)."""
+    step = build_step(sched)
+    consts = pg.constant_map
+    types = sched.group.types
+
+    def tensor(name: str) -> torch.Tensor:
+        if name in consts:
+            return consts[name].data.to(device)
+        t = types[name]
+        if t.dtype.is_float:
+            return torch.randn(t.shape, device=device).to(t.dtype.to_torch())
+        return torch.zeros(t.shape, dtype=t.dtype.to_torch(), device=device)
+
+    ins = [tensor(n) for n in step.inputs]
+    outs = [torch.empty(types[n].shape, dtype=types[n].dtype.to_torch(), device=device) for n in step.outputs]
+    return lambda: step.run(ins, outs)

@@ -93,10 +93,12 @@ def split_l2(per_program: Sequence[float], programs: int, concurrent: int, input
              target: Target) -> tuple[float, float]:
     """(DRAM bytes, L2 bytes) of the loads of ``programs`` programs, ``concurrent`` resident at once.
 
-    Every requested byte passes through L2.  The first touch of each byte comes from DRAM
-    (compulsory); a re-read hits L2 when what it re-reads is still resident: the whole tensor fits
-    in half of L2 (weights broadcast to every program), or the bytes the resident programs hold
-    of it do (a row re-read by the next pass of the same program).  Otherwise it goes to DRAM again.
+    The first touch of each byte comes from DRAM (compulsory); a re-read hits L2 when what it
+    re-reads is still resident: the whole tensor fits in half of L2 (weights broadcast to every
+    program), or the bytes the resident programs hold of it do (a row re-read by the next pass of
+    the same program).  Otherwise it goes to DRAM again.  Requested bytes pass through L2, except
+    re-reads of a small broadcast tensor (a norm's weight vector), which each SM's L1 serves after
+    its first read: such a tensor crosses L2 at most once per SM.
     """
     dram = l2 = 0.0
     half = target.l2_bytes // 2
@@ -105,5 +107,6 @@ def split_l2(per_program: Sequence[float], programs: int, concurrent: int, input
         compulsory = min(total, t.nbytes)
         resident = t.nbytes <= half or per * concurrent <= half
         dram += compulsory if resident else total
-        l2 += total
+        l1_resident = target.l1_bytes and t.nbytes <= target.l1_bytes // 4
+        l2 += min(total, t.nbytes * target.sm_count) if l1_resident else total
     return dram, l2
