@@ -62,7 +62,31 @@ def test_compile_for_h100_writes_the_report(tmp_path, capsys):
     assert r["target"] == "h100" and r["num_kernels"] == 1           # sigmoid + relu fuse
     assert set(r["strategies"]) == {"unfused", "greedy", "optimal"}
     assert r["strategies"]["unfused"]["num_kernels"] == 2
-    assert "kernels" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "kernels" in out and "bound" in out and "roofline bound" in out
+    k = r["kernels"][0]
+    assert k["grid"] >= 1 and k["warps"] >= 1 and k["bound"] in ("dram", "l2", "compute", "launch")
+    assert r["launch"] == "per_launch" and r["roofline_us"] > 0
+
+
+def test_compile_for_a_cuda_graph_costs_graph_launches(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    eager, graph = tmp_path / "e.json", tmp_path / "g.json"
+    assert main(["compile", path, "--target", "h100", "--json", str(eager)]) == 0
+    assert main(["compile", path, "--target", "h100", "--cuda-graph", "--json", str(graph)]) == 0
+    e, g = json.loads(eager.read_text()), json.loads(graph.read_text())
+    assert g["launch"] == "cuda_graph" and g["est_total_us"] < e["est_total_us"]
+
+
+def test_compile_measure_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = _model(tmp_path / "m.onnx")
+    assert main(["compile", path, "--target", "h100", "--measure"]) == 2
+    err = capsys.readouterr()
+    text = (err.out + err.err).strip()
+    assert "CUDA device" in text and "Traceback" not in text
 
 
 def test_demo_runs_and_checks_against_eager(capsys):

@@ -86,7 +86,7 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
                 "intermediates": len(m.offsets)},
         launch="cuda_graph" if coster.cuda_graph else "per_launch",
         traffic_bytes=_traffic(plan, coster), compulsory_bytes=bound.compulsory_bytes, total_flops=bound.flops,
-        roofline_us=round(bound.seconds * 1e6, 3),
+        roofline_us=round(bound.seconds * 1e6, 6),
     )
 
 

@@ -39,7 +39,7 @@ def cmd_demo(args, console: Console) -> int:
     console.print(f"imported {r.num_ops} operators, split into {r.num_prims} tensor-expression prims, "
                   f"planned {r.num_kernels} kernels for this machine ({r.target}) in {r.compile_seconds:.1f} s")
     console.print(_category_table("prims by category", r.prims_by_category))
-    console.print(kernel_table(r))
+    console.print(kernel_table(r, detail=False))
     with torch.no_grad():
         want = model(*inputs)
     got = compiled(*inputs)
@@ -58,7 +58,7 @@ def cmd_demo(args, console: Console) -> int:
     opt = s["optimal"]["est_total_us"]
     console.print(f"modelled on h100 (not measured): optimal plan {opt:.1f} us in {s['optimal']['num_kernels']} "
                   f"kernels, {s['unfused']['est_total_us'] / opt:.2f}x faster than unfused, "
-                  f"{s['greedy']['est_total_us'] / opt:.2f}x faster than greedy fusion")
+                  f"{s['greedy']['est_total_us'] / opt:.2f}x faster than greedy fusion", soft_wrap=True)
     return 0 if ok else 1
 
 
@@ -93,7 +93,8 @@ def cmd_inspect(args, console: Console) -> int:
     return 2
 
 
-def kernel_table(report, limit: int | None = None) -> Table:
+def kernel_table(report, limit: int | None = None, *, detail: bool = True) -> Table:
+    """The plan's kernels; ``detail`` adds grid, warps, waves, occupancy and the dominant bound."""
     measured = any(k.measured_us is not None for k in report.kernels)
     what = "modelled and measured" if measured else "modelled"
     t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {report.target}, "
@@ -102,18 +103,19 @@ def kernel_table(report, limit: int | None = None) -> Table:
     t.add_column("family")
     t.add_column("prims", justify="right")
     t.add_column("operators fused")
-    t.add_column("grid", justify="right")
-    t.add_column("warps", justify="right")
-    t.add_column("waves", justify="right")
-    t.add_column("occ", justify="right")
-    t.add_column("bound")
+    if detail:
+        for col in ("grid", "warps", "waves", "occ"):
+            t.add_column(col, justify="right")
+        t.add_column("bound")
     t.add_column("est us", justify="right")
     if measured:
         t.add_column("measured us", justify="right")
     rows = report.kernels if limit is None else report.kernels[:limit]
     for k, info in enumerate(rows):
-        cells = [str(k), info.family, str(len(info.prims)), _op_summary(info.ops), str(info.grid), str(info.warps),
-                 str(info.waves), str(info.occupancy), info.bound, f"{info.est_us:.2f}"]
+        cells = [str(k), info.family, str(len(info.prims)), _op_summary(info.ops)]
+        if detail:
+            cells += [str(info.grid), str(info.warps), str(info.waves), str(info.occupancy), info.bound]
+        cells.append(f"{info.est_us:.2f}")
         if measured:
             cells.append("" if info.measured_us is None else f"{info.measured_us:.2f}")
         t.add_row(*cells)
@@ -159,7 +161,7 @@ def cmd_compile(args, console: Console) -> int:
     r = compiled.report
     console.print(kernel_table(r))
     console.print(strategy_table(r))
-    console.print(roofline_line(r))
+    console.print(roofline_line(r), soft_wrap=True)
     if r.measurement:
         m = r.measurement
         console.print(f"measured {m['schedules_measured']} schedules ({m['from_cache']} from the tuning cache) "
