@@ -95,3 +95,14 @@ def test_report_kernels_say_grid_warps_waves_occupancy_and_bound():
     assert set(r.strategies["optimal"]) >= {"num_kernels", "est_total_us", "traffic_bytes"}
     graph = tilefuse.compile(m, (torch.randn(128, 64).half(),), target="h100", cuda_graph=True).report
     assert graph.launch == "cuda_graph" and graph.est_total_us < r.est_total_us
+
+
+def test_opaque_kernels_cost_a_few_passes_over_their_bytes():
+    plan, coster = plan_op("TopK", [meta(64, 4096), None], (64, 8), {"axis": -1, "largest": 1, "k": 8},
+                           dtype=DType.float16, n_out=1)
+    costs = [coster.best(k.candidate) for k in plan.kernels]
+    opaque = [(c, s) for c, s in costs if s.family == "opaque"]
+    assert opaque
+    c, s = opaque[0]
+    nbytes = sum(s.group.types[t].nbytes for t in dict.fromkeys(s.group.prims[0].inputs)) + s.group.prims[0].out.nbytes
+    assert c.bytes == 3 * nbytes and c.seconds > H100.launch_s

@@ -140,3 +140,16 @@ def test_cpu_inputs_to_cuda_model_raise_input_error(demo32):
     _, inputs, compiled = demo32
     with pytest.raises(InputError, match=r"is on cpu.*runs on cuda"):
         compiled(*(t.cpu() for t in inputs))
+
+
+def test_measure_fills_measured_times_and_the_tuning_cache(demo32, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    model, inputs, _ = demo32
+    tuned = tilefuse.compile(model, inputs, measure=True, time_limit=TIME_LIMIT)
+    r = tuned.report
+    assert r.measurement["schedules_measured"] > 0 and r.measurement["from_cache"] == 0
+    assert all(k.measured_us is not None and k.measured_us > 0 for k in r.kernels)
+    assert any((tmp_path / "tuning").rglob("*.json"))
+    assert_matches(tuned(*inputs), eager(model, inputs), FP32_TOL, "demo fp32, measured plan")
+    again = tilefuse.compile(model, inputs, measure=True, time_limit=TIME_LIMIT).report
+    assert again.measurement["from_cache"] == again.measurement["schedules_measured"]

@@ -246,6 +246,7 @@ def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
     if not scored:
         return []
     best = min(t for t, _ in scored)
+
     def simplest(s: FusedSchedule):
         per_thread = s.xblock * s.rblock / (s.num_warps * target.warp_size)
         return s.xblock, s.work.chunks, abs(math.log2(per_thread / TIE_ELEMS_PER_THREAD)), s.num_warps, s.rblock
