@@ -71,6 +71,7 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
     plan = plans[strategy]
     m = memory or plan_memory(plan, primgraph)
     bound = roofline(primgraph, target)
+    traffic = {s: _traffic(p, coster) for s, p in plans.items()}
     return Report(
         target=target.name, backend=backend, strategy=strategy,
         num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
@@ -78,14 +79,14 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
         num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster),
         est_total_us=round(plan.cost * 1e6, 3),
         strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3),
-                        "traffic_bytes": _traffic(p, coster)}
+                        "traffic_bytes": traffic[s]}
                     for s, p in plans.items()},
         solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
         ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
         memory={"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
                 "intermediates": len(m.offsets)},
         launch="cuda_graph" if coster.cuda_graph else "per_launch",
-        traffic_bytes=_traffic(plan, coster), compulsory_bytes=bound.compulsory_bytes, total_flops=bound.flops,
+        traffic_bytes=traffic[strategy], compulsory_bytes=bound.compulsory_bytes, total_flops=bound.flops,
         roofline_us=round(bound.seconds * 1e6, 6),
     )
 

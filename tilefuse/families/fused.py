@@ -271,9 +271,7 @@ def tile_traffic(group: Group, tile: tuple[int, ...], target: Target, *, rblock:
     programs = math.prod(-(-ext[v] // t) for v, t in zip(avars, tile))
     rb = rblock or _loop_max(b.instances, b.iext)
     loops = _loops(b, one_pass=rb >= _loop_max(b.instances, b.iext))
-    ranges = _ranges(b, {v: t for v, t in zip(avars, tile)})
-    per_input = requested_bytes(loops, ranges, [group.types[n] for n in b.inputs], target)
-    stores = sum(group.types[s.tensor].nbytes for s in b.stores)
+    per_input, stores = _traffic(b, loops, dict(zip(avars, tile)), target)
     return int(sum(per_input) * programs + stores), programs
 
 
@@ -366,8 +364,13 @@ def _loops(b: FusedBody, *, one_pass: bool) -> list:
         if inst.rext == b.iext:
             mapping.update(zip(inst.rvars, b.ivars))
         else:
-            mapping.update((v, Var(f"k_{inst.prim}_{j}")) for j, v in enumerate(inst.rvars))
+            mapping.update((v, _kvar(inst, j)) for j, v in enumerate(inst.rvars))
     return [load_sites([substitute(body, mapping) for body in bodies], nin)]
+
+
+def _kvar(inst: Instance, j: int) -> Var:
+    """The one variable standing for reduced axis j of every instance of a prim (one pass)."""
+    return Var(f"k_{inst.prim}_{j}")
 
 
 def _loop_extents(b: FusedBody, one_pass: bool) -> list[int]:
@@ -398,18 +401,15 @@ def _ranges(b: FusedBody, box: dict[Var, int]) -> dict[Var, tuple[int, int]]:
     ranges = {v: (0, box.get(v, n) - 1) for v, n in zip(b.xvars + b.ivars, b.xext + b.iext)}
     for inst in b.instances:
         ranges.update((v, (0, n - 1)) for v, n in zip(inst.rvars, inst.rext))
-        ranges.update((Var(f"k_{inst.prim}_{j}"), (0, n - 1)) for j, n in enumerate(inst.rext))
+        ranges.update((_kvar(inst, j), (0, n - 1)) for j, n in enumerate(inst.rext))
     return ranges
 
 
-def _traffic(b: FusedBody, loops, xb: int, rb: int, target: Target):
-    """(programs, bytes one program requests per input, bytes stored)."""
+def _traffic(b: FusedBody, loops, box: dict[Var, int], target: Target) -> tuple[list[float], int]:
+    """(bytes one program covering ``box`` requests per input, bytes stored by the kernel)."""
     g = b.group
-    programs = -(-math.prod(b.xext) // xb)
-    ranges = _ranges(b, tile_box(b.xvars, b.xext, xb))
-    per_input = requested_bytes(loops, ranges, [g.types[n] for n in b.inputs], target)
-    stores = sum(g.types[s.tensor].nbytes for s in b.stores)
-    return programs, per_input, stores
+    per_input = requested_bytes(loops, _ranges(b, box), [g.types[n] for n in b.inputs], target)
+    return per_input, sum(g.types[s.tensor].nbytes for s in b.stores)
 
 
 def _registers(b: FusedBody, loops, elems_per_thread: int) -> int:
@@ -424,7 +424,8 @@ def _registers(b: FusedBody, loops, elems_per_thread: int) -> int:
 def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int, target: Target):
     """The schedules of one tile, one per warp count that fits."""
     g = b.group
-    programs, per_input, stores = _traffic(b, loops, xb, rb, target)
+    programs = -(-math.prod(b.xext) // xb)
+    per_input, stores = _traffic(b, loops, tile_box(b.xvars, b.xext, xb), target)
     extents = _loop_extents(b, one_pass)
     iterations = sum(-(-n // rb) for n in extents)
     inputs = [g.types[n] for n in b.inputs]

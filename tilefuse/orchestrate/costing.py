@@ -37,7 +37,6 @@ class Coster:
         self.families = tuple(families)
         self.cuda_graph = cuda_graph
         self.measured = dict(measured or {})
-        self._memo: dict[tuple, tuple[Cost, Schedule] | None] = {}
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
 
     def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
@@ -75,15 +74,12 @@ class Coster:
 
     def cost(self, sched: Schedule) -> Cost:
         cost = Cost.modelled(sched.work, self.target, self.cuda_graph)
-        seconds = self.measured.get(sched.key())
+        seconds = self.measured.get(sched.key()) if self.measured else None   # key() hashes the group
         return cost if seconds is None else replace(cost, seconds=seconds, measured=True)
 
     def best(self, cand: Candidate) -> tuple[Cost, Schedule] | None:
-        key = (cand.names, cand.outputs)
-        if key not in self._memo:
-            opts = self.options(cand)
-            self._memo[key] = opts[0] if opts else None
-        return self._memo[key]
+        opts = self.options(cand)
+        return opts[0] if opts else None
 
     def __call__(self, cand: Candidate) -> float | None:
         got = self.best(cand)
