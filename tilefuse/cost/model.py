@@ -89,6 +89,8 @@ class Work:
     inflight_bytes: float      # bytes one program has requested and not yet received
     res: Resources
     chunks: int = 1            # loop iterations of a program (interpreting targets charge each)
+    requested_bytes: float = 0.0   # bytes the kernel's loads and stores ask for, before any cache
+                                   # credit (what a counter of its memory operations sees)
 
 
 @dataclass(frozen=True)

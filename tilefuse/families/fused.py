@@ -442,7 +442,8 @@ def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int
         concurrent = min(programs, occ * target.sm_count)
         dram, l2 = split_l2(per_input, programs, concurrent, inputs, target)
         work = Work(programs, dram + stores, l2 + stores, flops, target.peak(DType.float32, False),
-                    inflight_bytes=requested / max(iterations, 1), res=res, chunks=iterations)
+                    inflight_bytes=requested / max(iterations, 1), res=res, chunks=iterations,
+                    requested_bytes=requested * programs + stores)
         yield FusedSchedule("fused", g, programs, work, b, xb, rb, warps)
 
 
