@@ -1,0 +1,64 @@
+"""ATen converters: layer, batch, group and RMS normalization."""
+from __future__ import annotations
+
+import torch
+
+from .emitter import Emitter
+from .registry import converts
+
+
+@converts("aten.native_layer_norm.default")
+def _layer_norm(em, a):
+    used = em.used_outputs()
+    outs = [em.out_type(0)] + [em.out_type(k) if k in used else None for k in (1, 2)]
+    return em.op("LayerNormalization", [a.input, a.weight, a.bias],
+                 {"axis": -len(a.normalized_shape), "epsilon": float(a.eps)}, outs=outs)
+
+
+def _per_channel(em: Emitter, x: str, value: float) -> str:
+    c = em.shape(x)[1]
+    return em.const(torch.full((c,), value, dtype=em.dtype(x).to_torch()))
+
+
+def _scale_shift(em: Emitter, a) -> tuple[str, str]:
+    """A norm's weight and bias, ones and zeros per channel where absent."""
+    w = a.weight if a.weight is not None else _per_channel(em, a.input, 1.0)
+    b = a.bias if a.bias is not None else _per_channel(em, a.input, 0.0)
+    return w, b
+
+
+@converts("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm(em, a):
+    if em.used_outputs() - {0}:
+        raise em.unsupported("the saved mean/invstd outputs are not supported")
+    w, b = _scale_shift(em, a)
+    y = em.op("BatchNormalization", [a.input, w, b, a.running_mean, a.running_var],
+              {"epsilon": float(a.eps), "momentum": float(a.momentum)})
+    return (y, None, None)
+
+
+@converts("aten.native_batch_norm.default")
+def _native_batch_norm(em, a):
+    if a.training:
+        raise em.bad_attr("training", True, "batch norm in training mode (call model.eval())")
+    return _batch_norm(em, a)
+
+
+@converts("aten.native_group_norm.default")
+def _group_norm(em, a):
+    if em.used_outputs() - {0}:
+        raise em.unsupported("the mean/rstd outputs are not supported")
+    w, b = _scale_shift(em, a)
+    y = em.op("GroupNormalization", [a.input, w, b], {"num_groups": int(a.group), "epsilon": float(a.eps)},
+              out=em.out_type(0))
+    return (y, None, None)
+
+
+@converts("aten.rms_norm.default")
+def _rms_norm(em, a):
+    x = a.input
+    t = em.type(x)
+    n = len(a.normalized_shape)
+    eps = a.eps if a.eps is not None else torch.finfo(t.dtype.to_torch()).eps
+    w = a.weight if a.weight is not None else em.const(torch.ones(t.shape[-n:], dtype=t.dtype.to_torch()))
+    return em.op("RMSNormalization", [x, w], {"axis": -n, "epsilon": float(eps)})
