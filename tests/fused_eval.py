@@ -15,9 +15,9 @@ from opcheck import one_node_graph
 
 from tilefuse.fission import fission
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import Grid, retype, run_reference, var_env
 from tilefuse.ir.expr import Load, transform
 from tilefuse.ir.prim import PrimGraph
-from tilefuse.runtime.reference import _Grid, _retype, _var_env, run_reference
 
 _COMBINE = {"sum": lambda t, d: t.sum(d), "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d),
             "prod": lambda t, d: t.prod(d)}
@@ -30,37 +30,37 @@ def _rowwise(e, nin: int, xvars):
 
 
 def evaluate_schedule(s, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    nin = len(s.inputs)
+    nin = len(s.body.inputs)
     vals = list(inputs)
-    ext = dict(zip(s.xvars, s.xext)) | dict(zip(s.ivars, s.iext))
-    dummy = SimpleNamespace(name="fused", origin="fused schedule", inputs=list(s.inputs) + ["instance"] * 64)
-    for inst in s.instances:
-        body = _rowwise(inst.body, nin, s.xvars)
+    ext = dict(zip(s.body.xvars, s.body.xext)) | dict(zip(s.body.ivars, s.body.iext))
+    dummy = SimpleNamespace(name="fused", origin="fused schedule", inputs=list(s.body.inputs) + ["instance"] * 64)
+    for inst in s.body.instances:
+        body = _rowwise(inst.body, nin, s.body.xvars)
         if inst.dtype.value in ("float16", "bfloat16"):  # the executor's rule: 16-bit reductions run in fp32
-            body = transform(body, lambda n: _retype(n) if n.dtype.value in ("float16", "bfloat16") else None)
-        allv = list(s.xvars) + list(inst.rvars)
+            body = transform(body, lambda n: retype(n) if n.dtype.value in ("float16", "bfloat16") else None)
+        allv = list(s.body.xvars) + list(inst.rvars)
         e = dict(ext) | dict(zip(inst.rvars, inst.rext))
-        g = _Grid(dummy, vals, _var_env(allv, e, torch.device("cpu")))
+        g = Grid(dummy, vals, var_env(allv, e, torch.device("cpu")))
         wide = inst.dtype.to_torch()
         if inst.dtype.value in ("float16", "bfloat16"):
             wide = torch.float32
         v = g.eval(body).to(wide).expand(*[e[x] for x in allv])
-        red = tuple(range(len(s.xvars), len(allv)))
+        red = tuple(range(len(s.body.xvars), len(allv)))
         v = _COMBINE[inst.combiner](v, red) if red else v
-        vals.append(v.to(inst.dtype.to_torch()).reshape(tuple(s.xext)))
+        vals.append(v.to(inst.dtype.to_torch()).reshape(tuple(s.body.xext)))
     out = {}
-    allv = list(s.xvars) + list(s.ivars)
+    allv = list(s.body.xvars) + list(s.body.ivars)
     anchor_order = sorted(allv, key=lambda v: int(v.name[1:]))
-    for st in s.stores:
+    for st in s.body.stores:
         t = s.group.types[st.tensor]
-        g = _Grid(dummy, vals, _var_env(anchor_order, ext, torch.device("cpu")))
+        g = Grid(dummy, vals, var_env(anchor_order, ext, torch.device("cpu")))
         shape = [ext[v] for v in anchor_order]
         keep = torch.ones(shape, dtype=torch.bool)
         for v in st.mask_vars:
             keep &= (g.env[v] == 0).expand(shape)
         for v, n in st.limits:
             keep &= (g.env[v] < n).expand(shape)
-        val = g.eval(_rowwise(st.value, nin, s.xvars), keep).expand(shape)   # reads may leave their
+        val = g.eval(_rowwise(st.value, nin, s.body.xvars), keep).expand(shape)   # reads may leave their
         idx = [g.eval(i, keep).expand(shape) for i in st.index]              # tensors where not kept
         res = torch.full(t.shape, float("nan"), dtype=t.dtype.to_torch()) if t.dtype.is_float else \
             torch.zeros(t.shape, dtype=t.dtype.to_torch())

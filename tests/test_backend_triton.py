@@ -50,7 +50,7 @@ def test_compiling_twice_gives_identical_kernels_and_plan_and_reuses_the_cache(t
 
     def build():
         c = tilefuse.compile(model, inputs, time_limit=2.0)
-        return c, c.program.kernel_sources, [str(k.candidate) for k in c.plan.kernels]
+        return c, [k.source for k in c.kernels if k.language == "triton"], [str(k.candidate) for k in c.plan.kernels]
 
     a, sources_a, plan_a = build()
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.py")}
@@ -92,7 +92,7 @@ def test_plans_made_for_a_gpu_compute_the_model_through_the_interpreter():
     model, inputs = demo_model(batch=2, seq=8)
     c = tilefuse.compile(model, inputs, target="h100", time_limit=2.0)
     assert c.device.type == "cuda"
-    program = Program(c.plan, c.primgraph, torch.device("cpu"))
+    program = Program(c.plan, c.primgraph, torch.device("cpu"), c.kernels)
     (got,) = program.run(dict(zip(c.input_names, inputs)))
     with torch.no_grad():
         torch.testing.assert_close(got, model(*inputs), rtol=1e-5, atol=1e-5)

@@ -7,7 +7,6 @@ import torch
 from fused_eval import all_values, layernorm_group, op_graph, transpose_scale_group
 from test_fused import H100
 
-from tilefuse.codegen.triton import compile_fused, emit_fused
 from tilefuse.families.base import Group
 from tilefuse.families.fused import FusedFamily
 from tilefuse.fission import fission
@@ -21,6 +20,15 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
 
 
+def emit_fused(s, name="fused_kernel"):
+    """The Triton source the fused family builds for ``s``."""
+    return FusedFamily().build(s, name).source
+
+
+def compile_fused(s, name="fused_kernel"):
+    return FusedFamily().build(s, name).run
+
+
 def _schedule(group, xblock=8, rblock=32):
     scheds = FusedFamily().schedules(group, H100)
     assert scheds
@@ -32,8 +40,8 @@ def _schedule(group, xblock=8, rblock=32):
 def _check(group, env, tol=1e-5, **tiles):
     s = _schedule(group, **tiles)
     outs = {st.tensor: torch.full(env[st.tensor].shape, float("nan")).to(env[st.tensor].dtype)
-            for st in s.stores}   # poisoned: every element must be written
-    compile_fused(s)([env[n] for n in s.inputs], list(outs.values()))
+            for st in s.body.stores}   # poisoned: every element must be written
+    compile_fused(s)([env[n] for n in s.body.inputs], list(outs.values()))
     assert set(outs) == set(group.outputs)
     for name, t in outs.items():
         torch.testing.assert_close(t, env[name], rtol=tol, atol=tol, equal_nan=True,
@@ -58,10 +66,10 @@ def _model(fn, *inputs):
 def test_softmax_non_power_of_two_rows(rblock):
     pg, feeds = op_graph("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
     s = _check(_whole(pg), all_values(pg, feeds), xblock=4, rblock=rblock)
-    assert len(s.instances) == 2
+    assert len(s.body.instances) == 2
     # a whole row in one tile: max, sum and the output share one load of x; else a loop each
     src = emit_fused(s)
-    assert ("# one pass" in src) == (rblock == 64)
+    assert ("one pass" in src.splitlines()[0]) == (rblock == 64)
     assert src.count("tl.load(") == (1 if rblock == 64 else 3)
 
 
@@ -73,7 +81,7 @@ def test_fp16_softmax():
 
 def test_layernorm_with_row_outputs():
     s = _check(*layernorm_group(), rblock=16)
-    assert sum(st.row_only for st in s.stores) == 2
+    assert sum(st.row_only for st in s.body.stores) == 2
 
 
 def test_transpose_and_scale_store_two_layouts():
@@ -126,8 +134,8 @@ def test_split_into_several_outputs(sizes):
     fn = lambda x: tuple(t * (k + 1) for k, t in enumerate(torch.split(x, sizes, dim=1)))
     group, env = _model(fn, torch.randn(4, sum(sizes)))
     s = _check(group, env)
-    assert len(s.stores) == 3
-    assert sum(bool(st.limits) for st in s.stores) == (2 if sizes[0] != sizes[1] else 0)
+    assert len(s.body.stores) == 3
+    assert sum(bool(st.limits) for st in s.body.stores) == (2 if sizes[0] != sizes[1] else 0)
 
 
 def test_integer_and_bool_group():
@@ -206,8 +214,11 @@ def test_bool_reduction_over_an_empty_axis_gives_its_identity(combiner):
 def test_source_is_deterministic_and_names_its_operators():
     pg, _ = op_graph("Softmax", [torch.randn(6, 33)], (6, 33), {"axis": -1})
     s = _schedule(_whole(pg))
-    src = emit_fused(s)
-    assert src == emit_fused(s)
+    from tilefuse.codegen import kernel_names
+    name = kernel_names([s], pg.prims)[0]
+    assert name == "fused_softmax"
+    src = emit_fused(s, name)
+    assert src == emit_fused(s, name)
     assert src.startswith("#") and "Softmax 'n0'" in src.split("import")[0]
     assert "def fused_softmax(" in src
 

@@ -22,7 +22,7 @@ def test_large_pointwise_gets_wide_programs_and_4_to_8_warps(shape):
     cost, s = _only_fused("Add", [meta(*shape), meta(*shape)], shape)
     assert s.xblock * s.rblock >= 1024
     assert 4 <= s.num_warps <= 8
-    assert s.rblock == 1 and len(s.instances) == 0          # no reduction loop at all
+    assert s.rblock == 1 and len(s.body.instances) == 0          # no reduction loop at all
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LayerNormalization", "RMSNormalization"])

@@ -19,7 +19,7 @@ def _check_group(group, env):
     scheds = FusedFamily().schedules(group, H100)
     assert scheds
     s = scheds[0]
-    got = evaluate_schedule(s, [env[n] for n in s.inputs])
+    got = evaluate_schedule(s, [env[n] for n in s.body.inputs])
     assert set(got) == set(group.outputs)
     for name, t in got.items():
         torch.testing.assert_close(t, env[name], rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
@@ -31,18 +31,18 @@ def test_softmax_is_one_fused_kernel_with_two_reductions():
     pg, feeds = op_graph("Softmax", [x], (6, 33), {"axis": -1})
     env = all_values(pg, feeds)
     s = _check_group(Group(pg.prims, ("x0",), pg.outputs, dict(pg.types)), env)
-    assert [i.combiner for i in s.instances] == ["max", "sum"]
-    assert s.xext == (6,) and s.iext == (33,)
+    assert [i.combiner for i in s.body.instances] == ["max", "sum"]
+    assert s.body.xext == (6,) and s.body.iext == (33,)
 
 
 def test_layernorm_row_outputs_and_full_outputs_in_one_kernel():
     s = _check_group(*layernorm_group())
-    assert sum(st.row_only for st in s.stores) == 2
+    assert sum(st.row_only for st in s.body.stores) == 2
 
 
 def test_transpose_then_add_stores_both_layouts():
     s = _check_group(*transpose_scale_group())
-    assert s.ivars == ()
+    assert s.body.ivars == ()
 
 
 def test_rejects_mixed_shapes_it_cannot_store():
@@ -89,7 +89,7 @@ def _whole_model(fn, *inputs):
 def test_uneven_split_is_one_kernel_storing_each_part_where_it_fits():
     group, env = _whole_model(lambda x: tuple(t + 1.0 for t in torch.split(x, [2, 5, 3], dim=-1)), torch.randn(3, 10))
     s = _check_group(group, env)
-    assert sorted(n for st in s.stores for _, n in st.limits) == [2, 3]     # the 5-wide part is the anchor
+    assert sorted(n for st in s.body.stores for _, n in st.limits) == [2, 3]     # the 5-wide part is the anchor
 
 
 def test_uneven_parts_with_reductions_are_not_fused():

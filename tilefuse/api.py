@@ -1,8 +1,9 @@
 """The tilefuse pipeline, stage by stage.
 
     model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► orchestrate (segments,
-    candidates costed by kernel families on the target, BLP) ─► Plan ─► CompiledModel
-    (backend "reference": kernels evaluated by the reference executor; "triton": generated kernels)
+    candidates costed by kernel families on the target, BLP) ─► Plan ─► codegen (every kernel
+    built by its family: Triton source or a library call) ─► CompiledModel
+    (backend "reference": kernels evaluated by the reference executor; "triton": the built kernels)
 
 Each stage is a plain function from one IR to the next; ``dump`` (a directory) writes what each
 stage produced.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .analysis.classify import count_by_category
+from .codegen import build_kernels, kernel_names
 from .cost.roofline import roofline
 from .cost.target import Target
 from .fission import fission
@@ -23,7 +25,7 @@ from .ir.prim import PrimGraph
 from .orchestrate.costing import Coster
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
-from .report.report import KernelInfo, Report, kernel_name
+from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.simplify import simplify_graph
@@ -47,14 +49,13 @@ def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda
     return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress)), coster
 
 
-def _kernel_infos(plan: Plan, coster: Coster) -> list[KernelInfo]:
+def _kernel_infos(plan: Plan, coster: Coster, names: list[str]) -> list[KernelInfo]:
     out = []
-    for i, k in enumerate(plan.kernels):
+    for k, name in zip(plan.kernels, names):
         cost, sched = coster.best(k.candidate)
         ops = list(dict.fromkeys(f"{p.origin.op}:{p.origin.name}" for p in k.prims))
-        types = [p.origin.op for p in k.prims]
         out.append(KernelInfo(
-            kernel_name(i, sched.family, types), sched.family, list(k.candidate.names), ops,
+            name, sched.family, list(k.candidate.names), ops,
             round(cost.seconds * 1e6, 3), int(cost.bytes), int(cost.flops),
             round(cost.seconds * 1e6, 3) if cost.measured else None,
             grid=cost.blocks, warps=cost.warps, waves=cost.waves, occupancy=cost.occupancy, bound=cost.bound,
@@ -76,7 +77,7 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
         target=target.name, backend=backend, strategy=strategy,
         num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
         prims_by_category=count_by_category(primgraph.prims),
-        num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster),
+        num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster, kernel_names([k.schedule for k in plan.kernels], primgraph.prims)),
         est_total_us=round(plan.cost * 1e6, 3),
         strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3),
                         "traffic_bytes": traffic[s]}
@@ -118,20 +119,36 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     else:
         plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, progress=progress)
     plan = plans[strategy]
+    kernels = build_kernels(plan, primgraph)
     if dump is not None:
-        d = Path(dump)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "1-graph.txt").write_text(str(graph) + "\n")
-        (d / "2-prims.txt").write_text(str(primgraph) + "\n")
-        (d / "3-plan.txt").write_text("\n".join(
-            f"{i}: {k.candidate}  est {k.cost * 1e6:.2f} us" for i, k in enumerate(plan.kernels)) + "\n")
+        _dump(Path(dump), graph, primgraph, plan, kernels)
     memory = plan_memory(plan, primgraph)
     report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
     if measure:
         report.measurement = {"rounds": tuning.rounds, "stable": tuning.stable,
                               "schedules_measured": len(tuning.measured), "from_cache": tuning.from_cache}
     report.compile_seconds = round(time.perf_counter() - t0, 4)
-    return CompiledModel(imported, primgraph, plan, report, backend, tgt, cuda_graph=cuda_graph, memory=memory)
+    return CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
+                         memory=memory)
+
+
+def _dump(d: Path, graph, primgraph: PrimGraph, plan: Plan, kernels) -> None:
+    """What each stage produced: the graph, the prims, the plan and every kernel's source
+    (``4-kernels/<index>_<name>.py`` for generated Triton, ``.txt`` for library and torch calls)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "1-graph.txt").write_text(str(graph) + "\n")
+    (d / "2-prims.txt").write_text(str(primgraph) + "\n")
+    (d / "3-plan.txt").write_text("\n".join(
+        f"{i}: {b.name}  {k.candidate}  est {k.cost * 1e6:.2f} us"
+        for i, (k, b) in enumerate(zip(plan.kernels, kernels))) + "\n")
+    kd = d / "4-kernels"
+    kd.mkdir(exist_ok=True)
+    for old in kd.iterdir():   # a previous dump's kernels would read as this plan's
+        old.unlink()
+    width = len(str(max(len(kernels) - 1, 0)))
+    for i, b in enumerate(kernels):
+        ext = "py" if b.language == "triton" else "txt"
+        (kd / f"{i:0{width}d}_{b.name}.{ext}").write_text(b.source)
 
 
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",

@@ -1,11 +1,11 @@
-"""The kernel-family protocol (DESIGN.md §6), the group of prims a candidate kernel computes, and
-its cost."""
+"""The kernel-family protocol (DESIGN.md §6), the group of prims a candidate kernel computes, its
+cost, and the runnable kernel a family builds from a schedule."""
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 from ..analysis.classify import Category, classify
 from ..cost.model import Work, estimate
@@ -82,8 +82,39 @@ class Schedule:
         return hashlib.sha256(repr(shape).encode()).hexdigest()[:24]
 
 
+# Runs one kernel: (inputs in Built.inputs order, outputs in Built.outputs order, preallocated and
+# contiguous) -> None; it writes every output.
+KernelFn = Callable[[list, list], None]
+
+
+@dataclass(frozen=True)
+class Built:
+    """A kernel ready to run, built from a schedule at compile time."""
+    name: str                  # the report's, the Triton function's and the profiler's name
+    family: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    run: KernelFn
+    source: str                # generated Triton source, or what the library/torch call does
+    language: str              # "triton" | "torch"
+
+
 class KernelFamily(Protocol):
     name: str
 
     def schedules(self, group: Group, target: Target) -> list[Schedule]:
         """Top-k schedules for the group, best first; [] (quickly) if this family cannot build it."""
+
+    def cost(self, schedule: Schedule, target: Target, cuda_graph: bool = False) -> Cost:
+        """The schedule's modelled cost as the plan runs it (per launch or in a CUDA graph)."""
+
+    def build(self, schedule: Schedule, name: str) -> Built:
+        """The runnable kernel (generated source or a library call); raises on what it cannot build."""
+
+
+class Family:
+    """What families share: the modelled cost of a schedule's work."""
+    name = ""
+
+    def cost(self, schedule: Schedule, target: Target, cuda_graph: bool = False) -> Cost:
+        return Cost.modelled(schedule.work, target, cuda_graph)

@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..analysis.classify import Category, contraction_operands
+from ..analysis.inline import Inliner, Instance, injective_store
 from ..cost.model import Resources, Work, estimate, expr_flops, occupancy
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from ..ir.expr import Const, Expr, Load, Var, free_vars, substitute, walk
-from ..ir.prim import Prim
+from ..ir.expr import Expr, Var, free_vars, substitute, walk
 from ..schedule.tiles import load_sites, requested_bytes, split_l2, tile_box
-from .base import Group, Schedule
+from .base import Built, Family, Group, Schedule
 
 MAX_EXPR_NODES = 4000          # beyond this, inlining has blown up (stencils of stencils): reject
 MAX_TILE_ELEMS = 16384         # XBLOCK·RBLOCK values live per program (registers: see _registers)
@@ -48,19 +47,6 @@ ELEMS_PER_THREAD = (4, 16)     # a thread's share of the tile: at least one 8-by
 RESOLUTION = 0.05              # modelled times closer than this are ties (see _ranked)
 TIE_ELEMS_PER_THREAD = 8       # in a tie, the share of the tile per thread Inductor and the tutorials use
 TOP_K = 4                      # schedules handed on (to measurement) per group
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One use of a member reduction: its body at a row-dependent index, reduced per row."""
-    slot: int                     # referenced in kernel expressions as Load(slot, (), dtype)
-    prim: str
-    index: tuple[Expr, ...]       # where the reduction's output is read, over anchor row vars
-    body: Expr                    # over row vars and ``rvars``; loads use kernel input slots/instances
-    rvars: tuple[Var, ...]
-    rext: tuple[int, ...]
-    combiner: str
-    dtype: DType
 
 
 @dataclass(frozen=True)
@@ -95,15 +81,11 @@ class FusedSchedule(Schedule):
     xblock: int
     rblock: int
     num_warps: int
-
-    def __getattr__(self, name):  # the body's fields read as the schedule's own
-        if name == "body":
-            raise AttributeError(name)
-        return getattr(self.body, name)
+    num_stages: int = 1       # software-pipelining depth of the kernel's loops (1: none to pipeline)
 
     @property
     def persistent(self) -> bool:
-        return self.rblock >= _loop_max(self.instances, self.iext)
+        return self.rblock >= _loop_max(self.body.instances, self.body.iext)
 
     @property
     def one_pass(self) -> bool:
@@ -113,99 +95,14 @@ class FusedSchedule(Schedule):
         return self.persistent and _can_one_pass(self.body)
 
     def tile_key(self) -> tuple:
-        return (self.xblock, self.rblock, self.num_warps)
+        return (self.xblock, self.rblock, self.num_warps, self.num_stages)
 
 
 def _loop_max(instances, iext) -> int:
     return max([math.prod(iext)] + [math.prod(i.rext) for i in instances])
 
 
-class _Inliner:
-    def __init__(self, group: Group):
-        self.group = group
-        self.member: Mapping[str, Prim] = group.members
-        self.in_slot = {n: k for k, n in enumerate(group.inputs)}
-        self.instances: list[Instance] = []
-        self.inst_key: dict[tuple, int] = {}
-        self.pending: set[tuple] = set()        # instances whose bodies are being inlined
-        self.refs: dict[str, list[tuple[Expr, ...]]] = {}   # member -> indices it was used at
-        self.memo: dict[tuple, Expr] = {}
-
-    def value_at(self, name: str, idx: tuple[Expr, ...]) -> Expr:
-        key = (name, idx)
-        got = self.memo.get(key)
-        if got is not None:
-            return got
-        p = self.member[name]
-        self.refs.setdefault(name, []).append(idx)
-        if p.reduce is not None:
-            out = self._instance(p, idx)
-        else:
-            out = self._resolve(p, dict(zip(p.axes, idx)))
-        self.memo[key] = out
-        return out
-
-    def _resolve(self, p: Prim, mapping: Mapping[Var, Expr]) -> Expr:
-        """p's body with its variables replaced by ``mapping`` and its loads made kernel-level.
-
-        One recursive pass over p's own nodes does both; results are never visited again, so index
-        expressions coming in through ``mapping`` (already kernel-level) or produced by folding
-        are never re-read in p's slot numbering.
-        """
-        memo: dict[int, Expr] = {}
-
-        def go(n: Expr) -> Expr:
-            got = memo.get(id(n))
-            if got is not None:
-                return got
-            if isinstance(n, Var):
-                out = mapping.get(n, n)
-            elif isinstance(n, Load):
-                idx = tuple(go(i) for i in n.index)
-                src = p.inputs[n.tensor]
-                out = self.value_at(src, idx) if src in self.member else Load(self.in_slot[src], idx, n.dtype)
-            else:
-                kids = n.children()
-                out = n.with_children(tuple(go(k) for k in kids)) if kids else n
-            memo[id(n)] = out
-            return out
-
-        return go(p.body)
-
-    def _instance(self, p: Prim, idx: tuple[Expr, ...]) -> Expr:
-        key = (p.name, idx)
-        if key not in self.inst_key:
-            tag = len(self.inst_key) + len(self.pending)
-            self.pending.add(key)
-            rvars = tuple(Var(f"r{tag}_{k}") for k in range(len(p.reduce.axes)))
-            mapping = dict(zip(p.axes, idx))
-            mapping.update(zip(p.reduce.axes, rvars))
-            body = self._resolve(p, mapping)  # registers the instances it uses first
-            self.pending.discard(key)
-            slot = len(self.group.inputs) + len(self.instances)
-            self.inst_key[key] = slot
-            self.instances.append(Instance(slot, p.name, idx, body, rvars, p.reduce.extents, p.reduce.combiner,
-                                           p.out.dtype))
-        slot = self.inst_key[key]
-        return Load(slot, (), p.out.dtype)
-
-
-def _injective_store(idx: tuple[Expr, ...], shape: tuple[int, ...], ext: Mapping[Var, int], partial=False):
-    """Vars used if idx maps them injectively onto the whole tensor (else None); ``partial``: a var
-    may range beyond its dim (the store is then limited to the dim)."""
-    used = []
-    for e, n in zip(idx, shape):
-        if isinstance(e, Const):
-            if e.value != 0 or n != 1:
-                return None
-        elif isinstance(e, Var) and e in ext and e not in used and (ext[e] == n or partial and ext[e] > n):
-            used.append(e)
-        else:
-            return None
-    return tuple(used)
-
-
-class FusedFamily:
+class FusedFamily(Family):
     name = "fused"
 
     def schedules(self, group: Group, target: Target) -> list[FusedSchedule]:
@@ -221,6 +118,14 @@ class FusedFamily:
         if built is None or built.nested:
             return []
         return _ranked(built, target)[:TOP_K]
+
+    def build(self, schedule: FusedSchedule, name: str) -> Built:
+        from ..codegen.fused import fused_kernel
+        from ..codegen.triton import compile_kernel
+        kernel = fused_kernel(schedule, name)
+        run, source = compile_kernel(kernel)
+        b = schedule.body
+        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
 
 
 def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
@@ -283,14 +188,14 @@ def _build(group: Group, nested_ok: bool = False) -> FusedBody | None:
     anchor = max(outs, key=lambda p: (p.out.numel, order[p.name]))
     avars = tuple(Var(f"a{k}") for k in range(anchor.out.rank))
     ext = dict(zip(avars, anchor.out.shape))
-    inl = _Inliner(group)
+    inl = Inliner(group.members, group.inputs)
     values = {anchor.name: inl.value_at(anchor.name, avars)}
     stores_idx = {anchor.name: avars}
     for o in outs:
         if o.name == anchor.name:
             continue
         for idx in inl.refs.get(o.name, []):
-            if _injective_store(idx, o.out.shape, ext) is not None:
+            if injective_store(idx, o.out.shape, ext) is not None:
                 stores_idx[o.name] = idx
                 values[o.name] = inl.value_at(o.name, idx)
                 break
@@ -326,7 +231,7 @@ def _build(group: Group, nested_ok: bool = False) -> FusedBody | None:
     stores = []
     for o in outs:
         idx = stores_idx[o.name]
-        used = _injective_store(idx, o.out.shape, ext, partial=not inl.instances)
+        used = injective_store(idx, o.out.shape, ext, partial=not inl.instances)
         if used is None:
             return None
         val = values[o.name]
@@ -428,6 +333,8 @@ def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int
     per_input, stores = _traffic(b, loops, tile_box(b.xvars, b.xext, xb), target)
     extents = _loop_extents(b, one_pass)
     iterations = sum(-(-n // rb) for n in extents)
+    # a loop of several chunks overlaps the next chunk's loads with this one's arithmetic
+    stages = 2 if any(n > rb for n in extents) else 1
     inputs = [g.types[n] for n in b.inputs]
     requested = sum(per_input)
     for warps in WARPS:
@@ -444,7 +351,7 @@ def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int
         work = Work(programs, dram + stores, l2 + stores, flops, target.peak(DType.float32, False),
                     inflight_bytes=requested / max(iterations, 1), res=res, chunks=iterations,
                     requested_bytes=requested * programs + stores)
-        yield FusedSchedule("fused", g, programs, work, b, xb, rb, warps)
+        yield FusedSchedule("fused", g, programs, work, b, xb, rb, warps, stages)
 
 
 def _flops(b: FusedBody) -> int:

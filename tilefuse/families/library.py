@@ -17,7 +17,7 @@ from ..analysis.classify import Category, contraction_operands
 from ..cost.model import Resources, Work, estimate
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from .base import Group, Schedule
+from .base import Built, Family, Group, Schedule
 
 # CTA tiles (M × N) and split-K factors the library chooses among (cuBLAS's kernels for Hopper and
 # Ampere use 64-256 wide tiles and split K when M·N gives too few tiles).
@@ -46,8 +46,18 @@ class LibrarySchedule(Schedule):
         return (self.tile, self.split_k, self.tensor_cores)
 
 
-class LibraryFamily:
+class LibraryFamily(Family):
     name = "library"
+
+    def build(self, schedule: LibrarySchedule, name: str) -> Built:
+        from ..runtime.library import library_kernel
+        (prim,) = schedule.group.prims
+        kernel = library_kernel(prim)
+        desc = (f"# {name}: library kernel (tilefuse), {kernel!r}\n# implements: {prim.origin}\n"
+                f"# {schedule.batch} x [{schedule.m} x {schedule.k}] @ [{schedule.k} x {schedule.n}], "
+                f"modelled tile {schedule.tile[0]}x{schedule.tile[1]}, split-K {schedule.split_k}\n")
+        return Built(name, self.name, tuple(prim.inputs), (prim.name,),
+                     lambda ins, outs: kernel(ins, outs[0]), desc, "torch")
 
     def schedules(self, group: Group, target: Target) -> list[LibrarySchedule]:
         if len(group.prims) != 1 or group.categories[0] is not Category.contraction:

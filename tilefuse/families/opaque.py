@@ -4,13 +4,22 @@ from __future__ import annotations
 from ..analysis.classify import Category
 from ..cost.model import Resources, Work
 from ..cost.target import Target
-from .base import Group, Schedule
+from .base import Built, Family, Group, Schedule
 
 SORT_PASSES = 3      # a sort-like torch kernel reads its data a few times (modelling assumption)
 
 
-class OpaqueFamily:
+class OpaqueFamily(Family):
     name = "opaque"
+
+    def build(self, schedule: Schedule, name: str) -> Built:
+        from ..runtime.reference import eval_prim
+        (prim,) = schedule.group.prims
+
+        def run(ins, outs):
+            outs[0].copy_(eval_prim(prim, ins))
+        desc = f"# {name}: opaque kernel (tilefuse), torch: {prim.opaque}\n# implements: {prim.origin}\n"
+        return Built(name, self.name, tuple(prim.inputs), (prim.name,), run, desc, "torch")
 
     def schedules(self, group: Group, target: Target) -> list[Schedule]:
         if len(group.prims) != 1 or group.categories[0] is not Category.opaque:

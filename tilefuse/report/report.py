@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -61,14 +60,3 @@ class Report:
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), indent=kw.pop("indent", 2), **kw)
-
-
-def kernel_name(index: int, family: str, op_types: list[str]) -> str:
-    """``k3_fused_add_layernormalization``: position, family, and the operator types it fuses."""
-    words = []
-    for t in op_types:
-        w = re.sub(r"[^0-9a-z]+", "", t.lower())
-        if w and w not in words:
-            words.append(w)
-    tail = "_".join(words[:4]) + ("_etc" if len(words) > 4 else "")
-    return f"k{index}_{family}_{tail}" if tail else f"k{index}_{family}"

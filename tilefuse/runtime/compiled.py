@@ -19,7 +19,7 @@ class CompiledModel:
     """Callable with the model's inputs (torch tensors); ``run`` takes ONNX-style numpy feeds."""
 
     def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target,
-                 cuda_graph: bool = False, memory: MemoryPlan | None = None):
+                 kernels: Sequence = (), cuda_graph: bool = False, memory: MemoryPlan | None = None):
         if cuda_graph and (backend != "triton" or target.device != "cuda"):
             raise ValueError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
                              f"got backend={backend!r}, target {target.name!r}")
@@ -31,9 +31,10 @@ class CompiledModel:
         self.backend = backend
         self.target = target
         self.cuda_graph = cuda_graph
+        self.kernels = tuple(kernels)   # built at compile time, plan order (families.base.Built)
         self.memory = memory      # the plan's buffer layout, when the pipeline already made it
         self.device = torch.device(target.device)
-        self._program = None    # generated kernels and memory, built at the first call
+        self._program = None    # the kernels with their buffers on the device, made at the first call
         self._replay = None
 
     @property
@@ -68,9 +69,9 @@ class CompiledModel:
 
     @property
     def program(self) -> Program:
-        """The runnable plan (kernels generated and memory planned on first use)."""
+        """The runnable plan (buffers allocated on first use)."""
         if self._program is None:
-            self._program = Program(self.plan, self.primgraph, self.device, self.memory)
+            self._program = Program(self.plan, self.primgraph, self.device, self.kernels, self.memory)
         return self._program
 
     def _require_present(self) -> None:

@@ -1,5 +1,6 @@
-"""Triton code generation: ``emit_*`` returns kernel source text, ``compile_*`` a callable kernel."""
-from .emit import emit_fused, kernel_name
-from .launch import compile_fused
+"""Triton code generation: a tile-level kernel (codegen/kernel.py) printed as source
+(``triton_source``) and loaded as a launcher (``compile_kernel``)."""
+from .emit import triton_source
+from .launch import compile_kernel
 
-__all__ = ["emit_fused", "kernel_name", "compile_fused"]
+__all__ = ["triton_source", "compile_kernel"]

@@ -1,411 +1,468 @@
-"""Triton source for a fused schedule (families/fused.py): one ``@triton.jit`` kernel as text.
+"""Triton source of a tile-level kernel (codegen/kernel.py): one ``@triton.jit`` function as text.
 
-Layout of the kernel: one program per XBLOCK consecutive rows of the linearized row space; each
-reduction instance is a loop over its linearized reduced space in chunks of RBLOCK, reduced along
-axis 1 into a per-row accumulator; then a loop over the linearized inner space (one iteration of
-width 1 when there is none) evaluates and stores every output.  Values are 2-D tiles: row
-variables are ``[XBLOCK, 1]``, loop variables ``[1, BLOCK]``, constants ``[1, 1]``; Triton
-broadcasts.  Semantics follow runtime/reference.py (the ``_UNARY``/``_BINARY`` tables below
-mirror its tables op for op).
+Tiles have the kernel's rank; a value that does not vary along a tile dimension has size 1 there
+and Triton broadcasts.  Every value is placed in the outermost scope where what it depends on is
+defined (loop-invariant loads and arithmetic are hoisted out of loops) and computed once per scope
+(expressions are interned, so equal subexpressions are one value).  Index arithmetic runs in the
+kernel's index type (int32 when every offset fits) with literal constants, and each load or store
+offset is built from its affine form: variables that enumerate an axis contiguously become the
+axis's linear index (or a ``//``/``%`` slice of it) instead of being unravelled one by one.  Masks
+cover only axes whose block does not divide the extent, plus bounds a load's index may leave.
 """
 from __future__ import annotations
 
 import math
 import re
-import struct
+from typing import Iterable
 
 import torch
 
-from ...analysis.index import bounds
+from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
-from ...ir.expr import Binary, Cast, Const, Expr, Load, Select, Unary, Var, cast, substitute, transform
-from ...ir.prim import reduce_init
-
-_TL = {DType.float64: "tl.float64", DType.float32: "tl.float32", DType.float16: "tl.float16",
-       DType.bfloat16: "tl.bfloat16", DType.int64: "tl.int64", DType.int32: "tl.int32",
-       DType.int16: "tl.int16", DType.int8: "tl.int8", DType.uint8: "tl.uint8", DType.bool: "tl.int1"}
-_HALF = (DType.float16, DType.bfloat16)
-# Same-width integer types for bit patterns of non-finite float constants.
-_BITS = {DType.float64: ("<d", "<q", "tl.int64"), DType.float32: ("<f", "<i", "tl.int32"),
-         DType.float16: ("<e", "<h", "tl.int16")}
-
-LIBDEVICE = "from triton.language.extra import libdevice"
-
-# Unary ops on floats.  ``{x}`` is the operand; 16-bit floats are computed in fp32 and rounded
-# back (what torch does on CPU), since libdevice has no 16-bit entry points.
-_UNARY = {
-    "neg": "-{x}", "abs": "tl.abs({x})", "exp": "tl.exp({x})", "log": "tl.log({x})",
-    "sqrt": "tl.sqrt({x})", "rsqrt": "tl.rsqrt({x})", "sin": "tl.sin({x})", "cos": "tl.cos({x})",
-    "tan": "libdevice.tan({x})", "asin": "libdevice.asin({x})", "acos": "libdevice.acos({x})",
-    "atan": "libdevice.atan({x})", "sinh": "libdevice.sinh({x})", "cosh": "libdevice.cosh({x})",
-    "tanh": "libdevice.tanh({x})", "asinh": "libdevice.asinh({x})", "acosh": "libdevice.acosh({x})",
-    "atanh": "libdevice.atanh({x})", "erf": "libdevice.erf({x})", "sigmoid": "1.0 / (1.0 + tl.exp(-{x}))",
-    "floor": "tl.floor({x})", "ceil": "tl.ceil({x})",
-    "round": "libdevice.rint({x})",          # half to even, as torch.round
-    "trunc": "libdevice.trunc({x})",
-    "sign": "tl.where({x} != {x}, {x}, tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0)))",
-    "reciprocal": "1.0 / {x}", "isnan": "{x} != {x}", "isinf": "({x} == {x}) & ({x} - {x} != {x} - {x})",
-    "log1p": "libdevice.log1p({x})", "expm1": "libdevice.expm1({x})",
-    "not": "{x} == 0",
-}
-_UNARY_NATIVE_HALF = frozenset({"neg", "abs", "isnan", "isinf", "sign", "not"})
-# Unary ops on integers (and bool) where they differ from the float rule.
-_UNARY_INT = {
-    "floor": "{x}", "ceil": "{x}", "round": "{x}", "trunc": "{x}",
-    "sign": "tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0))",
-    "isnan": "{x} != {x}", "isinf": "{x} != {x}",
-}
-
-# Binary ops: (float rule, integer rule).  Integer division floors/truncates as Python/C would.
-_BINARY = {
-    "add": ("{a} + {b}",) * 2, "sub": ("{a} - {b}",) * 2, "mul": ("{a} * {b}",) * 2,
-    "div": ("{a} / {b}", "{a} // {b}"),                   # Triton's integer // truncates, like C
-    "floordiv": ("tl.floor({a} / {b})",
-                 "{a} // {b} - ((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0))).to({t})"),
-    "mod": ("tl.where(({f} != 0) & (({f} < 0) != ({b} < 0)), {f} + {b}, {f})",   # {f}: fmod(a, b); exact,
-                                                                              # and right for b = ±inf
-            "{a} % {b} + tl.where((({a} % {b}) != 0) & (({a} % {b} < 0) != ({b} < 0)), {b}, 0)"),
-    "fmod": ("libdevice.fmod({a}, {b})", "{a} % {b}"),     # dividend's sign
-    "pow": ("libdevice.pow({a}, {b})",
-            "libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({t})"),
-    "max": ("tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)", "tl.maximum({a}, {b})"),
-    "min": ("tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)", "tl.minimum({a}, {b})"),
-    "lt": ("{a} < {b}",) * 2, "le": ("{a} <= {b}",) * 2, "gt": ("{a} > {b}",) * 2,
-    "ge": ("{a} >= {b}",) * 2, "eq": ("{a} == {b}",) * 2, "ne": ("{a} != {b}",) * 2,
-    "and": ("{a} & {b}",) * 2, "or": ("{a} | {b}",) * 2, "xor": ("{a} ^ {b}",) * 2,
-    "bitand": ("{a} & {b}",) * 2, "bitor": ("{a} | {b}",) * 2, "bitxor": ("{a} ^ {b}",) * 2,
-    "shl": ("{a} << {b}",) * 2, "shr": ("{a} >> {b}",) * 2,
-}
-_BINARY_F32 = frozenset({"fmod", "pow", "mod"})          # libdevice: no 16-bit entry points
-_BOOL_BINARY = {"max": "{a} | {b}", "min": "{a} & {b}"}
-_INT_DIVISION = frozenset({"div", "floordiv", "mod", "fmod"})
-_COMPARE = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
-
-# Combiners: (per-chunk reduction of a tile along axis 1, accumulate into acc).
-_COMBINE = {
-    "sum": ("tl.sum({v}, 1)", "{acc} + {r}"),
-    "max": ("tl.max({v}, 1)", "tl.maximum({acc}, {r})"),
-    "min": ("tl.min({v}, 1)", "tl.minimum({acc}, {r})"),
-    "prod": ("tl.reduce({v}, 1, _mul)", "{acc} * {r}"),
-}
-# bool sum/prod are any/all (the reference reduces as int64 and compares with 0).
-_BOOL_COMBINER = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
-
-_HELPERS = '''
-@triton.jit
-def _mul(a, b):
-    return a * b
-'''
+from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
+from ..kernel import Kernel, Loop, Reduce, Store, TileAxis
+from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
+                  INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
 
-def num_warps(schedule) -> int:
-    """Warps per program: the schedule's choice (the cost model ranked tile and warps together)."""
-    return schedule.num_warps
+def triton_source(kernel: Kernel) -> str:
+    """The kernel's module source (deterministic for a kernel)."""
+    return _Printer(kernel).source()
 
 
-def kernel_name(schedule) -> str:
-    """``fused_<ops>``: the source operator types the kernel implements, in order."""
-    ops = dict.fromkeys(re.sub(r"\W+", "", p.origin.op).lower() or "op" for p in schedule.group.prims)
-    return "fused_" + "_".join(list(ops)[:6])
+def literal(value, dtype: DType) -> str:
+    """A Python literal Triton reads as ``value``; non-finite floats as ``float("inf")`` etc."""
+    if dtype is DType.bool:
+        return str(int(bool(value)))
+    if dtype.is_int:
+        return str(int(value))
+    if math.isnan(value):
+        return 'float("nan")'
+    if math.isinf(value):
+        return 'float("inf")' if value > 0 else 'float("-inf")'
+    return repr(float(value))
 
 
-def emit_fused(schedule, name: str | None = None) -> str:
-    """Triton source text of one kernel computing ``schedule`` (deterministic for a schedule)."""
-    return _Kernel(schedule, name or kernel_name(schedule)).source()
+class _Value:
+    __slots__ = ("text", "axes", "depth")
 
-
-def _const_text(c: Const, shape: str = "[1, 1]") -> str:
-    """A typed constant tile; non-finite floats by bit pattern (no inf/nan literals in Triton)."""
-    dt, v = c.dtype, c.value
-    if dt is DType.bool:
-        return f"tl.full({shape}, {int(v)}, tl.int1)"
-    if dt.is_int:
-        return f"tl.full({shape}, {v}, {_TL[dt]})"
-    if math.isfinite(v):
-        return f"tl.full({shape}, {v!r}, {_TL[dt]})"
-    if dt is DType.bfloat16:  # bf16 has no struct code: take fp32's and convert (exact for inf/nan)
-        return f"{_const_text(Const(v, DType.float32), shape)}.to(tl.bfloat16)"
-    fmt, ifmt, it = _BITS[dt]
-    bits = struct.unpack(ifmt, struct.pack(fmt, v))[0]
-    return f"tl.full({shape}, {bits}, {it}).to({_TL[dt]}, bitcast=True)"
-
-
-def _widen(n: Expr) -> Expr | None:
-    """fp16/bf16 reduction bodies evaluate in fp32, as the reference does (reference._retype)."""
-    if n.dtype not in _HALF:
-        return None
-    if isinstance(n, Load):
-        return Cast(n, DType.float32)
-    if isinstance(n, Const):
-        return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), DType.float32)
-    if isinstance(n, Cast):
-        return cast(n.x, DType.float32)
-    return None
+    def __init__(self, text: str, axes: frozenset, depth: int):
+        self.text, self.axes, self.depth = text, axes, depth
 
 
 class _Scope:
-    """One loop body: bound variables, common subexpressions and the lines written so far."""
-
-    def __init__(self, kernel: "_Kernel", names: dict, dims: dict, ranges: dict, masks: dict, indent: str):
-        self.k, self.names, self.dims, self.ranges, self.masks = kernel, dict(names), dict(dims), ranges, masks
-        self.indent = indent
+    def __init__(self, parent: "_Scope | None", bound: frozenset, indent: str):
+        self.parent, self.bound, self.indent = parent, bound, indent
+        self.depth = 0 if parent is None else parent.depth + 1
         self.lines: list[str] = []
-        self.memo: dict[int, str] = {}
+        self.memo: dict = {}
 
-    def line(self, text: str):
-        self.lines.append(self.indent + text)
 
-    def tmp(self, text: str, dims: frozenset) -> str:
-        t = self.k.fresh()
-        self.line(f"{t} = {text}")
-        self.dims[t] = dims
-        return t
+class _Printer:
+    def __init__(self, k: Kernel):
+        self.k = k
+        self.idt = k.index_dtype()
+        self.rank = k.rank
+        self.axis_of = {v: a for a in k.axes for v in a.vars}
+        self.axis_by_name = {a.name: a for a in k.axes}
+        self.ranges = {v: (0, n - 1) for a in k.axes for v, n in zip(a.vars, a.ext)}
+        self.blocks = {}
+        for a in k.axes:
+            self.blocks.setdefault(a.dim, a.block_name)
+        self.nin = len(k.inputs)
+        self.count = 0
+        self.results: dict[int, _Value] = {}       # Reduce slot -> value
+        whole = frozenset(a.name for a in k.axes if not a.looped)
+        self.scopes = [_Scope(None, whole, "    ")]
 
-    def dims_of(self, names) -> frozenset:
-        out = frozenset()
-        for n in names:
-            out |= self.dims[n]
+    # ---------------------------------------------------------------- scopes and placement
+    @property
+    def scope(self) -> _Scope:
+        return self.scopes[-1]
+
+    def _home(self, axes: frozenset, depth: int) -> _Scope:
+        """Outermost open scope at or below ``depth`` where every axis in ``axes`` is bound."""
+        for s in self.scopes[depth:]:
+            if axes <= s.bound:
+                return s
+        raise AssertionError(f"axes {sorted(axes)} are not bound in any open scope")
+
+    def _lookup(self, key):
+        for s in reversed(self.scopes):
+            got = s.memo.get(key)
+            if got is not None:
+                return got
+        return None
+
+    def emit(self, text: str, axes: Iterable[str] = (), deps: Iterable[_Value] = (), key=None,
+             name: str | None = None) -> _Value:
+        """``name = text`` placed in the outermost scope it can live in; memoized under ``key``."""
+        deps = list(deps)
+        axes = frozenset(axes).union(*(d.axes for d in deps))
+        depth = max((d.depth for d in deps), default=0)
+        home = self._home(axes, depth)
+        if name is None:
+            self.count += 1
+            name = f"t{self.count}"
+        home.lines.append(f"{home.indent}{name} = {text}")
+        v = _Value(name, axes, home.depth)
+        if key is not None:
+            home.memo[key] = v
+        return v
+
+    def shape(self, axes: Iterable[str]) -> str:
+        dims = {self.axis_by_name[a].dim for a in axes}
+        return "[" + ", ".join(self.blocks[d] if d in dims else "1" for d in range(self.rank)) + "]"
+
+    def _expand(self, dim: int) -> str:
+        if self.rank == 1:
+            return ""
+        return "[" + ", ".join(":" if d == dim else "None" for d in range(self.rank)) + "]"
+
+    # ---------------------------------------------------------------- axes
+    def linear(self, a: TileAxis) -> _Value:
+        """The axis's linear positions in this tile (``xs``), defined where the axis is bound."""
+        key = ("lin", a.name)
+        got = self._lookup(key)
+        if got is not None:
+            return got
+        ar = f"tl.arange(0, {a.block_name})"
+        if a.grid is not None:
+            pid = f"tl.program_id({a.grid})" + (".to(tl.int64)" if self.idt is DType.int64 else "")
+            text = f"({pid} * {a.block_name} + {ar}){self._expand(a.dim)}"
+        elif a.looped:
+            text = f"{a.name}_start + {ar}{self._expand(a.dim)}"
+        else:
+            text = f"{ar}{self._expand(a.dim)}"
+        if self.idt is DType.int64 and a.grid is None:
+            text = f"({text}).to(tl.int64)"
+        home = self._home(frozenset({a.name}), 0)
+        home.lines.append(f"{home.indent}{a.name}s = {text}")
+        v = _Value(f"{a.name}s", frozenset({a.name}), home.depth)
+        home.memo[key] = v
+        return v
+
+    def mask(self, a: TileAxis) -> _Value:
+        key = ("mask", a.name)
+        got = self._lookup(key)
+        if got is not None:
+            return got
+        lin = self.linear(a)
+        return self.emit(f"{lin.text} < {a.extent}", deps=[lin], key=key, name=f"{a.name}mask")
+
+    def masks(self, axes: Iterable[str]) -> list[_Value]:
+        out = [self.axis_by_name[n] for n in sorted(axes, key=lambda n: (self.axis_by_name[n].dim, n))]
+        return [self.mask(a) for a in out if a.masked]
+
+    def run(self, a: TileAxis, j: int, l: int) -> _Value:
+        """Positions of variables j..l (a contiguous run) of an axis: a slice of its linear index."""
+        key = ("run", a.name, j, l)
+        got = self._lookup(key)
+        if got is not None:
+            return got
+        lin = self.linear(a)
+        inner, size = math.prod(a.ext[l + 1:]), math.prod(a.ext[j:l + 1])
+        text = lin.text if inner == 1 else f"{lin.text} // {inner}"
+        if j > 0:
+            text = f"({text}) % {size}" if inner != 1 else f"{text} % {size}"
+        if text == lin.text:
+            return lin
+        return self.emit(text, deps=[lin], key=key, name=f"{a.name}_{j}" if j == l else None)
+
+    # ---------------------------------------------------------------- offsets
+    def offset(self, index: tuple[Expr, ...], shape: tuple[int, ...]) -> _Value:
+        """Row-major element offset of ``index`` into a tensor of ``shape``, in the index type."""
+        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        total = None
+        for e, st in zip(index, strides):
+            lin = linear_form(e) if e.dtype is INDEX else None
+            if lin is None:
+                part = {e: st}, 0
+            else:
+                part = {a: c * st for a, c in lin.terms.items()}, lin.const * st
+            total = part if total is None else _add_forms(total, part)
+        terms, const = total if total is not None else ({}, 0)
+        key = ("off", tuple(sorted(((id(a), c) for a, c in terms.items()))), const)
+        got = self._lookup(key)
+        if got is not None:
+            return got
+        pieces: list[tuple[_Value, int]] = []
+        byaxis: dict[str, dict[int, int]] = {}
+        for atom, c in terms.items():
+            a = self.axis_of.get(atom) if isinstance(atom, Var) else None
+            if a is None:
+                pieces.append((self.value(atom, index=True), c))
+            elif a.ext[a.vars.index(atom)] != 1:
+                byaxis.setdefault(a.name, {})[a.vars.index(atom)] = c
+        for name in sorted(byaxis, key=lambda n: self.axis_by_name[n].dim):
+            a = self.axis_by_name[name]
+            for j, l, s in _runs(a.ext, byaxis[name]):
+                pieces.append((self.run(a, j, l), s))
+        text = " + ".join(v.text if c == 1 else f"{v.text} * {c}" for v, c in pieces)
+        if const or not text:
+            text = f"{text} + {const}" if text else str(const)
+        if not pieces:
+            return self.emit(f"tl.full({self.shape(())}, {const}, {TL[self.idt]})", key=key)
+        if len(pieces) == 1 and pieces[0][1] == 1 and not const:
+            return pieces[0][0]
+        return self.emit(text, deps=[v for v, _ in pieces], key=key)
+
+    # ---------------------------------------------------------------- expressions
+    def value(self, e: Expr, index: bool = False) -> _Value:
+        """``e`` as a tile; ``index``: integer index arithmetic (kernel index type, literals)."""
+        index = index and e.dtype is INDEX
+        key = (id(e), index)
+        got = self._lookup(key)
+        if got is not None:
+            return got
+        if isinstance(e, Var):
+            out = self._var(e, index)
+        elif isinstance(e, Const):
+            if index:
+                return _Value(str(int(e.value)), frozenset(), 0)
+            out = self.emit(f"tl.full({self.shape(())}, {literal(e.value, e.dtype)}, {TL[e.dtype]})")
+        elif isinstance(e, Load):
+            out = self._load(e)
+        elif isinstance(e, Cast):
+            x = self.value(e.x)
+            out = self.emit(f"{x.text}.to({TL[e.dtype]})", deps=[x])
+        elif isinstance(e, Select):
+            c, a, b = self.value(e.cond), self.value(e.a, index), self.value(e.b, index)
+            out = self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
+        elif isinstance(e, Unary):
+            out = self._unary(e, index)
+        elif isinstance(e, Binary):
+            out = self._binary(e, index)
+        else:
+            raise TypeError(f"cannot emit {type(e).__name__}")
+        home = self.scopes[out.depth]
+        home.memo[key] = out
         return out
 
-    def expr(self, e: Expr) -> str:
-        got = self.memo.get(id(e))
-        if got is None:
-            got = self.memo[id(e)] = self._expr(e)
-        return got
+    def _var(self, v: Var, index: bool) -> _Value:
+        a = self.axis_of.get(v)
+        if a is None:
+            raise KeyError(f"variable {v.name} is on no tile axis of kernel {self.k.name}")
+        j = a.vars.index(v)
+        pos = self.run(a, j, j)
+        if index or self.idt is v.dtype:
+            return pos
+        return self.emit(f"{pos.text}.to({TL[v.dtype]})", deps=[pos])
 
-    def _expr(self, e: Expr) -> str:
-        if isinstance(e, Var):
-            return self.names[e]
-        if isinstance(e, Const):
-            return self.tmp(_const_text(e), frozenset())
-        if isinstance(e, Load):
-            return self._load(e)
-        if isinstance(e, Cast):
-            x = self.expr(e.x)
-            return self.tmp(f"{x}.to({_TL[e.dtype]})", self.dims[x])
-        if isinstance(e, Select):
-            c, a, b = (self.expr(k) for k in (e.cond, e.a, e.b))
-            return self.tmp(f"tl.where({c}, {a}, {b})", self.dims_of((c, a, b)))
-        if isinstance(e, Unary):
-            return self._unary(e)
-        if isinstance(e, Binary):
-            return self._binary(e)
-        raise TypeError(f"cannot emit {type(e).__name__}")
-
-    def index(self, e: Expr) -> str:
-        """An index term; constants stay literals so offsets fold."""
-        return str(e.value) if isinstance(e, Const) else self.expr(e)
-
-    def _unary(self, e: Unary) -> str:
-        x = self.expr(e.x)
+    def _unary(self, e: Unary, index: bool) -> _Value:
+        x = self.value(e.x, index)
         dt = e.x.dtype
         if dt.is_float:
-            rule = _UNARY[e.op]
-            if dt in _HALF and e.op not in _UNARY_NATIVE_HALF:
-                w = self.tmp(f"{x}.to(tl.float32)", self.dims[x])
-                text = f"({rule.format(x=w)}).to({_TL[dt]})"
-            else:
-                text = rule.format(x=x)
-                if e.op == "sign" or e.op == "reciprocal":
-                    text = f"({text}).to({_TL[dt]})"
+            rule = UNARY[e.op]
+            if dt in HALF and e.op not in UNARY_NATIVE_HALF:
+                w = self.emit(f"{x.text}.to(tl.float32)", deps=[x])
+                return self.emit(f"({rule.format(x=w.text)}).to({TL[dt]})", deps=[w])
+            text = rule.format(x=x.text)
+            if e.op in ("sign", "reciprocal"):
+                text = f"({text}).to({TL[dt]})"
         else:
-            rule = _UNARY_INT.get(e.op, _UNARY[e.op])
-            text = rule.format(x=x)
-            if e.dtype is not DType.bool and _may_retype(rule, e.dtype):
-                text = f"({text}).to({_TL[e.dtype]})"
-        return self.tmp(text, self.dims[x])
+            rule = UNARY_INT.get(e.op, UNARY[e.op])
+            text = rule.format(x=x.text)
+            if not index and e.dtype is not DType.bool and _may_retype(rule, e.dtype):
+                text = f"({text}).to({TL[e.dtype]})"
+        return self.emit(text, deps=[x])
 
-    def _binary(self, e: Binary) -> str:
-        a, b = self.expr(e.a), self.expr(e.b)
+    def _binary(self, e: Binary, index: bool) -> _Value:
+        if e.op in COMPARE and e.a.dtype is INDEX:
+            index = True      # comparing positions (padding guards): index arithmetic
+        a, b = self.value(e.a, index), self.value(e.b, index)
         dt = e.a.dtype
-        dims = self.dims_of((a, b))
-        if dt is DType.bool and e.op in _BOOL_BINARY:
-            return self.tmp(_BOOL_BINARY[e.op].format(a=a, b=b), dims)
-        if not dt.is_float and e.op in _INT_DIVISION and not isinstance(e.b, Const):
+        if index and e.op in ("div", "floordiv", "mod", "fmod") and self._nonnegative(e.a, e.b):
+            op = "//" if e.op in ("div", "floordiv") else "%"
+            return self.emit(f"{_paren(a.text)} {op} {_paren(b.text)}", deps=[a, b])
+        if dt is DType.bool and e.op in BOOL_BINARY:
+            return self.emit(BOOL_BINARY[e.op].format(a=a.text, b=b.text), deps=[a, b])
+        if not dt.is_float and e.op in INT_DIVISION and not isinstance(e.b, Const):
             # an untaken Select branch (or a masked lane) may divide by zero: divide by 1 there
-            b = self.tmp(f"tl.where({b} == 0, 1, {b}).to({_TL[dt]})", self.dims[b])
-        rule = _BINARY[e.op][0 if dt.is_float else 1]
-        if dt in _HALF and e.op in _BINARY_F32:
-            wa = self.tmp(f"{a}.to(tl.float32)", self.dims[a])
-            wb = self.tmp(f"{b}.to(tl.float32)", self.dims[b])
-            a, b = wa, wb
-        f = self.tmp(f"libdevice.fmod({a}, {b})", dims) if "{f}" in rule else None
-        text = rule.format(a=a, b=b, t=_TL[dt], f=f)
-        if e.op not in _COMPARE and e.dtype is not DType.bool and _may_retype(rule, e.dtype):
-            text = f"({text}).to({_TL[e.dtype]})"
-        return self.tmp(text, dims)
+            b = self.emit(f"tl.where({b.text} == 0, 1, {b.text}).to({TL[self.idt if index else dt]})", deps=[b])
+        rule = BINARY[e.op][0 if dt.is_float else 1]
+        if dt in HALF and e.op in BINARY_F32:
+            a = self.emit(f"{a.text}.to(tl.float32)", deps=[a])
+            b = self.emit(f"{b.text}.to(tl.float32)", deps=[b])
+        f = self.emit(f"libdevice.fmod({a.text}, {b.text})", deps=[a, b]) if "{f}" in rule else None
+        t = TL[self.idt] if index else TL[dt]
+        text = rule.format(a=a.text, b=b.text, t=t, f=f.text if f else "")
+        if e.op in COMPARE:
+            return self.emit(text, deps=[a, b])
+        if (not index and e.op not in COMPARE and e.dtype is not DType.bool and _may_retype(rule, e.dtype)):
+            text = f"({text}).to({TL[e.dtype]})"
+        return self.emit(text, deps=[a, b] + ([f] if f else []))
 
-    def _load(self, e: Load) -> str:
-        k = self.k
-        if e.tensor >= k.nin:  # a reduction instance's per-row value
-            return k.inst_name[e.tensor]
-        shape = k.shapes[e.tensor]
-        idx = [self.index(i) for i in e.index]
-        dims = self.dims_of(i for i in idx if i in self.dims)
-        checks = []
-        for d, (i, n) in enumerate(zip(idx, shape)):
-            lo, hi = bounds(e.index[d], self.ranges)
+    def _nonnegative(self, *es: Expr) -> bool:
+        return all(bounds(x, self.ranges)[0] >= 0 for x in es)
+
+    def _load(self, e: Load) -> _Value:
+        if e.tensor >= self.nin:  # a reduction's result
+            return self.results[e.tensor]
+        t = self.k.inputs[e.tensor]
+        off = self.offset(e.index, t.shape)
+        conds = self.masks(off.axes) + self._bounds_checks(e.index, t.shape)
+        extra = ""
+        if conds:
+            extra += f", mask={' & '.join(c.text for c in conds)}, other=0"
+        if e in self.k.reused:
+            extra += ', eviction_policy="evict_last"'
+        return self.emit(f"tl.load(in{e.tensor} + {_paren(off.text)}{extra})", deps=[off] + conds)
+
+    def _bounds_checks(self, index, shape) -> list[_Value]:
+        """Conditions keeping an index inside its dims where analysis cannot prove it (padding)."""
+        out = []
+        for e, n in zip(index, shape):
+            lo, hi = bounds(e, self.ranges)
+            if lo >= 0 and hi <= n - 1:
+                continue
+            v = self.value(e, index=True)
             if lo < 0:
-                checks.append(f"({i} >= 0)")
+                out.append(self.emit(f"{v.text} >= 0", deps=[v], key=("ge0", id(e))))
             if hi > n - 1:
-                checks.append(f"({i} < {n})")
-        off = _offset(idx, shape)
-        mask = [self.masks[d] for d in sorted(dims, reverse=True)] + checks
-        m = f", mask={' & '.join(mask)}, other=0" if mask else ""
-        return self.tmp(f"tl.load(in{e.tensor} + ({off}){m})", dims)
-
-
-class _Kernel:
-    def __init__(self, s, name: str):
-        self.s, self.name = s, name
-        self.nin = len(s.inputs)
-        self.shapes = [s.group.types[n].shape for n in s.inputs]
-        self.inst_name = {inst.slot: f"inst{inst.slot}" for inst in s.instances}
-        self.count = 0
-
-    def fresh(self) -> str:
-        self.count += 1
-        return f"t{self.count}"
-
-    def source(self) -> str:
-        s = self.s
-        outs = ", ".join(f"out{k}" for k in range(len(s.stores)))
-        ins = ", ".join(f"in{k}" for k in range(self.nin))
-        params = ", ".join(p for p in (ins, outs, "XBLOCK: tl.constexpr, RBLOCK: tl.constexpr") if p)
-        body = [f"def {self.name}({params}):", *self._rows()]
-        if self._one_pass():
-            body += self._single_pass()
-        else:
-            for inst in s.instances:
-                body += self._instance(inst)
-            body += self._stores()
-        return "\n".join(self._header() + ["import triton", "import triton.language as tl", LIBDEVICE,
-                                            _HELPERS, "", "@triton.jit"] + body) + "\n"
-
-    def _header(self) -> list[str]:
-        s = self.s
-        origins = dict.fromkeys(str(p.origin) for p in s.group.prims)
-        out = [f"# {self.name}: fused kernel (tilefuse), anchor {s.anchor}, "
-               f"XBLOCK={s.xblock} RBLOCK={s.rblock} num_warps={num_warps(s)}", "# implements:"]
-        out += [f"#   {o}" for o in origins]
-        out += [f"# inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(s.inputs))}",
-                f"# outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(s.stores))}"]
+                out.append(self.emit(f"{v.text} < {n}", deps=[v], key=("lt", id(e), n)))
         return out
 
-    def _rows(self) -> list[str]:
-        s = self.s
-        xn = math.prod(s.xext)
-        return ["    pid = tl.program_id(0)"] + self._axis(
-            "    ", "x", "(pid.to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK).to(tl.int64))[:, None]", xn,
-            s.xvars, s.xext)
+    # ---------------------------------------------------------------- statements
+    def statements(self, body) -> None:
+        for st in body:
+            if isinstance(st, Loop):
+                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body))
+            elif isinstance(st, Reduce):
+                self._reduce(st)
+            elif isinstance(st, Store):
+                self._store(st)
+            else:
+                raise TypeError(f"unknown statement {type(st).__name__}")
 
-    @staticmethod
-    def _var(v: Var) -> str:
-        return f"v_{v.name}"
+    def _loop(self, a: TileAxis, body) -> None:
+        """``body`` over every chunk of ``a``; no loop at all when the axis is whole."""
+        if not a.looped:
+            body()
+            return
+        outer = self.scope
+        inner = _Scope(outer, outer.bound | {a.name}, outer.indent + "    ")
+        self.scopes.append(inner)
+        body()
+        self.scopes.pop()
+        outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.extent}, {a.block_name}):")
+        outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
 
-    def _scope(self, loop_vars, loop_ext, indent: str) -> _Scope:
-        s = self.s
-        names = {v: self._var(v) for v in s.xvars} | {v: self._var(v) for v in loop_vars}
-        dims = {self._var(v): frozenset("x") for v in s.xvars} | {self._var(v): frozenset("r") for v in loop_vars}
-        dims |= {n: frozenset("x") for n in self.inst_name.values()}
-        ranges = {v: (0, n - 1) for v, n in zip(s.xvars, s.xext)}
-        ranges |= {v: (0, n - 1) for v, n in zip(loop_vars, loop_ext)}
-        return _Scope(self, names, dims, ranges, {"x": "xmask", "r": "rmask"}, indent)
+    def _reduce(self, r: Reduce) -> None:
+        a = self.axis_by_name[r.axis]
+        d = a.dim
+        fl = r.acc_dtype.is_float
+        red, comb = (REDUCE_FLOAT, COMBINE_FLOAT) if fl else (REDUCE_INT, COMBINE_INT)
+        init = literal(r.init, r.acc_dtype)
+        if not a.looped:
+            tile = self._padded(self._typed(r), a, init, r.acc_dtype)
+            out = self.emit(_typed_reduction(red[r.combiner].format(v=tile.text, d=d), r.acc_dtype), deps=[tile])
+            out.axes = out.axes - {a.name}
+        else:
+            outer = self.scope
+            acc = f"acc{r.slot}"
+            inner = _Scope(outer, outer.bound | {a.name}, outer.indent + "    ")
+            self.scopes.append(inner)
+            tile = self._padded(self._typed(r), a, init, r.acc_dtype)
+            axes = tile.axes | {a.name}
+            inner.lines.append(f"{inner.indent}{acc} = {comb[r.combiner].format(a=acc, b=tile.text)}")
+            self.scopes.pop()
+            outer.lines.append(f"{outer.indent}{acc} = tl.full({self.shape(axes)}, {init}, {TL[r.acc_dtype]})")
+            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.extent}, {a.block_name}):")
+            outer.lines.extend(inner.lines)
+            out = self.emit(_typed_reduction(red[r.combiner].format(v=acc, d=d), r.acc_dtype),
+                            axes=axes - {a.name}, deps=[_Value(acc, frozenset(), outer.depth)])
+            out.axes = axes - {a.name}
+        if r.out_dtype is DType.bool:
+            out = self.emit(f"{out.text} != 0", deps=[out])
+        elif r.out_dtype is not r.acc_dtype:
+            out = self.emit(f"{out.text}.to({TL[r.out_dtype]})", deps=[out])
+        self.results[r.slot] = out
 
-    def _axis(self, ind: str, axis: str, tile: str, n: int, vars_, ext) -> list[str]:
-        """``xs``/``rs`` = the linear index tile, its mask (< n), and the variables unravelled from it."""
-        lin = f"{axis}s"
-        return ([f"{ind}{lin} = {tile}", f"{ind}{axis}mask = {lin} < {n}"]
-                + [f"{ind}{self._var(v)} = {_unravel(lin, ext, k)}" for k, v in enumerate(vars_)])
+    def _typed(self, r: Reduce) -> _Value:
+        v = self.value(r.value)
+        return v if r.value.dtype is r.acc_dtype else self.emit(f"{v.text}.to({TL[r.acc_dtype]})", deps=[v])
 
-    def _loop_head(self, ind: str, rn: int, block: str, vars_, ext) -> list[str]:
-        return [f"{ind}for r0 in range(0, {rn}, {block}):"] + self._axis(
-            ind + "    ", "r", f"(r0 + tl.arange(0, {block})).to(tl.int64)[None, :]", rn, vars_, ext)
+    def _padded(self, v: _Value, a: TileAxis, init: str, dt: DType) -> _Value:
+        """``v`` over the whole tile of axis ``a``, the identity where the axis runs past its extent."""
+        axes = v.axes | {a.name}
+        if a.masked:
+            m = self.mask(a)
+            text = f"tl.where({m.text}, {v.text}, {init})"
+            if dt not in _LITERAL_EXACT:
+                text = f"{text}.to({TL[dt]})"
+            return self.emit(text, deps=[v, m])
+        if a.name not in v.axes:
+            return self.emit(f"tl.broadcast_to({v.text}, {self.shape(axes)})", axes=axes, deps=[v])
+        return v
 
-    def _reduction(self, inst):
-        """(body, accumulator dtype, combiner, identity) of an instance's reduction."""
-        body = transform(inst.body, _widen) if inst.dtype in _HALF else inst.body
-        acc_dt = DType.float32 if inst.dtype in _HALF else inst.dtype
-        combiner = inst.combiner
-        init_value = reduce_init(combiner, acc_dt)
-        if inst.dtype is DType.bool:  # any/all as a max/min over int32, starting from False/True
-            acc_dt, combiner, body = DType.int32, _BOOL_COMBINER[combiner], cast(body, DType.int32)
-            init_value = int(init_value)
-        return body, acc_dt, combiner, init_value
+    def _store(self, s: Store) -> None:
+        t = self.k.outputs[s.output]
+        off = self.offset(s.index, t.shape)
+        val = self.value(s.value)
+        guards = [self.value(g) for g in s.guards]
+        axes = off.axes | val.axes | frozenset().union(*(g.axes for g in guards))
+        conds = self.masks(axes) + guards
+        ptr = f"out{s.output} + {_paren(off.text)}"
+        if off.axes != axes:
+            ptr = f"out{s.output} + tl.broadcast_to({off.text}, {self.shape(axes)})"
+        text = val.text if s.value.dtype is t.dtype else f"{val.text}.to({TL[t.dtype]})"
+        mask = f", mask={' & '.join(c.text for c in conds)}" if conds else ""
+        deps = [off, val] + conds
+        home = self._home(axes, max(d.depth for d in deps))
+        home.lines.append(f"{home.indent}tl.store({ptr}, {text}{mask})")
 
-    def _reduce_tile(self, sc: _Scope, body: Expr, acc_dt: DType, combiner: str, init_value) -> str:
-        """Text of the tile's values reduced along axis 1 (masked lanes hold the identity)."""
-        v = sc.expr(body)
-        tile = sc.tmp(f"tl.where(xmask & rmask, {v}, {_const_text(Const(init_value, acc_dt))})", frozenset("xr"))
-        return f"{_COMBINE[combiner][0].format(v=tile)}.to({_TL[acc_dt]})"
-
-    def _final(self, inst, acc: str) -> str:
-        out = f"{acc}[:, None]"
-        return f"({out} != 0)" if inst.dtype is DType.bool else f"{out}.to({_TL[inst.dtype]})"
-
-    def _instance(self, inst) -> list[str]:
-        body, acc_dt, combiner, init_value = self._reduction(inst)
-        acc = f"acc{inst.slot}"
-        rn = math.prod(inst.rext)
-        lines = [f"    # reduction {inst.prim} ({combiner}) over {rn} per row",
-                 f"    {acc} = {_const_text(Const(init_value, acc_dt), '[XBLOCK]')}"]
-        lines += self._loop_head("    ", rn, "RBLOCK", inst.rvars, inst.rext)
-        sc = self._scope(inst.rvars, inst.rext, "        ")
-        r = self._reduce_tile(sc, body, acc_dt, combiner, init_value)
-        sc.line(f"{acc} = " + _COMBINE[combiner][1].format(acc=acc, r=r))
-        return lines + sc.lines + [f"    {self.inst_name[inst.slot]} = {self._final(inst, acc)}"]
-
-    def _one_pass(self) -> bool:
-        """The schedule says whether the reductions and the outputs share one tile of loads (one
-        pass: whole rows fit the tile and every reduction runs over the inner extents)."""
-        return self.s.one_pass
-
-    def _single_pass(self) -> list[str]:
-        s = self.s
-        inner = math.prod(s.iext)
-        lines = ["    # one pass: each row is one tile, shared by the reductions and the outputs"] + self._axis(
-            "    ", "r", "tl.arange(0, RBLOCK).to(tl.int64)[None, :]", inner, s.ivars, s.iext)
-        sc = self._scope(s.ivars, s.iext, "    ")
-        for inst in s.instances:
-            body, acc_dt, combiner, init_value = self._reduction(inst)
-            body = substitute(body, dict(zip(inst.rvars, s.ivars)))
-            sc.line(f"# reduction {inst.prim} ({combiner}) over {inner} per row")
-            r = self._reduce_tile(sc, body, acc_dt, combiner, init_value)
-            sc.line(f"{self.inst_name[inst.slot]} = {self._final(inst, r)}")
-        self._store_lines(sc, "RBLOCK")
-        return lines + sc.lines
-
-    def _stores(self) -> list[str]:
-        s = self.s
-        inner = math.prod(s.iext)
-        block = "RBLOCK" if s.ivars else "1"
-        lines = ["    # outputs"] + self._loop_head("    ", inner, block, s.ivars, s.iext)
-        sc = self._scope(s.ivars, s.iext, "        ")
-        self._store_lines(sc, block)
-        return lines + sc.lines
-
-    def _store_lines(self, sc: _Scope, block: str) -> None:
-        """Every output computed and stored in scope ``sc``."""
-        s = self.s
-        for k, st in enumerate(s.stores):
-            shape = s.group.types[st.tensor].shape
-            v = sc.expr(st.value)
-            idx = [sc.index(i) for i in st.index]
-            off = _offset(idx, shape)
-            mask = " & ".join(["xmask", "rmask"] + [f"({sc.names[m]} == 0)" for m in st.mask_vars]
-                              + [f"({sc.names[v]} < {n})" for v, n in st.limits])
-            dt = _TL[s.group.types[st.tensor].dtype]
-            full = f"[XBLOCK, {block}]"
-            sc.line(f"tl.store(out{k} + tl.broadcast_to({off}, {full}), "
-                    f"tl.broadcast_to({v}, {full}).to({dt}), mask={mask})")
+    # ---------------------------------------------------------------- the module
+    def source(self) -> str:
+        k = self.k
+        self.statements(k.body)
+        ins = [f"in{j}" for j in range(len(k.inputs))]
+        outs = [f"out{j}" for j in range(len(k.outputs))]
+        consts = [f"{b}: tl.constexpr" for b in dict.fromkeys(a.block_name for a in k.axes)]
+        head = [f"# {line}" for line in k.comments]
+        return "\n".join(head + ["import triton", "import triton.language as tl", LIBDEVICE, HELPERS, "",
+                                 "@triton.jit", f"def {k.name}({', '.join(ins + outs + consts)}):",
+                                 *(self.scopes[0].lines or ["    pass"])]) + "\n"
 
 
-def _offset(idx: list[str], shape: tuple[int, ...]) -> str:
-    """Row-major element offset of index terms; a tile even when every term is a literal."""
-    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    if all(re.fullmatch(r"-?\d+", i) for i in idx):   # literals only (or a 0-d tensor)
-        return f"tl.full([1, 1], {sum(int(i) * st for i, st in zip(idx, strides))}, tl.int64)"
-    return " + ".join(i if st == 1 else f"{i} * {st}" for i, st in zip(idx, strides))
+# Types a Python literal combined with a tile of them leaves unchanged.
+_LITERAL_EXACT = (DType.float32, DType.float64, DType.int32, DType.int64)
+
+
+def _typed_reduction(text: str, dt: DType) -> str:
+    """Triton widens narrow integer sums; floats keep their type."""
+    return text if dt.is_float else f"{text}.to({TL[dt]})"
+
+
+def _add_forms(x, y):
+    terms = dict(x[0])
+    for a, c in y[0].items():
+        terms[a] = terms.get(a, 0) + c
+    return {a: c for a, c in terms.items() if c}, x[1] + y[1]
+
+
+def _runs(ext: tuple[int, ...], coeffs: dict[int, int]) -> list[tuple[int, int, int]]:
+    """Split the axis's variables with coefficients into maximal runs j..l that enumerate a
+    contiguous row-major block (coeff[m] = s·prod(ext[m+1..l]) for every m in j..l; variables of
+    extent 1 are skipped).  Returns (j, l, s) per run: the run's position is a slice of the axis's
+    linear index, scaled by s."""
+    runs: list[tuple[int, int, int]] = []
+    for j in sorted(coeffs):
+        if runs and _extends(ext, coeffs, runs[-1][0], j):
+            runs[-1] = (runs[-1][0], j, coeffs[j])
+        else:
+            runs.append((j, j, coeffs[j]))
+    return runs
+
+
+def _extends(ext, coeffs, j0: int, l: int) -> bool:
+    """Whether variables j0..l (with coefficients) enumerate a row-major block ending at l."""
+    s = coeffs[l]
+    return all(coeffs.get(m, 0) == s * math.prod(ext[m + 1:l + 1]) for m in range(j0, l + 1) if ext[m] != 1)
+
+
+def _paren(text: str) -> str:
+    return text if re.fullmatch(r"[\w.]+", text) else f"({text})"
 
 
 def _may_retype(rule: str, dtype: DType) -> bool:
@@ -413,8 +470,6 @@ def _may_retype(rule: str, dtype: DType) -> bool:
     return dtype not in (DType.float32, DType.int64) or re.search(r"\b\d", rule) is not None
 
 
-def _unravel(lin: str, ext: tuple[int, ...], k: int) -> str:
-    """Coordinate k of a row-major linear index over ``ext``."""
-    inner = math.prod(ext[k + 1:])
-    text = lin if inner == 1 else f"({lin} // {inner})"
-    return text if k == 0 else f"{text} % {ext[k]}"
+def widen_const(c: Const) -> Const:
+    """A 16-bit float constant as the fp32 value it rounds to."""
+    return Const(torch.tensor(c.value, dtype=c.dtype.to_torch()).item(), DType.float32)

@@ -1,4 +1,5 @@
-"""Compile generated Triton source: write it under the cache by content hash, import it, launch.
+"""Compile a tile-level kernel's Triton source: write it under the cache by content hash, import
+it, launch.
 
 Kernels are imported from real files so tracebacks and profilers show the generated lines;
 identical sources share one module.  Without CUDA the kernels run in the Triton interpreter,
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import math
 import os
 import sys
 from pathlib import Path
@@ -18,7 +18,8 @@ from typing import Callable
 import torch
 
 from ...paths import cache_root
-from .emit import emit_fused, kernel_name, num_warps
+from ..kernel import Kernel
+from .emit import triton_source
 
 _MODULES: dict[str, object] = {}
 
@@ -100,23 +101,20 @@ def _quiet_masked_lanes():
     return contextlib.nullcontext()
 
 
-def compile_fused(schedule, name: str | None = None) -> Callable[[list[torch.Tensor], list[torch.Tensor]], None]:
-    """A launcher of the fused kernel: (inputs in ``schedule.inputs`` order, outputs in
-    ``schedule.stores`` order, preallocated and contiguous) -> None; it writes the outputs."""
-    name = name or kernel_name(schedule)
-    source = emit_fused(schedule, name)
-    kernel = load_kernel(source, name)
-    rows = math.prod(schedule.xext)
-    grid = (-(-rows // schedule.xblock),)
-    xblock, rblock, warps = schedule.xblock, schedule.rblock, num_warps(schedule)
-    empty = rows == 0 or all(schedule.group.types[st.tensor].numel == 0 for st in schedule.stores)
+def compile_kernel(kernel: Kernel) -> tuple[Callable[[list[torch.Tensor], list[torch.Tensor]], None], str]:
+    """(launcher, source) of a kernel: the launcher takes its inputs (``kernel.inputs`` order) and
+    preallocated contiguous outputs and writes the outputs."""
+    source = triton_source(kernel)
+    fn = load_kernel(source, kernel.name)
+    grid = kernel.grid
+    blocks = {a.block_name: a.block for a in kernel.axes}
+    warps, stages = kernel.num_warps, kernel.num_stages
+    empty = kernel.empty
 
     def launch(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         if empty:
             return
         with _quiet_masked_lanes():
-            kernel[grid](*(t.contiguous() for t in inputs), *outputs, XBLOCK=xblock, RBLOCK=rblock,
-                         num_warps=warps)
+            fn[grid](*(t.contiguous() for t in inputs), *outputs, **blocks, num_warps=warps, num_stages=stages)
 
-    launch.source = source
-    return launch
+    return launch, source

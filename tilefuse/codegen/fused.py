@@ -1,0 +1,121 @@
+"""The fused family's template: a fused schedule (families/fused.py) as a tile-level kernel.
+
+Tile axes: ``x``, the anchor's row variables, split across programs in blocks of XBLOCK (tile
+dimension 0); ``r``, its inner variables, in chunks of RBLOCK (dimension 1), looped unless the
+schedule holds whole rows; in a looped schedule each reduction instance has its own axis
+``r<slot>`` over its reduced variables, on the same dimension.  A kernel without inner or reduced
+variables is one-dimensional.
+
+Body, in the schedule's order: one ``Reduce`` per reduction instance (dependency order); the
+outputs that depend on row variables only, stored once per row; then the other outputs in a
+``Loop`` over ``r``.  In one pass (``schedule.one_pass``) the reductions run over ``r`` itself, so
+every reduction and every output reads the same tile of loads; looped, each reduction loop and the
+output loop issue their own loads, and loads a later loop repeats are kept in cache
+(``evict_last``).  16-bit float reductions accumulate in fp32 and bool ones as int32 any/all, as
+the reference executor does.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..ir.dtypes import DType
+from ..ir.expr import Cast, Const, Expr, Load, Var, binary, cast, substitute, transform, walk
+from ..ir.prim import reduce_init
+from .kernel import Kernel, Loop, Reduce, Store, TileAxis
+from .triton.ops import BOOL_COMBINER, HALF
+
+
+def fused_kernel(s, name: str) -> Kernel:
+    """The kernel computing fused schedule ``s`` under the function name ``name``."""
+    b = s.body
+    types = b.group.types
+    one = s.one_pass
+    xn = math.prod(b.xext)
+    axes = [TileAxis("x", b.xvars, b.xext, min(s.xblock, _pow2(xn)), 0, grid=0, block_name="XBLOCK")]
+    if b.ivars:
+        axes.append(TileAxis("r", b.ivars, b.iext, s.rblock, 1, block_name="RBLOCK"))
+    body: list = []
+    rename: dict[Var, Var] = {}
+    for inst in b.instances:
+        if one:
+            rename.update(zip(inst.rvars, b.ivars))
+            axis = "r"
+        else:
+            axis = f"r{inst.slot}"
+            axes.append(TileAxis(axis, inst.rvars, inst.rext, s.rblock, 1, block_name="RBLOCK"))
+        body.append(_reduce(inst, substitute(inst.body, rename) if rename else inst.body, axis))
+    rows, inner = [], []
+    for k, st in enumerate(b.stores):
+        # duplicates of a value (variables it does not depend on) are stored at 0 only; a row-only
+        # output is stored outside the inner loop, once per row
+        guards = [binary("eq", v, 0) for v in st.mask_vars if not (st.row_only and v in b.ivars)]
+        guards += [binary("lt", v, n) for v, n in st.limits]
+        store = Store(k, st.index, st.value, tuple(guards))
+        (rows if st.row_only else inner).append(store)
+    body += rows
+    if inner:
+        body.append(Loop("r", tuple(inner)) if b.ivars else inner)
+    body = _flatten(body)
+    reused = frozenset() if one else _reused(b)
+    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
+    comments = (f"{name}: fused kernel (tilefuse), anchor {b.anchor}, XBLOCK={s.xblock} RBLOCK={s.rblock} "
+                f"num_warps={s.num_warps} num_stages={s.num_stages}" + (", one pass" if one else ""),
+                "implements:", *(f"  {o}" for o in origins),
+                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
+                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
+                  tuple(axes), tuple(body), s.num_warps, s.num_stages, comments, reused)
+
+
+def _reduce(inst, body: Expr, axis: str) -> Reduce:
+    acc_dt = DType.float32 if inst.dtype in HALF else inst.dtype
+    if inst.dtype in HALF:
+        body = transform(body, _widen)
+    combiner = inst.combiner
+    init = reduce_init(combiner, acc_dt)
+    if inst.dtype is DType.bool:   # any/all as a max/min over int32, starting from False/True
+        acc_dt, combiner, body, init = DType.int32, BOOL_COMBINER[combiner], cast(body, DType.int32), int(init)
+    return Reduce(inst.slot, body, axis, combiner, acc_dt, init, inst.dtype,
+                  f"{inst.prim} ({inst.combiner}) over {math.prod(inst.rext)} per row")
+
+
+def _widen(n: Expr) -> Expr | None:
+    """fp16/bf16 reduction bodies evaluate in fp32, as the reference does."""
+    if n.dtype not in HALF:
+        return None
+    if isinstance(n, Load):
+        return cast(n, DType.float32)
+    if isinstance(n, Const):
+        return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), DType.float32)
+    if isinstance(n, Cast):
+        return cast(n.x, DType.float32)
+    return None
+
+
+def _flatten(body: list) -> list:
+    out = []
+    for st in body:
+        out.extend(st if isinstance(st, list) else [st])
+    return out
+
+
+def _reused(b) -> frozenset:
+    """Loads of a looped kernel that a later loop issues again (its re-read should hit cache)."""
+    loops = [inst.body for inst in b.instances] + [s.value for s in b.stores]
+    seen: dict[Load, int] = {}
+    for k, e in enumerate(loops):
+        for n in walk(e):
+            if isinstance(n, Load) and n.tensor < len(b.inputs):
+                seen.setdefault(n, k)
+    later = set()
+    for k, e in enumerate(loops):
+        for n in walk(e):
+            if isinstance(n, Load) and n in seen and seen[n] < k:
+                later.add(n)
+    return frozenset(later)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()

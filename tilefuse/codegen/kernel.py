@@ -1,0 +1,129 @@
+"""The tile-level kernel IR: what one generated kernel does, between a schedule and its source.
+
+A ``Kernel`` computes its outputs from its inputs over *tile axes*.  Each ``TileAxis`` enumerates
+a linearized space of IR variables (row-major over ``vars``/``ext``) in blocks of ``block``
+positions; it occupies one dimension (``dim``) of the kernel's tiles, and either is split across
+programs (``grid``: which program-id dimension) or is covered inside one program (whole when its
+block holds it, looped in chunks otherwise).  Several axes may share a dimension when they are
+never live together (the reduced axes of two reductions, looped one after the other).
+
+Statements, run in order by every program:
+
+- ``Reduce``: combine an expression over one tile axis into a value per remaining position (an
+  accumulator over the chunks when the axis is looped), named by a slot that later expressions
+  read as ``Load(slot, ())``;
+- ``Store``: an expression written to an output at an index (both over the axes' variables),
+  where optional guards hold;
+- ``Loop``: its body over every chunk of an axis (a single chunk, and no loop, when the axis is
+  whole).
+
+Expressions are the IR's own (``ir/expr.py``): loads of input slots through composed index maps,
+arithmetic in the IR's dtypes.  Backends (``codegen/triton``) print a kernel; templates
+(``codegen/fused.py``, later GEMM and attention) build one from a family's schedule.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..ir.dtypes import DType, TensorType
+from ..ir.expr import Expr, Load, Var
+
+
+@dataclass(frozen=True)
+class TileAxis:
+    name: str                      # short, unique: "x", "r", "r3", ...
+    vars: tuple[Var, ...]          # IR variables it enumerates, row-major
+    ext: tuple[int, ...]
+    block: int                     # positions per tile (a power of two)
+    dim: int                       # tile dimension it occupies
+    grid: int | None = None        # program-id dimension that splits it; None: covered in-program
+    block_name: str = ""           # the kernel's constexpr holding ``block``
+
+    @property
+    def extent(self) -> int:
+        return math.prod(self.ext)
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.extent // self.block) if self.extent else 0
+
+    @property
+    def looped(self) -> bool:
+        """Covered in more than one chunk by a loop inside the program."""
+        return self.grid is None and self.chunks > 1
+
+    @property
+    def masked(self) -> bool:
+        """Some tile positions fall beyond the extent (the block does not divide it, or it is empty)."""
+        return self.extent % self.block != 0 or self.extent == 0
+
+
+@dataclass(frozen=True)
+class Reduce:
+    slot: int                      # later expressions read the result as Load(slot, ())
+    value: Expr                    # over the axis's vars (and outer axes'), in ``acc_dtype``
+    axis: str
+    combiner: str                  # sum | max | min | prod (max/min propagate NaN)
+    acc_dtype: DType
+    init: object                   # the combiner's identity in acc_dtype
+    out_dtype: DType               # the result's type (bool: acc != 0)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Store:
+    output: int                    # output slot
+    index: tuple[Expr, ...]        # over the axes' vars, one per output dim
+    value: Expr
+    guards: tuple[Expr, ...] = ()  # bool expressions: store only where all hold
+
+
+@dataclass(frozen=True)
+class Loop:
+    axis: str
+    body: tuple["Stmt", ...]
+
+
+Stmt = Union[Reduce, Store, Loop]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    inputs: tuple[TensorType, ...]          # contiguous tensors, read-only
+    outputs: tuple[TensorType, ...]         # contiguous tensors, written
+    axes: tuple[TileAxis, ...]
+    body: tuple[Stmt, ...]
+    num_warps: int
+    num_stages: int
+    comments: tuple[str, ...] = ()
+    reused: frozenset[Load] = field(default=frozenset())   # loads a later loop issues again (keep in cache)
+
+    @property
+    def rank(self) -> int:
+        return 1 + max(a.dim for a in self.axes)
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        dims = sorted((a.grid, a.chunks) for a in self.axes if a.grid is not None)
+        return tuple(max(c, 1) for _, c in dims) or (1,)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute: an empty output or an empty program-split axis."""
+        return any(t.numel == 0 for t in self.outputs) or any(a.grid is not None and a.extent == 0
+                                                             for a in self.axes)
+
+    def axis(self, name: str) -> TileAxis:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def index_dtype(self) -> DType:
+        """int32 when every offset and position fits (with a block of slack), else int64."""
+        biggest = max([t.numel for t in self.inputs + self.outputs]
+                      + [a.chunks * a.block for a in self.axes] + [1])
+        return DType.int32 if biggest < 2**31 - 1 else DType.int64
