@@ -161,8 +161,9 @@ def coalesced_elems(sub: tuple[int, ...], full: tuple[int, ...], elem_bytes: int
     """Elements actually transferred to read a sub-box of a row-major tensor (Welder's rule).
 
     A transaction moves ``transaction_bytes``; the contiguous run of a box is the product of its
-    trailing dims while they equal the tensor's, times the first dim that differs.  Runs shorter
-    than a transaction waste the rest of it.
+    trailing dims while they equal the tensor's, times the first dim that differs.  Each run takes
+    whole transactions: runs shorter than a transaction, and a run's last partial one, waste the
+    rest of it.
     """
     n = 1
     for s in sub:
@@ -175,4 +176,4 @@ def coalesced_elems(sub: tuple[int, ...], full: tuple[int, ...], elem_bytes: int
         if s != f:
             break
     per_tx = max(target.transaction_bytes // max(elem_bytes, 1), 1)
-    return n * per_tx / min(per_tx, run)
+    return n / run * math.ceil(run / per_tx) * per_tx     # whole transactions per contiguous run

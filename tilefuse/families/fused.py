@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.inline import Inliner, Instance, injective_store
-from ..cost.model import Resources, Work, estimate, expr_flops, occupancy
+from ..cost.model import Resources, Work, coalesced_elems, estimate, expr_flops, occupancy
 from ..cost.target import Target
 from ..ir.dtypes import DType
 from ..ir.expr import Expr, Var, free_vars, substitute, walk
@@ -313,8 +313,13 @@ def _ranges(b: FusedBody, box: dict[Var, int]) -> dict[Var, tuple[int, int]]:
 def _traffic(b: FusedBody, loops, box: dict[Var, int], target: Target) -> tuple[list[float], int]:
     """(bytes one program covering ``box`` requests per input, bytes stored by the kernel)."""
     g = b.group
-    per_input = requested_bytes(loops, _ranges(b, box), [g.types[n] for n in b.inputs], target)
-    return per_input, sum(g.types[s.tensor].nbytes for s in b.stores)
+    per_input = requested_bytes(loops, _ranges(b, box), [g.types[n] for n in b.inputs], target, _ranges(b, {}))
+    return per_input, sum(_stored_bytes(g.types[s.tensor], target) for s in b.stores)
+
+
+def _stored_bytes(t, target: Target) -> float:
+    """An output written whole, in the transactions that carry it (a tiny one still costs one)."""
+    return coalesced_elems(t.shape, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
 
 
 def _registers(b: FusedBody, loops, elems_per_thread: int) -> int:
@@ -331,6 +336,10 @@ def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int
     g = b.group
     programs = -(-math.prod(b.xext) // xb)
     per_input, stores = _traffic(b, loops, tile_box(b.xvars, b.xext, xb), target)
+    # the last program's rows beyond the extent are masked off and move nothing
+    xn = math.prod(b.xext)
+    tail = xn / (programs * min(xb, xn)) if programs else 1.0
+    per_input = [p * tail for p in per_input]
     extents = _loop_extents(b, one_pass)
     iterations = sum(-(-n // rb) for n in extents)
     # a loop of several chunks overlaps the next chunk's loads with this one's arithmetic

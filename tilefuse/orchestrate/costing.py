@@ -12,14 +12,9 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from ..cost.target import Target
-from ..families.base import Cost, Group, KernelFamily, Schedule
-from ..families.fused import FusedFamily
-from ..families.library import LibraryFamily
-from ..families.opaque import OpaqueFamily
+from ..families import FAMILIES, Cost, Group, KernelFamily, Schedule
 from ..ir.dtypes import TensorType
 from .candidates import Candidate
-
-FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), FusedFamily())
 
 
 class Coster:
@@ -35,6 +30,7 @@ class Coster:
         self.types = types
         self.target = target
         self.families = tuple(families)
+        self._by_name = {f.name: f for f in self.families}
         self.cuda_graph = cuda_graph
         self.measured = dict(measured or {})
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
@@ -65,15 +61,17 @@ class Coster:
         median ratio), so an alternative tiling of a kernel the device found slow is not taken
         for fast."""
         costed = [(self.cost(s), s) for s in scheds]
-        ratios = sorted(c.seconds / Cost.modelled(s.work, self.target, self.cuda_graph).seconds
-                        for c, s in costed if c.measured)
+        ratios = sorted(c.seconds / self._modelled(s).seconds for c, s in costed if c.measured)
         if not ratios or len(ratios) == len(costed):
             return costed
         r = ratios[len(ratios) // 2]
         return [(cs if cs[0].measured else (replace(cs[0], seconds=cs[0].seconds * r), cs[1])) for cs in costed]
 
+    def _modelled(self, sched: Schedule) -> Cost:
+        return self._by_name[sched.family].cost(sched, self.target, self.cuda_graph)
+
     def cost(self, sched: Schedule) -> Cost:
-        cost = Cost.modelled(sched.work, self.target, self.cuda_graph)
+        cost = self._modelled(sched)
         seconds = self.measured.get(sched.key()) if self.measured else None   # key() hashes the group
         return cost if seconds is None else replace(cost, seconds=seconds, measured=True)
 

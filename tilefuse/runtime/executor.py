@@ -45,12 +45,18 @@ class Program:
 
 
 def kernel_runner(sched, pg: PrimGraph, device: torch.device) -> Callable[[], None]:
-    """A zero-argument call running one schedule's kernel alone on ``device`` (for measuring):
-    weights are the model's, other inputs random floats or zero integers (in range as indices)."""
+    """A zero-argument call running one schedule's kernel alone on ``device`` (for measuring)."""
     from ..codegen import kernel_names
     step = build(sched, kernel_names([sched], pg.prims)[0])
+    ins, outs = sample_io(step, pg, device)
+    return lambda: step.run(ins, outs)
+
+
+def sample_io(kernel: Built, pg: PrimGraph, device: torch.device) -> tuple[list, list]:
+    """(inputs, outputs) to run one kernel alone: weights are the model's, other inputs random
+    floats or zero integers (in range as indices), outputs empty."""
     consts = pg.constant_map
-    types = sched.group.types
+    types = pg.types
 
     def tensor(name: str) -> torch.Tensor:
         if name in consts:
@@ -60,6 +66,6 @@ def kernel_runner(sched, pg: PrimGraph, device: torch.device) -> Callable[[], No
             return torch.randn(t.shape, device=device).to(t.dtype.to_torch())
         return torch.zeros(t.shape, dtype=t.dtype.to_torch(), device=device)
 
-    ins = [tensor(n) for n in step.inputs]
-    outs = [torch.empty(types[n].shape, dtype=types[n].dtype.to_torch(), device=device) for n in step.outputs]
-    return lambda: step.run(ins, outs)
+    ins = [tensor(n) for n in kernel.inputs]
+    outs = [torch.empty(types[n].shape, dtype=types[n].dtype.to_torch(), device=device) for n in kernel.outputs]
+    return ins, outs

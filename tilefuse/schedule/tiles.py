@@ -36,7 +36,7 @@ def tile_box(vars_: Sequence[Var], ext: Sequence[int], block: int) -> dict[Var, 
 class LoadSite:
     """One distinct load of a loop: tensor slot and, per dim, how its index depends on variables."""
     load: Load
-    dims: tuple        # per dim: ("affine", {var: coeff}) | ("data", vars) | ("other", expr)
+    dims: tuple        # per dim: ("affine", ({var: coeff}, const)) | ("data", vars) | ("other", expr)
 
 
 def load_sites(bodies: Iterable, num_inputs: int) -> list[LoadSite]:
@@ -55,18 +55,27 @@ def load_sites(bodies: Iterable, num_inputs: int) -> list[LoadSite]:
                 dims.append(("data", tuple(free_vars(e))))
                 continue
             form = affine_form(e)
-            dims.append(("affine", form[0]) if form is not None else ("other", e))
+            dims.append(("affine", form) if form is not None else ("other", e))
         out.append(LoadSite(ld, tuple(dims)))
     return out
 
 
-def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorType, target: Target) -> float:
-    """Elements moved to serve ``site`` over a box of variable ranges (coalescing included)."""
+def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorType, target: Target,
+               full: Mapping[Var, tuple[int, int]] | None = None) -> float:
+    """Elements moved to serve ``site`` over a box of variable ranges (coalescing included).
+
+    ``full``: the variables' whole ranges over the kernel.  Where an affine index over them leaves
+    the tensor (a padded window: the load is guarded and reads nothing there), a program's box is
+    charged the in-bounds share of the whole image: programs slide over the whole range, so on
+    average that fraction of each box is read."""
     sub = []
     for (kind, what), n in zip(site.dims, t.shape):
         if kind == "affine":
             # exact extent of an affine map over a box: 1 + sum |c|·(extent - 1), clipped to the dim
-            ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in what.items())
+            coeffs, const = what
+            ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in coeffs.items())
+            if full is not None:
+                ext = min(ext, n) * _inside_share(coeffs, const, full, n)
         elif kind == "data":
             # data-dependent: at most one distinct row per point of the index's own box
             ext = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in what if v in ranges)
@@ -77,15 +86,23 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
     return coalesced_elems(tuple(sub), tuple(t.shape), t.dtype.itemsize, target)
 
 
+def _inside_share(coeffs: Mapping[Var, int], const: int, full: Mapping[Var, tuple[int, int]], n: int) -> float:
+    """Share of the span of an affine index over the full ranges that lies in [0, n)."""
+    lo = const + sum(min(c * full[v][0], c * full[v][1]) for v, c in coeffs.items() if v in full)
+    hi = const + sum(max(c * full[v][0], c * full[v][1]) for v, c in coeffs.items() if v in full)
+    return 1.0 if hi < lo else max(min(hi, n - 1) - max(lo, 0) + 1, 0) / (hi - lo + 1)
+
+
 def requested_bytes(loops: Sequence[Sequence[LoadSite]], ranges: Mapping[Var, tuple[int, int]],
-                    inputs: Sequence[TensorType], target: Target) -> list[float]:
+                    inputs: Sequence[TensorType], target: Target,
+                    full: Mapping[Var, tuple[int, int]] | None = None) -> list[float]:
     """Bytes one program requests of each input: every loop issues its distinct loads over the
     whole of its ranges (a load repeated by two loops is requested twice)."""
     per_input = [0.0] * len(inputs)
     for sites in loops:
         for site in sites:
             t = inputs[site.load.tensor]
-            per_input[site.load.tensor] += site_elems(site, ranges, t, target) * t.dtype.itemsize
+            per_input[site.load.tensor] += site_elems(site, ranges, t, target, full) * t.dtype.itemsize
     return per_input
 
 

@@ -163,7 +163,7 @@ class _Printer:
         lin = self.linear(a)
         inner, size = math.prod(a.ext[l + 1:]), math.prod(a.ext[j:l + 1])
         text = lin.text if inner == 1 else f"{lin.text} // {inner}"
-        if j > 0:
+        if math.prod(a.ext[:j]) > 1:     # outer variables of extent 1 are always 0: no wrap
             text = f"({text}) % {size}" if inner != 1 else f"{text} % {size}"
         if text == lin.text:
             return lin

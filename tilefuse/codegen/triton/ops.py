@@ -28,7 +28,7 @@ UNARY = {
     "floor": "tl.floor({x})", "ceil": "tl.ceil({x})",
     "round": "libdevice.rint({x})",          # half to even, as torch.round
     "trunc": "libdevice.trunc({x})",
-    "sign": "tl.where({x} != {x}, {x}, tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0)))",
+    "sign": "tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))",     # sign(nan) = 0, as torch
     "reciprocal": "1.0 / {x}", "isnan": "{x} != {x}", "isinf": "({x} == {x}) & ({x} - {x} != {x} - {x})",
     "log1p": "libdevice.log1p({x})", "expm1": "libdevice.expm1({x})",
     "not": "{x} == 0",

@@ -22,6 +22,11 @@ Every load or store a program instance executes, as the interpreter executes it:
 * ``loads`` / ``stores``: how many load/store operations were executed (once per program instance
   per executed ``tl.load``/``tl.store``, fully masked-off ones included; a loop body counts once per
   iteration).
+* ``distinct_load_bytes`` / ``distinct_store_bytes``: the same, with each address counted once
+  per executed operation (lanes of one program reading one element, such as a bias broadcast
+  along a tile, are one transfer for the memory system).
+* ``sector_load_bytes`` / ``sector_store_bytes``: the distinct 32-byte sectors each operation
+  touches, times 32: what the memory system moves (a 2-byte read costs a whole sector).
 * Loading the same address twice counts twice.  There is no cache model: these are the bytes the
   program requests, before any L1/L2 or coalescing credit, i.e. an upper bound on DRAM traffic
   and the exact traffic a cache-less machine would see.
@@ -102,6 +107,13 @@ class Traffic:
     stores: int = 0
     atomics: int = 0
     atomic_bytes: int = 0
+    # the same, counting each address once per executed operation: lanes of one program reading
+    # one element (a broadcast bias) are one transfer for the memory system
+    distinct_load_bytes: int = 0
+    distinct_store_bytes: int = 0
+    # the same in whole 32-byte sectors, the unit in which the memory system moves data
+    sector_load_bytes: int = 0
+    sector_store_bytes: int = 0
     by_tensor: dict = field(default_factory=dict)  # name -> TensorTraffic, when tensors= was given
     unattributed: Optional[TensorTraffic] = None  # lanes in none of the named tensors (tensors= only)
     reject_atomics: bool = field(default=False, repr=False)
@@ -110,6 +122,14 @@ class Traffic:
     @property
     def total_bytes(self) -> int:
         return self.load_bytes + self.store_bytes
+
+    @property
+    def distinct_bytes(self) -> int:
+        return self.distinct_load_bytes + self.distinct_store_bytes
+
+    @property
+    def sector_bytes(self) -> int:
+        return self.sector_load_bytes + self.sector_store_bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,6 +140,7 @@ _ACTIVE: list[Traffic] = []
 _PATCHES: list[tuple] = []  # (owner, name, original, wrapper, had_own_attribute)
 _TLS = threading.local()  # .depth: >0 while inside a counted builder method on this thread
 
+SECTOR = 32   # bytes: the granularity of L2 and DRAM transfers on NVIDIA GPUs
 _METHODS = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas")
 _NATIVE_MEMORY_FNS = frozenset({"load", "store", "atomic_rmw", "atomic_cas"})
 
@@ -167,6 +188,9 @@ def _record(kind: str, ptrs, mask) -> None:
     addr, active = _lanes(ptrs, mask)
     size = _itemsize(ptrs)
     nbytes = int(np.count_nonzero(active)) * size
+    touched = addr[active].astype(np.uint64, copy=False)
+    distinct = int(np.unique(touched).size) * size
+    sectors = _sectors(touched, size) * SECTOR
     need_addresses = any(c.unattributed is not None for c in counters)
     lane_addr = addr[active].astype(np.uint64, copy=False).ravel() if need_addresses else None
     with _LOCK:
@@ -174,9 +198,13 @@ def _record(kind: str, ptrs, mask) -> None:
             if kind == "load":
                 c.loads += 1
                 c.load_bytes += nbytes
+                c.distinct_load_bytes += distinct
+                c.sector_load_bytes += sectors
             elif kind == "store":
                 c.stores += 1
                 c.store_bytes += nbytes
+                c.distinct_store_bytes += distinct
+                c.sector_store_bytes += sectors
             else:
                 c.atomics += 1
                 c.atomic_bytes += nbytes
@@ -195,6 +223,16 @@ def _record(kind: str, ptrs, mask) -> None:
                     rest = rest[~inside]
             if rest.size:
                 _add(c.unattributed, kind, int(rest.size) * size)
+
+
+def _sectors(addr, size: int) -> int:
+    """Distinct 32-byte sectors the elements at ``addr`` (each ``size`` bytes) touch."""
+    if addr.size == 0:
+        return 0
+    first, last = addr // SECTOR, (addr + np.uint64(size - 1)) // SECTOR
+    if np.array_equal(first, last):
+        return int(np.unique(first).size)
+    return int(np.unique(np.concatenate([first, last])).size)
 
 
 def _add(tt: TensorTraffic, kind: str, nbytes: int) -> None:
