@@ -103,17 +103,14 @@ def _flatten(body: list) -> list:
 
 def _reused(b) -> frozenset:
     """Loads of a looped kernel that a later loop issues again (its re-read should hit cache)."""
-    loops = [inst.body for inst in b.instances] + [s.value for s in b.stores]
-    seen: dict[Load, int] = {}
-    for k, e in enumerate(loops):
-        for n in walk(e):
-            if isinstance(n, Load) and n.tensor < len(b.inputs):
-                seen.setdefault(n, k)
+    loops = [[inst.body] for inst in b.instances] + [[s.value for s in b.stores]]
+    first: dict[Load, int] = {}
     later = set()
-    for k, e in enumerate(loops):
-        for n in walk(e):
-            if isinstance(n, Load) and n in seen and seen[n] < k:
-                later.add(n)
+    for k, exprs in enumerate(loops):
+        for n in (n for e in exprs for n in walk(e)):
+            if isinstance(n, Load) and n.tensor < len(b.inputs):
+                if first.setdefault(n, k) < k:
+                    later.add(n)
     return frozenset(later)
 
 

@@ -262,8 +262,8 @@ def _loops(b: FusedBody, *, one_pass: bool) -> list:
     """
     nin = len(b.inputs)
     bodies = [inst.body for inst in b.instances] + [s.value for s in b.stores]
-    if not one_pass:
-        return [load_sites([body], nin) for body in bodies]
+    if not one_pass:   # a loop per reduction, then one loop computing every output
+        return [load_sites([i.body], nin) for i in b.instances] + [load_sites([s.value for s in b.stores], nin)]
     mapping: dict[Var, Var] = {}
     for inst in b.instances:
         if inst.rext == b.iext:

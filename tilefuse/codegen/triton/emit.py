@@ -300,8 +300,11 @@ class _Printer:
         if e.tensor >= self.nin:  # a reduction's result
             return self.results[e.tensor]
         t = self.k.inputs[e.tensor]
+        conds = self._bounds_checks(e.index, t.shape)
+        if t.numel == 1 and not conds:    # a 0-d or one-element tensor: a scalar load
+            return self.emit(f"tl.load(in{e.tensor})")
         off = self.offset(e.index, t.shape)
-        conds = self.masks(off.axes) + self._bounds_checks(e.index, t.shape)
+        conds = self.masks(off.axes) + conds
         extra = ""
         if conds:
             extra += f", mask={' & '.join(c.text for c in conds)}, other=0"
