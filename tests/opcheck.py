@@ -7,9 +7,9 @@ import torch
 
 from tilefuse.fission import fission
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import run_reference
 from tilefuse.ir.graph import Attrs, Graph, Node
 from tilefuse.ir.prim import Constant, PrimGraph, TensorDecl
-from tilefuse.runtime.reference import run_reference
 
 
 def one_node_graph(op: str, inputs: Sequence[torch.Tensor | None], out_types: Sequence[TensorType],

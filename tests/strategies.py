@@ -19,10 +19,10 @@ import torch
 from hypothesis import strategies as st
 
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import eval_prim
 from tilefuse.ir.expr import (INDEX, Const, Expr, Load, Var, binary, cast, maximum, minimum, select,
                               substitute, unary)
 from tilefuse.ir.prim import Prim
-from tilefuse.runtime.reference import eval_prim
 
 VARS = (Var("i"), Var("j"), Var("k"))
 VAR_NAMES = tuple(v.name for v in VARS)

@@ -156,7 +156,7 @@ def _op_group(make, inputs):
         r = fx.compute(shape, lambda i, fn=fn: fn(*(x[i] for x in refs)))
         outs[r.name] = op
     from tilefuse.ir.prim import PrimGraph, TensorDecl
-    from tilefuse.runtime.reference import run_reference
+    from tilefuse.ir.evaluate import run_reference
     pg = PrimGraph(tuple(TensorDecl(n, TensorType(shape, DType.from_torch(t.dtype))) for n, t in inputs), (),
                    tuple(fx.prims), tuple(outs))
     env.update(zip(pg.outputs, run_reference(pg, dict(inputs))))
@@ -200,7 +200,7 @@ def test_float_mod_by_infinity_and_zero_like_the_reference():
 @pytest.mark.parametrize("combiner", ["max", "min", "sum", "prod"])
 def test_bool_reduction_over_an_empty_axis_gives_its_identity(combiner):
     from tilefuse.ir.prim import PrimGraph, TensorDecl
-    from tilefuse.runtime.reference import run_reference
+    from tilefuse.ir.evaluate import run_reference
     x = torch.zeros(3, 0, dtype=torch.bool)
     fx = Fission({"x0"})
     ref = fx.ref("x0", TensorType((3, 0), DType.bool))

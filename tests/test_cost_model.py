@@ -6,7 +6,7 @@ from planning import meta, plan_op
 
 from tilefuse.cost.model import INFEASIBLE, Resources, Work, estimate, occupancy
 from tilefuse.cost.target import Target
-from tilefuse.families.fused import _build, _ranked
+from tilefuse.families.fused import _ranked
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.schedule.tiles import split_l2
 

@@ -14,7 +14,7 @@ from tilefuse.analysis.classify import classify
 from tilefuse.errors import UnsupportedOperator
 from tilefuse.fission import fission
 from tilefuse.ir.dtypes import DType, TensorType
-from tilefuse.runtime.reference import run_reference
+from tilefuse.ir.evaluate import run_reference
 
 gen = torch.Generator().manual_seed(2)
 

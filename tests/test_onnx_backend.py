@@ -40,7 +40,7 @@ import tilefuse
 from tilefuse.errors import TilefuseError
 from tilefuse.fission import fission
 from tilefuse.frontend.onnx import import_onnx
-from tilefuse.runtime.reference import run_reference
+from tilefuse.ir.evaluate import run_reference
 from tilefuse.transform.simplify import simplify_graph
 from tilefuse.frontend.onnx_fold import NONDETERMINISTIC
 from tilefuse.frontend.onnx_normalize import LIFT

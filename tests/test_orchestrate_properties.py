@@ -6,12 +6,12 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_plan import dag_graph, feeds, same
+from test_plan import dag_graph, feeds, optimal_plan, same
+from tilefuse.ir.evaluate import run_reference
 from tilefuse.orchestrate import (Caps, build_plan, convex_sets, enumerate_candidates, execute_reference,
-                                  execution_states, is_convex, make_segment, orchestrate, select)
+                                  execution_states, is_convex, make_segment, select)
 from tilefuse.orchestrate.blp import _order, _Problem
 from tilefuse.orchestrate.states import successors
-from tilefuse.runtime.reference import run_reference
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -96,7 +96,7 @@ def problems(draw, max_nodes=12):
 def test_plans_are_valid_and_exact(problem):
     preds, outputs, seed = problem
     pg = graph_of(preds, outputs)
-    plan = orchestrate(pg, random_costs(seed), caps=Caps(max_prims=8))
+    plan = optimal_plan(pg, random_costs(seed), caps=Caps(max_prims=8))
     plan.validate()
     assert plan.solver["status"] == "optimal"
     assert same(execute_reference(plan, pg, feeds()), run_reference(pg, feeds()))

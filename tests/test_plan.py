@@ -1,7 +1,8 @@
 """Plans: validation, buffer lifetimes, kernel-by-kernel reference execution, end-to-end orchestration.
 
 ``dag_graph`` (also used by the other orchestration tests) builds a PrimGraph from a named DAG:
-each node is an elementwise prim combining its inputs (or the graph input x).
+each node is an elementwise prim combining its inputs (or the graph input x); ``optimal_plan``
+plans it with ``plan_strategies`` for a plain cost function.
 """
 from functools import reduce
 
@@ -9,13 +10,14 @@ import pytest
 import torch
 
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import run_reference
 from tilefuse.ir.expr import Load, Var
 from tilefuse.ir.prim import Prim, PrimGraph, TensorDecl
 from tilefuse.orchestrate import (Caps, Kernel, Plan, PlanError, build_plan, execute_reference, make_segment,
-                                  orchestrate, split_segments)
+                                  split_segments)
 from tilefuse.orchestrate.blp import Selection
 from tilefuse.orchestrate.candidates import make_candidate
-from tilefuse.runtime.reference import run_reference
+from tilefuse.orchestrate.strategies import plan_strategies
 
 F32 = DType.float32
 SHAPE = (2, 3)
@@ -35,6 +37,26 @@ def dag_graph(nodes: dict[str, list[str]], outputs: list[str], shape=SHAPE, coef
         body = reduce(lambda a, b: a + b, loads) * (0.5 + 0.25 * c) - c
         prims.append(Prim(name, ins, axes, body, TensorType(shape, F32)))
     return PrimGraph((TensorDecl("x", TensorType(shape, F32)),), (), tuple(prims), tuple(outputs))
+
+
+class Priced:
+    """A plain cost function in the Coster's shape: ``plan_strategies`` also asks for each kernel's
+    schedule, and these kernels have none."""
+
+    def __init__(self, cost_fn):
+        self.cost_fn = cost_fn
+
+    def __call__(self, cand):
+        return self.cost_fn(cand)
+
+    def best(self, cand):
+        cost = self.cost_fn(cand)
+        return None if cost is None else (cost, None)
+
+
+def optimal_plan(pg: PrimGraph, cost_fn, **options) -> Plan:
+    """The optimal strategy's plan for a plain cost function (``options``: of ``plan_strategies``)."""
+    return plan_strategies(pg, Priced(cost_fn), **options)["optimal"]
 
 
 def feeds(shape=SHAPE):
@@ -94,7 +116,7 @@ def test_orchestrate_chain_end_to_end():
     segments = split_segments(pg, caps)
     assert [len(s) for s in segments] == [20, 10, 20] or len(segments) == 3
     # Fusing is cheaper than launching: the cost is one launch plus a little per prim.
-    plan = orchestrate(pg, lambda c: 1.0 + 0.1 * len(c.names) + 0.2 * len(c.outputs), caps=caps)
+    plan = optimal_plan(pg, lambda c: 1.0 + 0.1 * len(c.names) + 0.2 * len(c.outputs), caps=caps)
     plan.validate()
     assert plan.solver["status"] == "optimal"
     assert len(plan.kernels) == 3                             # one kernel per segment
@@ -104,13 +126,15 @@ def test_orchestrate_chain_end_to_end():
 
 def test_orchestrate_multiple_outputs_and_dead_code():
     pg = dag_graph({"a": [], "b": ["a"], "dead": ["a"], "c": ["b"], "d": ["a", "b"]}, ["c", "d"])
-    plan = orchestrate(pg, lambda c: 1.0 + 0.05 * len(c.names))
+    plan = optimal_plan(pg, lambda c: 1.0 + 0.05 * len(c.names))
     assert all("dead" not in k.candidate.names for k in plan.kernels)
     assert same(execute_reference(plan, pg, feeds()), run_reference(pg, feeds()))
 
 
 def test_orchestrate_without_solver_time_uses_the_fallback():
     pg = dag_graph({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, ["d"])
-    plan = orchestrate(pg, lambda c: 1.0 + 0.1 * len(c.names), time_limit=0.0)
+    # Fusing saves nothing here, so the greedy plan is no cheaper than the fallback (else
+    # plan_strategies would take it, status "fallback+greedy").
+    plan = optimal_plan(pg, lambda c: float(len(c.names)), time_limit=0.0)
     assert plan.solver["status"] == "fallback"
     assert same(execute_reference(plan, pg, feeds()), run_reference(pg, feeds()))

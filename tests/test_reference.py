@@ -1,4 +1,4 @@
-"""The reference executor's semantics (see the module docstring of tilefuse/runtime/reference.py)."""
+"""The reference executor's semantics (see the module docstring of tilefuse/ir/evaluate.py)."""
 from __future__ import annotations
 
 import gc
@@ -11,9 +11,9 @@ import torch
 from tilefuse.fission.registry import Fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import INDEX, Const, Load, Var, binary, cast, logical_and, maximum, select
+from tilefuse.ir import evaluate
+from tilefuse.ir.evaluate import ReferenceError, eval_prim, run_reference
 from tilefuse.ir.prim import Origin, Prim, PrimGraph, Reduce, TensorDecl, reduce_init
-from tilefuse.runtime import reference
-from tilefuse.runtime.reference import ReferenceError, eval_prim, run_reference
 
 F32, F16, BF16, I32, B = DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.bool
 i, j = Var("i"), Var("j")
@@ -159,11 +159,11 @@ def _expected(name, xs):
 def test_einsum_and_generic_paths_agree(name, make, monkeypatch):
     p, xs = make()
     calls = []
-    real = reference._einsum
-    monkeypatch.setattr(reference, "_einsum", lambda *a: calls.append(1) or real(*a))
+    real = evaluate._einsum
+    monkeypatch.setattr(evaluate, "_einsum", lambda *a: calls.append(1) or real(*a))
     fast = eval_prim(p, xs)
     assert calls, "contraction did not take the einsum path"
-    monkeypatch.setattr(reference, "_einsum", lambda *a: None)
+    monkeypatch.setattr(evaluate, "_einsum", lambda *a: None)
     slow = eval_prim(p, xs)
     torch.testing.assert_close(fast, slow)
     torch.testing.assert_close(fast, _expected(name, xs))
@@ -193,7 +193,7 @@ def test_chunked_evaluation_matches(monkeypatch):
         Prim("ew", ("x",), (i, j), maximum(Load(0, (i, j, Const(1, INDEX)), F32), 0.0), TensorType((9, 5), F32)),
     ]
     whole = [eval_prim(p, [x]) for p in prims]
-    monkeypatch.setattr(reference, "CHUNK_ELEMS", 7)      # chunks of one leading row (20 elements/row)
+    monkeypatch.setattr(evaluate, "CHUNK_ELEMS", 7)      # chunks of one leading row (20 elements/row)
     chunked = [eval_prim(p, [x]) for p in prims]
     for a, b in zip(whole, chunked):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -246,7 +246,7 @@ def test_run_reference_frees_intermediates_and_keeps_outputs(monkeypatch):
     pg = PrimGraph((TensorDecl("x", t),), (), tuple(prims), ("d", "b"))
     made: dict[str, weakref.ref] = {}
     alive_at: dict[str, set] = {}
-    real = reference.eval_prim
+    real = evaluate.eval_prim
 
     def spy(p, inputs):
         gc.collect()
@@ -254,7 +254,7 @@ def test_run_reference_frees_intermediates_and_keeps_outputs(monkeypatch):
         out = real(p, inputs)
         made[p.name] = weakref.ref(out)
         return out
-    monkeypatch.setattr(reference, "eval_prim", spy)
+    monkeypatch.setattr(evaluate, "eval_prim", spy)
     x = torch.arange(4.0)
     d, b = run_reference(pg, {"x": x})
     torch.testing.assert_close(b, (x + 1) * 2)
@@ -267,7 +267,7 @@ def test_untaken_select_branch_may_divide_by_zero_but_a_taken_one_raises():
     from tilefuse.ir.expr import Var, select, binary
     from tilefuse.ir.dtypes import DType, TensorType
     from tilefuse.ir.prim import Prim
-    from tilefuse.runtime.reference import eval_prim
+    from tilefuse.ir.evaluate import eval_prim
     i = Var("i0")
     safe = select(i.lt(1), 0, binary("floordiv", 6, i))            # i // 0 only where not taken
     got = eval_prim(Prim("p", (), (i,), safe, TensorType((4,), DType.int64)), [])

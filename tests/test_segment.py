@@ -2,16 +2,16 @@
 import pytest
 import torch
 
-from test_plan import dag_graph, feeds, same
+from test_plan import dag_graph, feeds, optimal_plan, same
 from tilefuse.analysis.classify import Category, classify
 from tilefuse.fission import fission
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import run_reference
 from tilefuse.ir.graph import Attrs, Graph, Node
 from tilefuse.ir.prim import Constant, PrimGraph, TensorDecl
-from tilefuse.orchestrate import (Caps, build_plan, enumerate_candidates, execute_reference, make_segment,
-                                  orchestrate, select, split_segments)
+from tilefuse.orchestrate import (Caps, build_plan, enumerate_candidates, execute_reference, make_segment, select,
+                                  split_segments)
 from tilefuse.orchestrate.segment import crossing
-from tilefuse.runtime.reference import run_reference
 
 
 def chain(n):
@@ -77,7 +77,7 @@ def test_state_cap_splits_wide_graphs():
     segs = split_segments(pg, caps)
     assert len(segs) >= 2
     assert all(len(s.states) <= 200 for s in segs)
-    plan = orchestrate(pg, cost, caps=caps)
+    plan = optimal_plan(pg, cost, caps=caps)
     assert same(execute_reference(plan, pg, feeds()), run_reference(pg, feeds()))
 
 
@@ -88,7 +88,7 @@ def test_repeated_blocks_share_a_key():
     keys = {s.canonical_key() for s in segs[1:]}
     assert len(keys) == 1                       # the first block reads x, the others a prim: same wiring
     assert len({s.digest() for s in segs[1:]}) == 1
-    plan = orchestrate(pg, cost, caps=Caps(max_prims=5))
+    plan = optimal_plan(pg, cost, caps=Caps(max_prims=5))
     assert plan.solver["num_distinct_segments"] < plan.solver["num_segments"]
     assert same(execute_reference(plan, pg, feeds()), run_reference(pg, feeds()))
     # The remapped selections name their own segment's prims.
@@ -120,7 +120,7 @@ def test_key_sees_outputs_and_shapes():
 @pytest.mark.parametrize("n", [0, 1])
 def test_tiny_graphs(n):
     pg = chain(n) if n else dag_graph({}, ["x"])
-    plan = orchestrate(pg, cost)
+    plan = optimal_plan(pg, cost)
     got = execute_reference(plan, pg, feeds())
     assert same(got, run_reference(pg, feeds()))
     assert torch.is_tensor(got[0])
@@ -177,7 +177,7 @@ def test_encoder_layers_are_solved_once_and_exact():
         moved = sum(pg.types[t].nbytes for t in c.inputs + c.outputs)
         return 5.0 + moved / 100.0 + 0.1 * len(c.names)
 
-    plan = orchestrate(pg, cost)
+    plan = optimal_plan(pg, cost)
     assert plan.solver["status"] == "optimal"
     assert plan.solver["num_distinct_segments"] < plan.solver["num_segments"]
     assert len(plan.kernels) < len(pg.prims) / 3           # fusion happened

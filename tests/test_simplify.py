@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from strategies import (VARS, bool_exprs, eval_on_grid, eval_value, index_exprs, ranges, tree_size,
                         value_exprs, value_inputs)
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import eval_prim, run_reference
 from tilefuse.ir.expr import (INDEX, Cast, Const, Load, Select, Var, binary, cast, maximum, minimum,
                               select, unary)
 from tilefuse.ir.prim import Origin, Prim, PrimGraph, Reduce, TensorDecl
-from tilefuse.runtime.reference import eval_prim, run_reference
 from tilefuse.transform import simplify as simp
 from tilefuse.transform.simplify import simplify, simplify_graph, simplify_prim
 
@@ -188,6 +188,13 @@ def test_guarded_loads_stay_guarded():
     assert q.body is p.body
     assert eval_prim(q, [torch.tensor([True, False, True])]).tolist() == [True, False, True, True, True]
     assert simplify(select(i.lt(3), j.lt(2), Const(True, DType.bool))) is binary("or", i.ge(3), j.lt(2))
+
+
+def test_guarded_divisions_stay_guarded():
+    # where(k >= 1, 1 // max(k, 1) == 1, False): the branch becomes 1 // k under k >= 1, so the
+    # select must not turn into (k >= 1) and (1 // k == 1), which divides by zero at k = 0
+    e = select(k.ge(1), binary("floordiv", 1, maximum(k, 1)).eq(1), Const(False, DType.bool))
+    _check(e, {i: (0, 0), j: (0, 0), k: (0, 2)})
 
 
 def test_float_rules_stay_exact():

@@ -1,8 +1,7 @@
 """Execution states and convex sets (Korch Algorithm 1, Theorem 1; notes §7 tests 4 and 5)."""
 import pytest
 
-from tilefuse.orchestrate.states import (TooManyStates, convex_sets, descendants, execution_states,
-                                         is_convex, successors)
+from tilefuse.orchestrate.states import TooManyStates, bits, convex_sets, execution_states, is_convex, successors
 
 
 def preds_of(names: str, edges: list[str]) -> list[int]:
@@ -16,6 +15,16 @@ def preds_of(names: str, edges: list[str]) -> list[int]:
 
 def mask(names: str, members: str) -> int:
     return sum(1 << names.index(c) for c in members)
+
+
+def descendants(succs: list[int]) -> list[int]:
+    """For each node, the bitset of nodes reachable from it (itself excluded)."""
+    desc = [0] * len(succs)
+    for v in range(len(succs) - 1, -1, -1):  # topological order: successors have larger indices
+        desc[v] = succs[v]
+        for w in bits(succs[v]):
+            desc[v] |= desc[w]
+    return desc
 
 
 def brute_convex(preds: list[int]) -> set[int]:

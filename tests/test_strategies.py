@@ -6,12 +6,12 @@ from hypothesis import strategies as st
 from tilefuse.cost.target import Target
 from tilefuse.fission.registry import Fission
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.evaluate import run_reference
 from tilefuse.ir.expr import maximum
 from tilefuse.ir.prim import Constant, Origin, PrimGraph, TensorDecl
 from tilefuse.orchestrate.costing import Coster
 from tilefuse.orchestrate.plan import execute_reference
 from tilefuse.orchestrate.strategies import plan_strategies
-from tilefuse.runtime.reference import run_reference
 
 F32 = DType.float32
 SHAPE = (16, 32)

@@ -156,7 +156,7 @@ def cmd_compile(args, console: Console) -> int:
         task = bar.add_task("orchestrating segments", total=None)
         compiled = tilefuse.compile_onnx(
             args.model, target=args.target, strategy=args.strategy, measure=args.measure,
-            cuda_graph=args.cuda_graph,
+            cuda_graph=args.cuda_graph, dump=args.dump,
             progress=lambda done, total: bar.update(task, completed=done, total=total))
     r = compiled.report
     console.print(kernel_table(r))
@@ -173,6 +173,8 @@ def cmd_compile(args, console: Console) -> int:
         with open(args.json, "w") as f:
             f.write(r.to_json())
         console.print(f"report written to {args.json}")
+    if args.dump:
+        console.print(f"stages and the source of all {r.num_kernels} kernels written to {args.dump}")
     return 0
 
 
@@ -246,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
     p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
     p.add_argument("--json", help="write the report as JSON to this file")
+    p.add_argument("--dump", metavar="DIR", help="write each stage (graph, prims, plan) and every kernel's "
+                   "source (DIR/4-kernels/) to DIR")
     p.add_argument("--measure", action="store_true",
                    help="time the chosen kernels on this machine's GPU and re-plan with measured times")
     p.add_argument("--cuda-graph", action="store_true",

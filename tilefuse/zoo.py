@@ -110,7 +110,6 @@ def resnet(size, batch, seq, attn):
 
 
 BUILDERS: dict[str, Callable] = {"bert": bert, "gpt2": gpt2, "vit": vit, "resnet": resnet, "llama": llama}
-TEXT_MODELS = ("bert", "gpt2", "llama")
 
 
 def randomize(model: torch.nn.Module, seed: int = 0) -> None:

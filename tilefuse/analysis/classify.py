@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 
 from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, walk
-from ..ir.prim import Prim
+from ..ir.prim import Prim, Reduce
 
 
 class Category(str, Enum):
@@ -49,17 +50,17 @@ def _vars(e: Expr) -> frozenset:
     return frozenset(n for n in walk(e) if isinstance(n, Var))
 
 
-def is_contraction(p: Prim) -> bool:
-    if p.reduce is None or p.reduce.combiner != "sum":
+def _is_contraction(axes: tuple[Var, ...], body: Expr, reduce: Reduce | None) -> bool:
+    if reduce is None or reduce.combiner != "sum":
         return False
-    facs = [f for f in _factors(p.body) if any(isinstance(n, Load) for n in walk(f))]
+    facs = [f for f in _factors(body) if any(isinstance(n, Load) for n in walk(f))]
     if len(facs) < 2:
         return False
-    rvars = set(p.reduce.axes)
+    rvars = set(reduce.axes)
     var_sets = [_vars(f) for f in facs]
     if not all(vs & rvars for vs in var_sets):
         return False
-    out_axes = set(p.axes)
+    out_axes = set(axes)
     # Reuse: some operand misses an output axis another operand has.
     return len({vs & out_axes for vs in var_sets}) > 1
 
@@ -70,7 +71,7 @@ def contraction_operands(p: Prim) -> tuple[tuple, tuple, tuple] | None:
     Factors without loads (scales) are ignored; M axes are read only by the first operand, N axes
     only by the second, batch axes by both.  Output axes read by neither make it no GEMM.
     """
-    if not is_contraction(p):
+    if not _is_contraction(p.axes, p.body, p.reduce):
         return None
     facs = [f for f in _factors(p.body) if any(isinstance(n, Load) for n in walk(f))]
     if len(facs) != 2:
@@ -82,12 +83,12 @@ def contraction_operands(p: Prim) -> tuple[tuple, tuple, tuple] | None:
     return order(a & b), order(a - b), order(b - a)
 
 
-def _index_kind(p: Prim, ld: Load) -> str:
+def _index_kind(axes: tuple[Var, ...], ld: Load) -> str:
     if any(isinstance(n, Load) for i in ld.index for n in walk(i)):
         return "indirect"
-    if ld.index == p.axes:
+    if ld.index == axes:
         return "elementwise"
-    pos = {v: k for k, v in enumerate(p.axes)}
+    pos = {v: k for k, v in enumerate(axes)}
     last = -1
     for i in ld.index:
         if isinstance(i, Const):
@@ -104,23 +105,21 @@ _ORDER = ("elementwise", "broadcast", "layout", "indirect")
 
 
 def classify(p: Prim) -> Category:
-    # Derived data of an immutable prim: cached on the prim itself (hashing a prim is not cheap).
-    got = p.__dict__.get("_category")
-    if got is None:
-        got = _classify(p)
-        object.__setattr__(p, "_category", got)
-    return got
-
-
-def _classify(p: Prim) -> Category:
+    """The prim's category (see the module docstring)."""
     if p.is_opaque:
         return Category.opaque
-    lds = [n for n in walk(p.body) if isinstance(n, Load)]
-    kinds = {_index_kind(p, ld) for ld in lds}
+    return _classify(p.axes, p.body, p.reduce)
+
+
+# The planner asks for the same prims' categories many times (about 500k times planning BERT);
+# the key is the structure the category depends on (interned expressions hash cheaply).
+@lru_cache(maxsize=1 << 14)
+def _classify(axes: tuple[Var, ...], body: Expr, reduce: Reduce | None) -> Category:
+    kinds = {_index_kind(axes, n) for n in walk(body) if isinstance(n, Load)}
     if "indirect" in kinds:
         return Category.indirect
-    if p.reduce is not None:
-        return Category.contraction if is_contraction(p) else Category.reduce
+    if reduce is not None:
+        return Category.contraction if _is_contraction(axes, body, reduce) else Category.reduce
     worst = max((_ORDER.index(k) for k in kinds), default=0)
     return Category(_ORDER[worst])
 

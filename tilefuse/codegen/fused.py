@@ -102,16 +102,23 @@ def _flatten(body: list) -> list:
 
 
 def _reused(b) -> frozenset:
-    """Loads of a looped kernel that a later loop issues again (its re-read should hit cache)."""
-    loops = [[inst.body] for inst in b.instances] + [[s.value for s in b.stores]]
-    first: dict[Load, int] = {}
-    later = set()
-    for k, exprs in enumerate(loops):
-        for n in (n for e in exprs for n in walk(e)):
-            if isinstance(n, Load) and n.tensor < len(b.inputs):
-                if first.setdefault(n, k) < k:
-                    later.add(n)
-    return frozenset(later)
+    """Loads of a looped kernel whose data a later loop reads again (keep them in cache).  Each
+    reduction loop has its own variables; over the same extent they stand for the row's inner
+    variables, so loads are compared with those substituted."""
+    loops = []
+    for inst in b.instances:
+        canon = dict(zip(inst.rvars, b.ivars)) if inst.rext == b.iext else {}
+        loops.append([(n, substitute(n, canon) if canon else n) for n in walk(inst.body) if _is_input(n, b)])
+    loops.append([(n, n) for st in b.stores for n in walk(st.value) if _is_input(n, b)])
+    last = {}
+    for k, loads in enumerate(loops):
+        for _, c in loads:
+            last[c] = k
+    return frozenset(n for k, loads in enumerate(loops) for n, c in loads if last[c] > k)
+
+
+def _is_input(n, b) -> bool:
+    return isinstance(n, Load) and n.tensor < len(b.inputs)
 
 
 def _pow2(n: int) -> int:

@@ -13,12 +13,12 @@ class OpaqueFamily(Family):
     name = "opaque"
 
     def build(self, schedule: Schedule, name: str) -> Built:
-        from ..runtime.reference import eval_prim
+        from ..ir.evaluate import eval_prim
         (prim,) = schedule.group.prims
 
         def run(ins, outs):
             outs[0].copy_(eval_prim(prim, ins))
-        desc = f"# {name}: opaque kernel (tilefuse), torch: {prim.opaque}\n# implements: {prim.origin}\n"
+        desc = f"# {name}: opaque kernel (tilefuse), torch: {prim.body}\n# implements: {prim.origin}\n"
         return Built(name, self.name, tuple(prim.inputs), (prim.name,), run, desc, "torch")
 
     def schedules(self, group: Group, target: Target) -> list[Schedule]:

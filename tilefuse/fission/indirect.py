@@ -14,10 +14,10 @@ import torch
 
 from ..errors import UnsupportedAttribute
 from ..ir.dtypes import DType, TensorType
+from ..ir.evaluate import eval_prim
 from ..ir.expr import INDEX, Const, Expr, Var, binary, cast, maximum, minimum, select, unary
 from ..ir.graph import Node
 from ..ir.prim import Prim
-from ..runtime.reference import eval_prim
 from .common import acc_dtype, norm_axis
 from .layout import empty
 from .registry import Fission, TensorRef, rule

@@ -139,8 +139,8 @@ class Fission:
         return self._emit(shape, fn, tuple(extents), combiner)
 
     def opaque(self, fn: str, inputs: Sequence[TensorRef], out: TensorType, **attrs) -> TensorRef:
-        """A prim run by the torch function registered as ``fn`` in ``runtime/opaque.py``."""
-        from ..runtime.opaque import OPAQUE
+        """A prim run by the torch function registered as ``fn`` in ``ir/opaque.py``."""
+        from ..ir.opaque import OPAQUE
         if fn not in OPAQUE:
             raise KeyError(f"no opaque function {fn!r}")
         axes = tuple(Var(f"i{k}") for k in range(out.rank))

@@ -9,7 +9,6 @@ is therefore independent of tensor names, and structurally identical prims hash 
 """
 from __future__ import annotations
 
-import math
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -227,10 +226,6 @@ def _rebuild(name: str, args: tuple):
 
 # ---------------------------------------------------------------- smart constructors
 
-def const(value, dtype: DType) -> Const:
-    return Const(value, dtype)
-
-
 def as_index(x) -> Expr:
     if isinstance(x, Expr):
         if x.dtype is not INDEX:
@@ -254,7 +249,7 @@ def _cval(e: Expr):
 
 
 def _fold_const(op: str, a, b):
-    """Python semantics matching the expression semantics (see runtime/reference.py)."""
+    """Python semantics matching the expression semantics (see ir/evaluate.py)."""
     if op == "add": return a + b
     if op == "sub": return a - b
     if op == "mul": return a * b
@@ -426,7 +421,3 @@ def free_vars(e: Expr) -> frozenset[Var]:
 
 def loads(e: Expr) -> list[Load]:
     return [n for n in walk(e) if isinstance(n, Load)]
-
-
-def is_finite_const(e: Expr) -> bool:
-    return isinstance(e, Const) and not (isinstance(e.value, float) and not math.isfinite(e.value))

@@ -1,7 +1,6 @@
 """Prim (one tensor expression with one output) and PrimGraph (a DAG of prims)."""
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -114,21 +113,13 @@ class Prim:
 
 @dataclass(frozen=True, eq=False)
 class Constant:
-    """A named constant tensor (weights, folded values).  Compared by identity; content via digest."""
+    """A named constant tensor (weights, folded values).  Compared by identity."""
     name: str
     data: torch.Tensor
 
     @cached_property
     def type(self) -> TensorType:
         return TensorType(tuple(self.data.shape), DType.from_torch(self.data.dtype))
-
-    @cached_property
-    def digest(self) -> str:
-        t = self.data.detach().contiguous().cpu()
-        raw = t.view(torch.uint8) if t.numel() and t.dtype is not torch.bool else t.to(torch.uint8)
-        h = hashlib.sha256(str((tuple(t.shape), str(t.dtype))).encode())
-        h.update(raw.numpy().tobytes())
-        return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,15 +14,12 @@ optimum can never be worse.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 from ..analysis.classify import MEMORY_BOUND, classify
 from .blp import Selection
-from .candidates import Candidate, live_mask, make_candidate, output_variants
+from .candidates import Candidate, CostFn, live_mask, make_candidate, output_variants
 from .segment import Segment
 from .states import Caps, bits, is_convex
-
-CostFn = Callable[[Candidate], "float | None"]
 
 
 def _candidate(seg: Segment, members: int) -> Candidate:

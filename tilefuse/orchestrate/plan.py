@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from ..ir.evaluate import eval_prim
 from ..ir.prim import Prim, PrimGraph
-from ..runtime.reference import eval_prim
 from .blp import Selection
 from .candidates import Candidate
 from .segment import Segment

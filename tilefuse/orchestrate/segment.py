@@ -19,7 +19,7 @@ are solved once; a solution of one maps onto the other by position (``candidates
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping
 
@@ -81,7 +81,8 @@ class Segment:
         return tuple(self.prims[k].name for k in bits(mask))
 
     def enumerate(self, caps: Caps = DEFAULT_CAPS) -> tuple[tuple[int, ...], frozenset[int]]:
-        """(execution states, convex sets), cached when the segment was made by ``split_segments``."""
+        """(execution states, convex sets): computed when the segment was made with caps (as
+        ``split_segments`` makes them), else now."""
         if self.states is not None and self.convex is not None:
             return self.states, self.convex
         states = tuple(execution_states(self.preds, caps.max_states))
@@ -121,10 +122,7 @@ def make_segment(pg: PrimGraph, lo: int, hi: int, *, caps: Caps | None = None,
     if caps is None:
         return seg
     states = tuple(execution_states(seg.preds, caps.max_states))
-    convex = frozenset(convex_sets(states, caps.max_convex, caps.max_members))
-    object.__setattr__(seg, "states", states)
-    object.__setattr__(seg, "convex", convex)
-    return seg
+    return replace(seg, states=states, convex=frozenset(convex_sets(states, caps.max_convex, caps.max_members)))
 
 
 def last_uses(pg: PrimGraph) -> dict[str, int]:

@@ -53,10 +53,6 @@ def bits(mask: int):
         mask ^= low
 
 
-def popcount(mask: int) -> int:
-    return mask.bit_count()
-
-
 def successors(preds: Sequence[int]) -> list[int]:
     """Successor bitsets from predecessor bitsets."""
     succs = [0] * len(preds)
@@ -64,17 +60,6 @@ def successors(preds: Sequence[int]) -> list[int]:
         for u in bits(p):
             succs[u] |= 1 << v
     return succs
-
-
-def descendants(succs: Sequence[int]) -> list[int]:
-    """For each prim, the bitset of prims reachable from it (itself excluded)."""
-    desc = [0] * len(succs)
-    for v in range(len(succs) - 1, -1, -1):  # topological order: successors have larger indices
-        d = succs[v]
-        for w in bits(succs[v]):
-            d |= desc[w]
-        desc[v] = d
-    return desc
 
 
 def is_convex(mask: int, preds: Sequence[int], succs: Sequence[int] | None = None) -> bool:

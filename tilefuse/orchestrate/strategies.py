@@ -22,7 +22,7 @@ from .segment import split_segments
 from .states import DEFAULT_CAPS, Caps
 
 STRATEGIES = ("unfused", "greedy", "optimal")
-_STATUS_RANK = ("fallback", "time_limit+greedy", "time_limit", "optimal", "empty")
+_STATUS_RANK = ("fallback", "fallback+greedy", "time_limit+greedy", "time_limit", "optimal", "empty")
 
 
 def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,

@@ -2,7 +2,8 @@
 
 A factor is ``strided`` when it is a Load (under Casts) through an affine index with non-negative
 coefficients: a ``torch.as_strided`` view of the input, no copy.  Any other factor is ``gathered``:
-evaluated by the reference executor's grid evaluator over its own variables.  See library.py.
+evaluated by the reference executor's grid evaluator (``ir/evaluate.py``) over its own variables.
+See library.py.
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import torch
 
 from ..analysis.index import affine_form
 from ..ir.dtypes import DType
+from ..ir.evaluate import Grid, retype, var_env
 from ..ir.expr import Binary, Cast, Expr, Load, Var, transform
 from ..ir.prim import Prim
-from .reference import _Grid, _retype, _var_env
 
 HALF = (DType.float16, DType.bfloat16)
 
@@ -108,7 +109,7 @@ class Gathered:
 
     def tensor(self, inputs: Sequence[torch.Tensor]) -> torch.Tensor:
         device = inputs[0].device if inputs else torch.device("cpu")
-        g = _Grid(self.prim, list(inputs), _var_env(list(self.order), self.prim.extents, device))
+        g = Grid(self.prim, list(inputs), var_env(list(self.order), self.prim.extents, device))
         return g.eval(self.expr).expand(self.sizes)
 
 
@@ -118,9 +119,9 @@ def factor(prim: Prim, f: Expr, order: Sequence[Var]):
     if got is not None:
         return got
     if prim.out.dtype in HALF:  # the reference evaluates 16-bit reduce bodies in fp32
-        f = transform(f, lambda n: _retype(n) if n.dtype in HALF else None)
+        f = transform(f, lambda n: retype(n) if n.dtype in HALF else None)
     return Gathered(prim, f, tuple(order), tuple(ext[v] for v in order))
 
 
 def constant(e: Expr):
-    return _Grid(None, [], {}).eval(e).item()
+    return Grid(None, [], {}).eval(e).item()

@@ -16,7 +16,7 @@ its own variables:
   back to the reference (which names the bad index), never to a silent out-of-bounds read.
 - **gathered**: any other factor (div/mod reshapes, grouped-conv channel maps, data-dependent
   loads, ``Select`` padding, negative coefficients, arithmetic) is evaluated by the reference
-  executor's ``_Grid`` over its own variables only, as the reference's einsum does.
+  executor's ``Grid`` over its own variables only, as the reference's einsum does.
 - constant factors (no load, no variable: attention's 1/sqrt(d)) multiply the result once.
 
 Paths (``run.path``; ``conv`` is tried before ``gemm`` and ``einsum``):
@@ -62,11 +62,11 @@ from typing import Callable
 import torch
 
 from ..ir.dtypes import DType, promote
+from ..ir.evaluate import CHUNK_ELEMS, eval_prim, letters
 from ..ir.expr import Binary, Cast, Expr, Load, Var, free_vars, walk
 from ..ir.prim import Prim, reduce_init
 from .conv import CONV, Conv, conv_plan, ieee_fp32
 from .factors import cast_to, constant, factor, mul_leaves
-from .reference import CHUNK_ELEMS, _letters, eval_prim
 
 # A gathered factor above this many elements is not materialized: the whole prim goes to eval_prim,
 # which chunks (the reference's own einsum limit).
@@ -186,7 +186,7 @@ class LibraryKernel:
     def _plan_einsum(self, terms: list[Expr], var_sets: list[frozenset], allv: list[Var]) -> None:
         if len(allv) > 52:
             return self._fallback("more variables than einsum letters")
-        letter = dict(zip(allv, _letters(len(allv))))
+        letter = dict(zip(allv, letters(len(allv))))
         orders = [[v for v in allv if v in vs] for vs in var_sets]
         self._factors = [factor(self.prim, f, o) for f, o in zip(terms, orders)]
         specs = ",".join("".join(letter[v] for v in o) for o in orders)

@@ -21,11 +21,11 @@ from typing import Callable, Mapping
 
 from ..analysis.index import Analyzer, Interval, Linear, LoadBounds, dtype_range, extent_ranges
 from ..ir.dtypes import DType
+from ..ir.evaluate import Grid  # constant folding uses the executor's semantics exactly
 from ..ir.expr import (INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, loads,
                        select, transform, unary, walk)
 from ..ir.prim import Prim, PrimGraph
 from ..ir.printer import format_expr
-from ..runtime.reference import _Grid  # constant folding uses the executor's semantics exactly
 
 Rule = Callable[[Expr, "Simplifier"], "Expr | None"]
 
@@ -187,7 +187,7 @@ def fold_constants(n: Expr, s: Simplifier) -> Expr | None:
     if not kids or isinstance(n, (Load, Select)) or not all(isinstance(k, Const) for k in kids):
         return None
     try:
-        v = _Grid(None, [], {}).eval(n)
+        v = Grid(None, [], {}).eval(n)
     except (RuntimeError, ZeroDivisionError, OverflowError, ValueError):
         return None  # e.g. integer division by zero: left for run time
     if isinstance(n, Cast) and n.dtype.is_int and n.x.dtype.is_float:
@@ -497,20 +497,25 @@ def select_not(n: Select, s: Simplifier) -> Expr | None:
     return None
 
 
-def _reads(e: Expr) -> bool:
-    return any(isinstance(n, Load) for n in walk(e))
+def _may_fail(e: Expr) -> bool:
+    """Whether e loads or divides integers by anything but a non-zero constant: where a Select does
+    not take it, a branch may index out of bounds or divide by zero (it was simplified under the
+    ranges its condition implies)."""
+    return any(isinstance(n, Load) or (isinstance(n, Binary) and n.op in ("div", "floordiv", "mod", "fmod")
+                                       and not n.b.dtype.is_float and not (isinstance(n.b, Const) and n.b.value))
+               for n in walk(e))
 
 
 @rewrite("Select")
 def select_bool(n: Select, s: Simplifier) -> Expr | None:
     """where(c, True, x) -> c or x, where(c, x, False) -> c and x (and the negated forms), unless
-    x loads: a branch may index out of bounds where it is not taken, an operand of `or` may not."""
+    x may fail where it is not taken (``_may_fail``): an operand of `or` may not."""
     if n.dtype is not DType.bool:
         return None
     c, a, b = n.cond, n.a, n.b
-    if isinstance(a, Const) and not _reads(b):
+    if isinstance(a, Const) and not _may_fail(b):
         return binary("or", c, b) if a.value else binary("and", unary("not", c), b)
-    if isinstance(b, Const) and not _reads(a):
+    if isinstance(b, Const) and not _may_fail(a):
         return binary("or", unary("not", c), a) if b.value else binary("and", c, a)
     return None
 

@@ -1,7 +1,6 @@
 """Triton spellings of the IR's types and operators (the expression translator's rule tables).
 
-Semantics follow the reference executor (``ir`` semantics as ``runtime/reference.py`` evaluates
-them) op for op: integer division truncates or floors as the IR says, ``max``/``min`` propagate
+Semantics follow the reference executor (``ir/evaluate.py``) op for op: integer division truncates or floors as the IR says, ``max``/``min`` propagate
 NaN as torch does, 16-bit floats are computed in fp32 where libdevice has no 16-bit entry point
 and rounded back (what torch does on CPU).  ``{x}``, ``{a}``, ``{b}`` are operands, ``{t}`` the
 result type, ``{f}`` the fmod of the operands.

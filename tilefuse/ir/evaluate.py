@@ -1,11 +1,13 @@
-"""The reference executor: evaluates a PrimGraph prim by prim with vectorized torch.
+"""The reference executor: the exact semantics of prims, evaluated prim by prim with vectorized torch.
 
 Every prim is evaluated from its expression alone.  A body is evaluated over the index grid of
 its variables, each variable an ``arange`` broadcast along its own dimension, so loads become
 advanced indexing and ``Select`` becomes ``torch.where``.  Sum-reductions whose body is a
 product of factors over different variables (matmul, conv, bmm) are evaluated as ``einsum`` of
 the factors, each materialized over its own variables only; other reductions are evaluated in
-chunks along the output's leading axis so memory stays bounded.
+chunks along the output's leading axis so memory stays bounded.  Opaque prims call their torch
+implementation (``ir/opaque.py``).  ``Grid`` alone evaluates expressions: constant folding
+(``transform/simplify.py``) and the library kernels' gathered factors use it, so they agree exactly.
 
 Semantics fixed here (and shared by every backend):
 - integer ``div`` truncates toward zero; ``floordiv``/``mod`` round toward -inf (Python);
@@ -22,10 +24,10 @@ from typing import Mapping
 
 import torch
 
-from ..ir.dtypes import DType
-from ..ir.expr import Binary, Cast, Const, Expr, Load, Select, Unary, Var, cast, transform, walk
-from ..ir.prim import Prim, PrimGraph, reduce_init
 from .opaque import OPAQUE
+from .dtypes import DType
+from .expr import Binary, Cast, Const, Expr, Load, Select, Unary, Var, cast, transform, walk
+from .prim import Prim, PrimGraph, reduce_init
 
 # Above this many grid elements a prim is evaluated in chunks of its leading output axis.
 CHUNK_ELEMS = 1 << 23
@@ -84,7 +86,7 @@ _COMBINE = {"sum": lambda t, d: t.sum(d), "prod": _prod,
             "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d)}
 
 
-class _Grid:
+class Grid:
     """Evaluates expressions over a grid: var -> broadcastable arange tensor (or a fixed tensor)."""
 
     def __init__(self, prim: Prim, inputs: list[torch.Tensor], env: Mapping[Var, torch.Tensor]):
@@ -154,8 +156,11 @@ class _Grid:
         return out.expand(shape) if out.shape != shape else out
 
 
-def _var_env(vars_: list[Var], extents: Mapping[Var, int], device, offset: dict[Var, int] | None = None,
-             size: dict[Var, int] | None = None) -> dict[Var, torch.Tensor]:
+def var_env(vars_: list[Var], extents: Mapping[Var, int], device, offset: dict[Var, int] | None = None,
+            size: dict[Var, int] | None = None) -> dict[Var, torch.Tensor]:
+    """The grid of ``vars_``: each an int64 ``arange`` along its own dimension (of a broadcastable
+    tensor with one dimension per variable), over ``offset`` .. ``offset + size`` (default: the
+    whole extent)."""
     env = {}
     n = len(vars_)
     for k, v in enumerate(vars_):
@@ -167,7 +172,9 @@ def _var_env(vars_: list[Var], extents: Mapping[Var, int], device, offset: dict[
     return env
 
 
-def _retype(n: Expr) -> Expr | None:
+def retype(n: Expr) -> Expr | None:
+    """A ``transform`` callback widening a 16-bit node to fp32 (how a reduction into fp16/bf16 is
+    evaluated: accumulated in fp32, rounded once)."""
     f32 = DType.float32
     if isinstance(n, Load):
         return Cast(n, f32)
@@ -184,7 +191,8 @@ def _factors(body: Expr) -> list[Expr]:
     return [body]
 
 
-def _letters(n: int) -> list[str]:
+def letters(n: int) -> list[str]:
+    """``n`` distinct einsum subscripts (at most 52)."""
     return [chr(ord("a") + k) if k < 26 else chr(ord("A") + k - 26) for k in range(n)]
 
 
@@ -196,7 +204,7 @@ def _einsum(prim: Prim, body: Expr, inputs, device) -> torch.Tensor | None:
     allv = list(prim.axes) + list(prim.reduce.axes)
     if len(allv) > 52:
         return None
-    letter = dict(zip(allv, _letters(len(allv))))
+    letter = dict(zip(allv, letters(len(allv))))
     groups: dict[frozenset, list[Expr]] = {}
     for f in facs:
         vs = frozenset(n for n in walk(f) if isinstance(n, Var))
@@ -209,7 +217,7 @@ def _einsum(prim: Prim, body: Expr, inputs, device) -> torch.Tensor | None:
         order = [v for v in allv if v in vs]
         if math.prod(ext[v] for v in order) > CHUNK_ELEMS * 4:
             return None
-        g = _Grid(prim, inputs, _var_env(order, ext, device))
+        g = Grid(prim, inputs, var_env(order, ext, device))
         val = g.eval(fs[0])
         for f in fs[1:]:
             val = val * g.eval(f)
@@ -237,7 +245,7 @@ def eval_prim(prim: Prim, inputs: list[torch.Tensor]) -> torch.Tensor:
     ext = prim.extents
     red = prim.reduce
     if red is not None and prim.out.dtype in (DType.float16, DType.bfloat16):
-        body = transform(body, lambda n: _retype(n) if n.dtype in (DType.float16, DType.bfloat16) else None)
+        body = transform(body, lambda n: retype(n) if n.dtype in (DType.float16, DType.bfloat16) else None)
     if red is not None and any(e == 0 for e in red.extents):
         return torch.full(prim.out.shape, reduce_init(red.combiner, prim.out.dtype), dtype=out_t, device=device)
     if prim.out.numel == 0:
@@ -260,7 +268,7 @@ def eval_prim(prim: Prim, inputs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _eval_block(prim, body, inputs, allv, ext, offset, size, device) -> torch.Tensor:
-    g = _Grid(prim, inputs, _var_env(allv, ext, device, offset, size))
+    g = Grid(prim, inputs, var_env(allv, ext, device, offset, size))
     val = g.eval(body)
     shape = [size.get(v, ext[v]) for v in allv]
     val = val.expand(shape)
