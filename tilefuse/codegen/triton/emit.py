@@ -301,8 +301,6 @@ class _Printer:
             return self.results[e.tensor]
         t = self.k.inputs[e.tensor]
         conds = self._bounds_checks(e.index, t.shape)
-        if t.numel == 1 and not conds:    # a 0-d or one-element tensor: a scalar load
-            return self.emit(f"tl.load(in{e.tensor})")
         off = self.offset(e.index, t.shape)
         conds = self.masks(off.axes) + conds
         extra = ""
