@@ -33,10 +33,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
 
+    import tilefuse          # first: it sets up Triton's interpreter on a machine without a GPU
     import torch
     import triton
-
-    import tilefuse
     from tilefuse import zoo
     from tilefuse.codegen.audit import audit_traffic
 

@@ -79,9 +79,17 @@ def test_fp16_softmax():
     _check(_whole(pg), all_values(pg, feeds), tol=2e-3)
 
 
-def test_layernorm_with_row_outputs():
-    s = _check(*layernorm_group(), rblock=16)
+@pytest.mark.parametrize("rblock", [16, 32])      # looped, one pass
+def test_layernorm_with_row_outputs_stores_them_once_per_row(rblock):
+    s = _check(*layernorm_group(), rblock=rblock)
     assert sum(st.row_only for st in s.body.stores) == 2
+    body = emit_fused(s).split("def fused_kernel(")[1]
+    stores = [line for line in body.splitlines() if "tl.store(" in line]
+    assert len(stores) == 3
+    # mean and inverse std: at the kernel's top level, outside any loop, with no inner-axis mask
+    row = [line for line in stores if "out0" not in line]
+    assert all(line.startswith("    tl.store(") and "rmask" not in line for line in row)
+    assert ("for " in body) == (rblock == 16)
 
 
 def test_transpose_and_scale_store_two_layouts():
