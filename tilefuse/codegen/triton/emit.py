@@ -15,8 +15,6 @@ import math
 import re
 from typing import Iterable
 
-import torch
-
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
@@ -469,8 +467,3 @@ def _paren(text: str) -> str:
 def _may_retype(rule: str, dtype: DType) -> bool:
     """Whether Triton's promotion could change the result type (literals, narrow types)."""
     return dtype not in (DType.float32, DType.int64) or re.search(r"\b\d", rule) is not None
-
-
-def widen_const(c: Const) -> Const:
-    """A 16-bit float constant as the fp32 value it rounds to."""
-    return Const(torch.tensor(c.value, dtype=c.dtype.to_torch()).item(), DType.float32)
