@@ -55,9 +55,7 @@ def fused_kernel(s, name: str) -> Kernel:
         store = Store(k, st.index, st.value, tuple(guards))
         (rows if st.row_only else inner).append(store)
     body += rows
-    if inner:
-        body.append(Loop("r", tuple(inner)) if b.ivars else inner)
-    body = _flatten(body)
+    body += ([Loop("r", tuple(inner))] if b.ivars else inner) if inner else []
     reused = frozenset() if one else _reused(b)
     origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
     comments = (f"{name}: fused kernel (tilefuse), anchor {b.anchor}, XBLOCK={s.xblock} RBLOCK={s.rblock} "
@@ -92,13 +90,6 @@ def _widen(n: Expr) -> Expr | None:
     if isinstance(n, Cast):
         return cast(n.x, DType.float32)
     return None
-
-
-def _flatten(body: list) -> list:
-    out = []
-    for st in body:
-        out.extend(st if isinstance(st, list) else [st])
-    return out
 
 
 def _reused(b) -> frozenset:

@@ -93,8 +93,9 @@ class _Printer:
         return None
 
     def emit(self, text: str, axes: Iterable[str] = (), deps: Iterable[_Value] = (), key=None,
-             name: str | None = None) -> _Value:
-        """``name = text`` placed in the outermost scope it can live in; memoized under ``key``."""
+             name: str | None = None, reduced: str | None = None) -> _Value:
+        """``name = text`` placed in the outermost scope it can live in; memoized under ``key``.
+        ``reduced``: an axis the value is reduced over (needed where it is computed, not after)."""
         deps = list(deps)
         axes = frozenset(axes).union(*(d.axes for d in deps))
         depth = max((d.depth for d in deps), default=0)
@@ -103,7 +104,7 @@ class _Printer:
             self.count += 1
             name = f"t{self.count}"
         home.lines.append(f"{home.indent}{name} = {text}")
-        v = _Value(name, axes, home.depth)
+        v = _Value(name, axes - {reduced}, home.depth)
         if key is not None:
             home.memo[key] = v
         return v
@@ -355,8 +356,8 @@ class _Printer:
         init = literal(r.init, r.acc_dtype)
         if not a.looped:
             tile = self._padded(self._typed(r), a, init, r.acc_dtype)
-            out = self.emit(_typed_reduction(red[r.combiner].format(v=tile.text, d=d), r.acc_dtype), deps=[tile])
-            out.axes = out.axes - {a.name}
+            out = self.emit(_typed_reduction(red[r.combiner].format(v=tile.text, d=d), r.acc_dtype), deps=[tile],
+                            reduced=a.name)
         else:
             outer = self.scope
             acc = f"acc{r.slot}"
@@ -371,7 +372,6 @@ class _Printer:
             outer.lines.extend(inner.lines)
             out = self.emit(_typed_reduction(red[r.combiner].format(v=acc, d=d), r.acc_dtype),
                             axes=axes - {a.name}, deps=[_Value(acc, frozenset(), outer.depth)])
-            out.axes = axes - {a.name}
         if r.out_dtype is DType.bool:
             out = self.emit(f"{out.text} != 0", deps=[out])
         elif r.out_dtype is not r.acc_dtype:

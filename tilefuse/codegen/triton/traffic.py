@@ -251,35 +251,25 @@ def _inside():
         _TLS.depth -= 1
 
 
+# Counted builder method -> (what it is, position of its pointer argument, of its mask or None).
+# Positions are the same in Triton 3.6 and 3.9; the rest of each signature (cache policy / cache
+# modifier + eviction policy, volatility, semantics) passes through untouched.
+_SIGNATURES = {
+    "create_masked_load": ("load", 0, 1),        # (ptrs, mask, other, ...)
+    "create_masked_store": ("store", 0, 2),      # (ptrs, value, mask, ...)
+    "create_atomic_rmw": ("atomic", 1, 3),       # (rmw_op, ptr, val, mask, ...)
+    "create_atomic_cas": ("atomic", 0, None),    # (ptr, cmp, val, ...): no mask
+}
+
+
 def _counted(name: str, orig):
-    # Arguments are taken by position, which is the same in Triton 3.6 and 3.9; the rest
-    # (cache policy / cache modifier + eviction policy, volatility, semantics) passes through.
-    if name == "create_masked_load":
-        def wrapper(self, ptrs, mask, *args, **kwargs):
-            with _inside():
-                ret = orig(self, ptrs, mask, *args, **kwargs)
-            _record("load", ptrs, mask)
-            return ret
-    elif name == "create_masked_store":
-        def wrapper(self, ptrs, value, mask, *args, **kwargs):
-            with _inside():
-                ret = orig(self, ptrs, value, mask, *args, **kwargs)
-            _record("store", ptrs, mask)
-            return ret
-    elif name == "create_atomic_rmw":
-        def wrapper(self, rmw_op, ptr, val, mask, *args, **kwargs):
-            with _inside():
-                ret = orig(self, rmw_op, ptr, val, mask, *args, **kwargs)
-            _record("atomic", ptr, mask)
-            return ret
-    elif name == "create_atomic_cas":
-        def wrapper(self, ptr, cmp, val, *args, **kwargs):
-            with _inside():
-                ret = orig(self, ptr, cmp, val, *args, **kwargs)
-            _record("atomic", ptr, None)
-            return ret
-    else:  # pragma: no cover
-        raise AssertionError(name)
+    kind, at_ptr, at_mask = _SIGNATURES[name]
+
+    def wrapper(self, *args, **kwargs):
+        with _inside():
+            ret = orig(self, *args, **kwargs)
+        _record(kind, args[at_ptr], None if at_mask is None else args[at_mask])
+        return ret
     return functools.wraps(orig)(wrapper)
 
 
