@@ -371,7 +371,7 @@ def main() -> int:
     if graph_c is not None and graph_info["backend"] != "reference":
         notes.append(f"cuda_graph=True with backend='reference' raised ({graph_info['error_reference']}); "
                      f"the CUDA-graph plan was made with backend='{graph_info['backend']}' (plan only, "
-                     f"no kernel generated or run)")
+                     f"kernels generated, none run)")
     changed = graph_c is not None and any(
         abs(float(graph_c["optimal"].report.to_dict()["strategies"][s]["est_total_us"])
             - per_fig[s]["modelled_us"]) > 1e-3 for s in STRATEGIES)
