@@ -1,6 +1,6 @@
 """The tilefuse pipeline, stage by stage.
 
-    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► orchestrate (segments,
+    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► fold constants ─► orchestrate (segments,
     candidates costed by kernel families on the target, BLP) ─► Plan ─► codegen (every kernel
     built by its family: Triton source or a library call) ─► CompiledModel
     (backend "reference": kernels evaluated by the reference executor; "triton": the built kernels)
@@ -28,6 +28,7 @@ from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.memory import MemoryPlan, plan_memory
+from .transform.fold import fold_constants
 from .transform.simplify import simplify_graph
 
 BACKENDS = ("reference", "triton")
@@ -111,7 +112,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False) -> CompiledModel:
     graph = imported.graph
-    primgraph = simplify_graph(fission(graph))
+    primgraph = fold_constants(simplify_graph(fission(graph)))
     tgt = Target.get(target)
     if measure:
         tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)

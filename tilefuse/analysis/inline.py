@@ -56,11 +56,11 @@ class Inliner:
         if p.reduce is not None:
             out = self._instance(p, idx)
         else:
-            out = self._resolve(p, dict(zip(p.axes, idx)))
+            out = self.resolve(p, dict(zip(p.axes, idx)))
         self.memo[key] = out
         return out
 
-    def _resolve(self, p: Prim, mapping: Mapping[Var, Expr]) -> Expr:
+    def resolve(self, p: Prim, mapping: Mapping[Var, Expr]) -> Expr:
         """p's body with its variables replaced by ``mapping`` and its loads made kernel-level.
 
         One recursive pass over p's own nodes does both; results are never visited again, so index
@@ -95,7 +95,7 @@ class Inliner:
             rvars = tuple(Var(f"r{tag}_{k}") for k in range(len(p.reduce.axes)))
             mapping = dict(zip(p.axes, idx))
             mapping.update(zip(p.reduce.axes, rvars))
-            body = self._resolve(p, mapping)  # registers the instances it uses first
+            body = self.resolve(p, mapping)  # registers the instances it uses first
             self.pending.discard(key)
             slot = self.nin + len(self.instances)
             self.inst_key[key] = slot

@@ -45,7 +45,7 @@ def fused_kernel(s, name: str) -> Kernel:
         else:
             axis = f"r{inst.slot}"
             axes.append(TileAxis(axis, inst.rvars, inst.rext, s.rblock, 1, block_name="RBLOCK"))
-        body.append(_reduce(inst, substitute(inst.body, rename) if rename else inst.body, axis))
+        body.append(reduction(inst, substitute(inst.body, rename) if rename else inst.body, axis))
     rows, inner = [], []
     for k, st in enumerate(b.stores):
         # duplicates of a value (variables it does not depend on) are stored at 0 only; a row-only
@@ -67,7 +67,9 @@ def fused_kernel(s, name: str) -> Kernel:
                   tuple(axes), tuple(body), s.num_warps, s.num_stages, comments, reused)
 
 
-def _reduce(inst, body: Expr, axis: str) -> Reduce:
+def reduction(inst, body: Expr, axis: str) -> Reduce:
+    """A reduction instance as a ``Reduce`` over ``axis`` (16-bit floats accumulate in fp32, bools
+    as int32 any/all)."""
     acc_dt = DType.float32 if inst.dtype in HALF else inst.dtype
     if inst.dtype in HALF:
         body = transform(body, _widen)

@@ -5,7 +5,13 @@ a linearized space of IR variables (row-major over ``vars``/``ext``) in blocks o
 positions; it occupies one dimension (``dim``) of the kernel's tiles, and either is split across
 programs (``grid``: which program-id dimension) or is covered inside one program (whole when its
 block holds it, looped in chunks otherwise).  Several axes may share a dimension when they are
-never live together (the reduced axes of two reductions, looped one after the other).
+never live together (the reduced axes of two reductions, looped one after the other; a GEMM's N
+and the K of its A operand).  An axis of one position per program (``dim`` -1) is a scalar, not a
+tile dimension (a GEMM's batch).  An *alias* enumerates the same positions as another axis (its
+variables stand for the other's) on a different dimension: a GEMM's K is dimension 0 of its B
+tile and dimension 1 of its A tile.  Axes sharing a program-id dimension split it row-major, or
+in group-M order when the kernel says ``swizzle`` (Triton's matmul tutorial: a group of row
+tiles walks the columns together, so the operands' panels are re-read from L2, not DRAM).
 
 Statements, run in order by every program:
 
@@ -15,7 +21,9 @@ Statements, run in order by every program:
 - ``Store``: an expression written to an output at an index (both over the axes' variables),
   where optional guards hold;
 - ``Loop``: its body over every chunk of an axis (a single chunk, and no loop, when the axis is
-  whole).
+  whole);
+- ``Dot``: a matrix product of two operand tiles accumulated in fp32 over an axis (a K loop
+  when it is looped), read by later expressions as ``Load(slot, ())`` in the contraction's type.
 
 Expressions are the IR's own (``ir/expr.py``): loads of input slots through composed index maps,
 arithmetic in the IR's dtypes.  Backends (``codegen/triton``) print a kernel; templates
@@ -40,6 +48,7 @@ class TileAxis:
     dim: int                       # tile dimension it occupies
     grid: int | None = None        # program-id dimension that splits it; None: covered in-program
     block_name: str = ""           # the kernel's constexpr holding ``block``
+    alias: str = ""                # the axis whose positions this one enumerates (on another dim)
 
     @property
     def extent(self) -> int:
@@ -86,7 +95,21 @@ class Loop:
     body: tuple["Stmt", ...]
 
 
-Stmt = Union[Reduce, Store, Loop]
+@dataclass(frozen=True)
+class Dot:
+    slot: int                      # later expressions read the product as Load(slot, ())
+    a: Expr                        # [M, K] operand over axes ``m`` and ``ka`` (alias of ``k``)
+    b: Expr                        # [K, N] operand over axes ``k`` and ``n``
+    m: str
+    n: str
+    k: str
+    ka: str
+    in_dtype: DType                # both operands are cast to it (fp16/bf16: tensor cores; fp32: IEEE)
+    out_dtype: DType               # the contraction's type: the fp32 accumulator is rounded to it
+    note: str = ""
+
+
+Stmt = Union[Reduce, Store, Loop, Dot]
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,7 @@ class Kernel:
     num_stages: int
     comments: tuple[str, ...] = ()
     reused: frozenset[Load] = field(default=frozenset())   # loads a later loop issues again (keep in cache)
+    swizzle: int = 1               # group size of the group-M order of two axes sharing a grid dim
 
     @property
     def rank(self) -> int:
@@ -107,8 +131,15 @@ class Kernel:
 
     @property
     def grid(self) -> tuple[int, ...]:
-        dims = sorted((a.grid, a.chunks) for a in self.axes if a.grid is not None)
-        return tuple(max(c, 1) for _, c in dims) or (1,)
+        sizes: dict[int, int] = {}
+        for a in self.axes:
+            if a.grid is not None:
+                sizes[a.grid] = sizes.get(a.grid, 1) * max(a.chunks, 1)
+        return tuple(sizes[g] for g in sorted(sizes)) or (1,)
+
+    def sharing(self, grid: int) -> tuple[TileAxis, ...]:
+        """The axes split by program-id dimension ``grid``, slowest first."""
+        return tuple(a for a in self.axes if a.grid == grid)
 
     @property
     def empty(self) -> bool:

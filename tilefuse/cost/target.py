@@ -48,6 +48,9 @@ class Target:
     warp_size: int = 32
     transaction_bytes: int = 32             # DRAM sector size: the unit of coalescing
     present: bool = False                   # a device of this kind is attached
+    smem_bytes_per_clk: int = 128           # shared-memory bandwidth per SM (feeds the tensor cores)
+    warpgroup_mma_rows: int = 0             # rows a warpgroup MMA (Hopper wgmma) needs per 4 warps; 0: none
+    legacy_mma_share: float = 1.0           # tensor-core rate of warp-level mma.sync where wgmma exists
     program_s: float = 0.0                  # per program and loop chunk of a generated kernel,
                                             # on targets that interpret them sequentially (cpu)
 
@@ -130,6 +133,11 @@ def _ro(d: dict) -> Mapping[str, float]:
 # measurement.  [6] L2 bandwidth is not published; [2] measured ~5.5 TB/s on the PCIe card (114
 # SMs, power-limited clock), and an 8192³ GEMM at the recorded ~790 TFLOP/s with 256x128 tiles
 # moves 12.9 GB from L2 to the SMs in 1.39 ms, so the SXM part sustains at least ~9.3 TB/s.
+# [7] CUDA C++ Programming Guide, compute capability 8.x/9.x: shared memory has 32 banks of 4 bytes,
+# 128 bytes per clock per SM.  [8] Hopper tuning guide: warpgroup MMA (wgmma) runs on 4 warps with
+# a 64-row tile per warpgroup; warp-level mma.sync remains available.  Its share of the wgmma rate
+# is an assumption from FlashAttention-2 (mma.sync, ~350 TFLOP/s fp16 forward on H100) against
+# FlashAttention-3 (wgmma, ~740): about half; to be replaced by measurement.
 H100 = Target(
     name="h100", sm_count=132, dram_bw=3.35 * TB,
     peak_simt=_ro({"float32": 67 * TFLOPS, "float16": 133.8 * TFLOPS, "bfloat16": 133.8 * TFLOPS,

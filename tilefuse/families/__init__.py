@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from .base import Built, Cost, Family, Group, KernelFamily, Schedule
 from .fused import FusedFamily
+from .gemm import GemmFamily
 from .library import LibraryFamily
 from .opaque import OpaqueFamily
 
 # In the order the coster consults them (the cheapest rejection first).
-FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), FusedFamily())
+FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), GemmFamily(), FusedFamily())
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 

@@ -18,7 +18,7 @@ from typing import Iterable
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
-from ..kernel import Kernel, Loop, Reduce, Store, TileAxis
+from ..kernel import Dot, Kernel, Loop, Reduce, Store, TileAxis
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -64,13 +64,13 @@ class _Printer:
         self.axis_of = {v: a for a in k.axes for v in a.vars}
         self.axis_by_name = {a.name: a for a in k.axes}
         self.ranges = {v: (0, n - 1) for a in k.axes for v, n in zip(a.vars, a.ext)}
-        self.blocks = {}
-        for a in k.axes:
-            self.blocks.setdefault(a.dim, a.block_name)
         self.nin = len(k.inputs)
         self.count = 0
-        self.results: dict[int, _Value] = {}       # Reduce slot -> value
-        whole = frozenset(a.name for a in k.axes if not a.looped)
+        self.results: dict[int, _Value] = {}       # Reduce/Dot slot -> value
+        # an axis and its aliases are bound together (by the axis's loop, or from the start)
+        self.binds = {a.name: frozenset({a.name} | {b.name for b in k.axes if b.alias == a.name})
+                      for a in k.axes if not a.alias}
+        whole = frozenset().union(*(self.binds[a.name] for a in k.axes if not a.alias and not a.looped))
         self.scopes = [_Scope(None, whole, "    ")]
 
     # ---------------------------------------------------------------- scopes and placement
@@ -93,9 +93,9 @@ class _Printer:
         return None
 
     def emit(self, text: str, axes: Iterable[str] = (), deps: Iterable[_Value] = (), key=None,
-             name: str | None = None, reduced: str | None = None) -> _Value:
+             name: str | None = None, reduced: Iterable[str] = ()) -> _Value:
         """``name = text`` placed in the outermost scope it can live in; memoized under ``key``.
-        ``reduced``: an axis the value is reduced over (needed where it is computed, not after)."""
+        ``reduced``: axes the value is reduced over (needed where it is computed, not after)."""
         deps = list(deps)
         axes = frozenset(axes).union(*(d.axes for d in deps))
         depth = max((d.depth for d in deps), default=0)
@@ -104,14 +104,15 @@ class _Printer:
             self.count += 1
             name = f"t{self.count}"
         home.lines.append(f"{home.indent}{name} = {text}")
-        v = _Value(name, axes - {reduced}, home.depth)
+        v = _Value(name, axes - frozenset(reduced), home.depth)
         if key is not None:
             home.memo[key] = v
         return v
 
     def shape(self, axes: Iterable[str]) -> str:
-        dims = {self.axis_by_name[a].dim for a in axes}
-        return "[" + ", ".join(self.blocks[d] if d in dims else "1" for d in range(self.rank)) + "]"
+        """A tile over ``axes``: each axis's block in its dimension, 1 elsewhere."""
+        blocks = {self.axis_by_name[a].dim: self.axis_by_name[a].block_name for a in axes}
+        return "[" + ", ".join(blocks.get(d, "1") for d in range(self.rank)) + "]"
 
     def _expand(self, dim: int) -> str:
         if self.rank == 1:
@@ -126,11 +127,12 @@ class _Printer:
         if got is not None:
             return got
         ar = f"tl.arange(0, {a.block_name})"
+        target = self.axis_by_name[a.alias] if a.alias else a
         if a.grid is not None:
-            pid = f"tl.program_id({a.grid})" + (".to(tl.int64)" if self.idt is DType.int64 else "")
-            text = f"({pid} * {a.block_name} + {ar}){self._expand(a.dim)}"
-        elif a.looped:
-            text = f"{a.name}_start + {ar}{self._expand(a.dim)}"
+            pid = self._pid(a) + (".to(tl.int64)" if self.idt is DType.int64 else "")
+            text = pid if a.dim < 0 else f"({pid} * {a.block_name} + {ar}){self._expand(a.dim)}"
+        elif target.looped:
+            text = f"{target.name}_start + {ar}{self._expand(a.dim)}"
         else:
             text = f"{ar}{self._expand(a.dim)}"
         if self.idt is DType.int64 and a.grid is None:
@@ -140,6 +142,33 @@ class _Printer:
         v = _Value(f"{a.name}s", frozenset({a.name}), home.depth)
         home.memo[key] = v
         return v
+
+    def _pid(self, a: TileAxis) -> str:
+        """The program index along ``a``: its program-id dimension, or its share of one that
+        several axes split (row-major, or group-M order under the kernel's ``swizzle``)."""
+        axes = self.k.sharing(a.grid)
+        if len(axes) == 1:
+            return f"tl.program_id({a.grid})"
+        top = self.scopes[0]
+        if ("pid", a.grid) not in top.memo:
+            g, lines = a.grid, []
+            lines.append(f"pid{g} = tl.program_id({g})")
+            if len(axes) == 2 and self.k.swizzle > 1:
+                (m, n), gm = axes, self.k.swizzle
+                width = gm * n.chunks
+                lines.append(f"group{g} = pid{g} // {width}")
+                size = str(gm) if m.chunks % gm == 0 else f"tl.minimum({m.chunks} - group{g} * {gm}, {gm})"
+                lines.append(f"pid_{m.name} = group{g} * {gm} + (pid{g} % {width}) % {size}")
+                lines.append(f"pid_{n.name} = (pid{g} % {width}) // {size}")
+            else:
+                inner = 1
+                for b in reversed(axes):
+                    text = f"pid{g}" if inner == 1 else f"pid{g} // {inner}"
+                    lines.append(f"pid_{b.name} = {text}" + (f" % {b.chunks}" if b is not axes[0] else ""))
+                    inner *= max(b.chunks, 1)
+            top.lines.extend(f"{top.indent}{line}" for line in lines)
+            top.memo[("pid", a.grid)] = True
+        return f"pid_{a.name}"
 
     def mask(self, a: TileAxis) -> _Value:
         key = ("mask", a.name)
@@ -332,6 +361,8 @@ class _Printer:
                 self._reduce(st)
             elif isinstance(st, Store):
                 self._store(st)
+            elif isinstance(st, Dot):
+                self._dot(st)
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
@@ -341,7 +372,7 @@ class _Printer:
             body()
             return
         outer = self.scope
-        inner = _Scope(outer, outer.bound | {a.name}, outer.indent + "    ")
+        inner = _Scope(outer, outer.bound | self.binds[a.name], outer.indent + "    ")
         self.scopes.append(inner)
         body()
         self.scopes.pop()
@@ -357,7 +388,7 @@ class _Printer:
         if not a.looped:
             tile = self._padded(self._typed(r), a, init, r.acc_dtype)
             out = self.emit(_typed_reduction(red[r.combiner].format(v=tile.text, d=d), r.acc_dtype), deps=[tile],
-                            reduced=a.name)
+                            reduced=(a.name,))
         else:
             outer = self.scope
             acc = f"acc{r.slot}"
@@ -377,6 +408,49 @@ class _Printer:
         elif r.out_dtype is not r.acc_dtype:
             out = self.emit(f"{out.text}.to({TL[r.out_dtype]})", deps=[out])
         self.results[r.slot] = out
+
+    def _dot(self, d: Dot) -> None:
+        """``acc += a @ b`` over the chunks of K (one ``tl.dot`` when K is whole), accumulating in
+        fp32; the product is then rounded to the contraction's type, as the library rounds its
+        output.  Operand positions past K's extent are zeroed after the prologue arithmetic (a
+        masked load reads 0, but what the prologue computes from it need not be 0)."""
+        k = self.axis_by_name[d.k]
+        prec = ', input_precision="ieee"' if d.in_dtype is DType.float32 else ""
+        acc_axes = frozenset({d.m, d.n})
+        looped = k.looped
+        outer = self.scope
+        if looped:
+            inner = _Scope(outer, outer.bound | self.binds[k.name], outer.indent + "    ")
+            self.scopes.append(inner)
+        a = self._operand(d.a, (d.m, d.ka), d.ka, d.in_dtype)
+        b = self._operand(d.b, (d.k, d.n), d.k, d.in_dtype)
+        if looped:
+            acc = f"acc{d.slot}"
+            self.scope.lines.append(f"{self.scope.indent}{acc} = tl.dot({a.text}, {b.text}, {acc}{prec})")
+            body = self.scopes.pop().lines
+            outer.lines.append(f"{outer.indent}{acc} = tl.zeros({self.shape(acc_axes)}, dtype=tl.float32)")
+            outer.lines.append(f"{outer.indent}for {k.name}_start in range(0, {k.extent}, {k.block_name}):")
+            outer.lines.extend(body)
+            out = _Value(acc, acc_axes, outer.depth)
+        else:
+            out = self.emit(f"tl.dot({a.text}, {b.text}{prec})", axes=acc_axes, deps=[a, b],
+                            reduced=(d.k, d.ka), name=f"acc{d.slot}")
+        if d.out_dtype is not DType.float32:
+            out = self.emit(f"{out.text}.to({TL[d.out_dtype]})", deps=[out])
+        self.results[d.slot] = out
+
+    def _operand(self, e: Expr, axes: tuple[str, str], kaxis: str, dt: DType) -> _Value:
+        """A dot operand as a whole 2-D tile over ``axes`` in ``dt``, zero past K's extent."""
+        v = self.value(e)
+        if e.dtype is not dt:
+            v = self.emit(f"{v.text}.to({TL[dt]})", deps=[v])
+        ka = self.axis_by_name[kaxis]
+        if ka.masked and not (isinstance(e, Load) and kaxis in v.axes):
+            m = self.mask(ka)
+            v = self.emit(f"tl.where({m.text}, {v.text}, 0.0).to({TL[dt]})", deps=[v, m])
+        if v.axes != frozenset(axes):
+            v = self.emit(f"tl.broadcast_to({v.text}, {self.shape(axes)})", axes=axes, deps=[v])
+        return v
 
     def _typed(self, r: Reduce) -> _Value:
         v = self.value(r.value)

@@ -1,0 +1,57 @@
+"""The gemm family's template: a gemm schedule (families/gemm.py) as a tile-level kernel.
+
+Tile axes: ``m`` (BLOCK_M rows, tile dimension 0) and ``n`` (BLOCK_N columns, dimension 1) split
+across programs in group-M order (program-id dimension 0), or ``n`` whole inside the program when
+the epilogue reduces over rows; ``b``, the batch, one position per program (program-id dimension
+1); ``k`` (BLOCK_K, looped), dimension 0 of the B operand's tile, with its alias ``ka`` as
+dimension 1 of A's.  The K loop is one ``Dot`` (Triton pipelines its loads over ``num_stages``),
+accumulating in fp32; then the epilogue's row reductions (``Reduce`` over ``n``), then the stores,
+each through its own index map (a transposed or reshaped output is a store order).
+"""
+from __future__ import annotations
+
+from ..analysis.index import extent_ranges
+from ..ir.expr import Var, substitute
+from ..transform.simplify import simplify
+from .fused import reduction
+from .kernel import Dot, Kernel, Store, TileAxis
+
+MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
+
+
+def gemm_kernel(s, name: str) -> Kernel:
+    """The kernel computing gemm schedule ``s`` under the function name ``name``."""
+    b, t = s.body, s.tile
+    ext = b.ext
+    shape = b.shape
+    if shape.batch > MAX_GRID_1:
+        raise ValueError(f"{name}: batch of {shape.batch} exceeds the grid's second dimension")
+    whole_n = t.bn >= shape.n
+    axes = [TileAxis("m", b.mvars, tuple(ext[v] for v in b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
+            TileAxis("n", b.nvars, tuple(ext[v] for v in b.nvars), t.bn, 1, grid=None if whole_n else 0,
+                     block_name="BLOCK_N")]
+    kext = tuple(ext[v] for v in b.kvars)
+    kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
+    axes += [TileAxis("k", b.kvars, kext, t.bk, 0, block_name="BLOCK_K"),
+             TileAxis("ka", kavars, kext, t.bk, 1, block_name="BLOCK_K", alias="k")]
+    if b.bvars:
+        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=1, block_name="BLOCK_B"))
+    a = substitute(b.a, dict(zip(b.kvars, kavars)))
+    body: list = [Dot(b.acc, a, b.b, "m", "n", "k", "ka", b.in_dtype, b.in_dtype,
+                      f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]")]
+    body += [reduction(inst, inst.body, "n") for inst in b.instances]
+    ranges = extent_ranges({v: n for v, n in ext.items() if v not in b.kvars})
+    for j, st in enumerate(b.stores):
+        index = tuple(simplify(e, ranges) for e in st.index)
+        body.append(Store(j, index, simplify(st.value, ranges), st.guards))
+    types = b.group.types
+    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
+    comments = (f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}",
+                f"C[{shape.batch} x {shape.m} x {shape.n}] = A[{shape.m} x {shape.k}] @ B[{shape.k} x {shape.n}] "
+                f"in {b.in_dtype.value}, fp32 accumulation"
+                + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""),
+                "implements:", *(f"  {o}" for o in origins),
+                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
+                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
+                  tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle)

@@ -1,0 +1,354 @@
+"""The gemm family (Hidet): one contraction as anchor, with fused prologues and epilogues.
+
+The contraction ``C[batch, m, n] = Σ_k A[batch, m, k] · B[batch, n, k]`` (a GEMM, batched GEMM with
+broadcast batch axes, GEMV, or a convolution read as an implicit GEMM: M = N·OH·OW, N = F,
+K = C·KH·KW) is scheduled alone in a small hardware-centric space (``schedule/search.py``: block
+tiles BM×BN×BK, warps, stages, group-M swizzle), then the rest of the group is fused after
+scheduling (Hidet §2.5):
+
+- **prologue**: the members the contraction reads through (transposes, reshapes, broadcasts,
+  padding, elementwise scales, gathers) are inlined into its operand expressions, so they become
+  the operand loads;
+- **epilogue**: the members that read the contraction's value are inlined at the accumulator's
+  coordinates.  Each output is stored through the inverse of the index map it reads the
+  accumulator by (a permutation and reshape of the accumulator's axes: the attention heads'
+  transpose is a store order, never a kernel); row reductions over N (softmax, LayerNorm,
+  RMSNorm) run on the accumulator tile when the schedule holds whole rows (BN ≥ N).
+
+Rejected (cheaply, the common case): groups without exactly one two-operand contraction, with a
+reduction or an opaque prim in the prologue, with a prologue value that is also written out,
+with an epilogue member that does not read the contraction, or an epilogue that reads the
+accumulator at more than one position per output element.  Contractions in integer or float64
+types stay with the library.
+
+Cost: ``cost.model.estimate`` over the schedule's work: tensor-core flops of the padded tiles at
+the rate the tile sustains (shared-memory bandwidth bounds small tiles: ``tile_rate``), operand
+panels requested through L2 once per tile row/column, DRAM re-reads only where the operands do
+not stay in L2 (the swizzle window sets how often: ``dram_rereads``), epilogue inputs and outputs
+once, occupancy from the accumulator's registers and the stages' shared memory.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..analysis.classify import Category, contraction_operands
+from ..analysis.index import linear_form
+from ..analysis.inline import Inliner, Instance
+from ..cost.model import expr_flops
+from ..cost.target import Target
+from ..ir.dtypes import DType
+from ..ir.expr import Binary, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
+from ..schedule.search import GemmShape, GemmTile, core_work, dram_rereads, ranked_tiles
+from .base import Built, Family, Group, Schedule
+
+DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
+TOP_K = 3
+MAX_EXPR_NODES = 4000
+
+
+@dataclass(frozen=True)
+class GemmStore:
+    tensor: str
+    index: tuple[Expr, ...]       # over the accumulator's variables
+    value: Expr                   # over them; the contraction read as Load(acc slot, ())
+    guards: tuple[Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class GemmBody:
+    """What a gemm kernel computes, before tile sizes are chosen."""
+    group: Group
+    anchor: str                              # the contraction
+    inputs: tuple[str, ...]                  # kernel input slots; the accumulator is slot len(inputs)
+    bvars: tuple[Var, ...]                   # batch axes (one program per batch position)
+    mvars: tuple[Var, ...]
+    nvars: tuple[Var, ...]
+    kvars: tuple[Var, ...]
+    ext: dict                                # Var -> extent, for every variable above
+    a: Expr                                  # operand A over batch, m and k variables
+    b: Expr                                  # operand B over batch, k and n variables
+    in_dtype: DType                          # the dot's operand type
+    instances: tuple[Instance, ...]          # epilogue row reductions over N (their reduced vars are nvars)
+    stores: tuple[GemmStore, ...]
+
+    @property
+    def acc(self) -> int:
+        return len(self.inputs)
+
+    @property
+    def shape(self) -> GemmShape:
+        e = self.ext
+        prod = lambda vs: math.prod(e[v] for v in vs)  # noqa: E731
+        return GemmShape(prod(self.bvars), prod(self.mvars), prod(self.nvars), prod(self.kvars), self.in_dtype,
+                         bool(self.instances))
+
+
+@dataclass(frozen=True)
+class GemmSchedule(Schedule):
+    body: GemmBody
+    tile: GemmTile
+
+    def tile_key(self) -> tuple:
+        return self.tile.key()
+
+
+class GemmFamily(Family):
+    name = "gemm"
+
+    def schedules(self, group: Group, target: Target) -> list[GemmSchedule]:
+        cats = group.categories
+        if cats.count(Category.contraction) != 1 or Category.opaque in cats:
+            return []
+        body = gemm_body(group)
+        if body is None:
+            return []
+        return [_schedule(body, t, target) for t in ranked_tiles(body.shape, target)[:TOP_K]]
+
+    def build(self, schedule: GemmSchedule, name: str) -> Built:
+        from ..codegen.gemm import gemm_kernel
+        from ..codegen.triton import compile_kernel
+        run, source = compile_kernel(gemm_kernel(schedule, name))
+        b = schedule.body
+        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
+
+
+# ---------------------------------------------------------------- the body
+
+def gemm_body(group: Group) -> GemmBody | None:
+    """The group as one contraction with its prologue and epilogue, or None (see the module doc)."""
+    members = group.members
+    (c,) = [p for p, cat in zip(group.prims, group.categories) if cat is Category.contraction]
+    ops = contraction_operands(c)
+    if ops is None or c.out.dtype not in DOT_DTYPES or c.out.numel == 0:
+        return None
+    pro = _upstream(c, members)
+    if any(members[n].reduce is not None for n in pro) or any(n in group.outputs for n in pro):
+        return None
+    epi = [p for p in group.prims if p.name not in pro and p is not c]
+    down = _downstream(c, members)
+    if any(p.name not in down for p in epi):
+        return None
+    avars = tuple(Var(f"a{j}") for j in range(c.out.rank))
+    kvars = tuple(Var(f"k{j}") for j in range(len(c.reduce.axes)))
+    pos = {v: j for j, v in enumerate(c.axes)}
+    bvars, mvars, nvars = (tuple(avars[pos[v]] for v in vs) for vs in ops)
+    ext = dict(zip(avars, c.out.shape)) | dict(zip(kvars, c.reduce.extents))
+
+    # prologue: the operands, with every member the contraction reads through inlined
+    inl = Inliner({n: members[n] for n in pro}, group.inputs)
+    body = inl.resolve(c, dict(zip(c.axes, avars)) | dict(zip(c.reduce.axes, kvars)))
+    if inl.instances:
+        return None
+    operands = _operands(body, set(bvars) | set(mvars) | set(kvars), set(bvars) | set(nvars) | set(kvars),
+                         set(mvars), set(nvars))
+    if operands is None:
+        return None
+    a, b = operands
+    dt = c.out.dtype
+
+    # epilogue: every output at the accumulator's coordinates
+    acc = len(group.inputs)
+    einl = Inliner({p.name: p for p in epi}, group.inputs + (c.name,))
+    stores: list[GemmStore] = []
+    for o in group.outputs:
+        if o == c.name:
+            stores.append(GemmStore(o, avars, Load(acc, (), dt)))
+            continue
+        st = _epilogue_store(members[o], einl, acc, c, avars, ext)
+        if st is None:
+            return None
+        stores.append(st)
+    instances = _row_reductions(einl, acc, avars, nvars, ext, dt)
+    if instances is None:
+        return None
+    size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in instances for _ in walk(i.body))
+    if size > MAX_EXPR_NODES:
+        return None
+    return GemmBody(group, c.name, group.inputs, bvars, mvars, nvars, kvars, ext, a, b, dt, instances,
+                    tuple(stores))
+
+
+def _upstream(c, members) -> set[str]:
+    """Members the contraction reads through (transitively)."""
+    seen: set[str] = set()
+    stack = [c]
+    while stack:
+        for n in stack.pop().inputs:
+            if n in members and n not in seen:
+                seen.add(n)
+                stack.append(members[n])
+    return seen
+
+
+def _downstream(c, members) -> set[str]:
+    """Members that read the contraction (transitively)."""
+    down = {c.name}
+    for p in members.values():           # members are in topological order
+        if any(n in down for n in p.inputs):
+            down.add(p.name)
+    return down - {c.name}
+
+
+def _operands(body: Expr, a_vars: set, b_vars: set, m: set, n: set) -> tuple[Expr, Expr] | None:
+    """Split the contraction's body (a product in its type) into the A and B operand expressions;
+    constant factors go with A."""
+    facs: list[Expr] = []
+    stack = [body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Binary) and e.op == "mul":
+            stack += [e.b, e.a]
+        else:
+            facs.append(e)
+    loaded = [f for f in facs if any(isinstance(x, Load) for x in walk(f))]
+    if len(loaded) != 2:
+        return None
+    fa, fb = loaded
+    va, vb = free_vars(fa), free_vars(fb)
+    if (va & n) or ((vb & m) and not (vb & n)):
+        fa, fb, va, vb = fb, fa, vb, va
+    if not (va <= a_vars and vb <= b_vars):
+        return None
+    for f in facs:
+        if f not in loaded:
+            fa = binary("mul", fa, f)
+    return fa, fb
+
+
+def _epilogue_store(o, einl: Inliner, acc: int, c, avars, ext) -> GemmStore | None:
+    """Output ``o`` of the epilogue, stored at the accumulator's coordinates: where it has the
+    accumulator's shape and reads it at the same position, directly (row reductions allowed);
+    otherwise through the inverse of the map it reads the accumulator by (no reductions)."""
+    dt = c.out.dtype
+    if o.out.shape == c.out.shape:
+        value = einl.value_at(o.name, avars)
+        if _acc_reads(value, acc) <= {avars} and not (isinstance(value, Load) and value.tensor > acc):
+            return GemmStore(o.name, avars, _acc_at(value, acc, avars, dt, {}))
+    ovars = tuple(Var(f"o{j}") for j in range(o.out.rank))
+    value = einl.value_at(o.name, ovars)
+    reads = _acc_reads(value, acc)
+    if einl.instances or len(reads) != 1 or o.out.numel != c.out.numel:
+        return None
+    (index,) = reads
+    store = _inverse(index, ovars, o.out.shape, avars, c.out.shape)
+    if store is None:
+        return None
+    return GemmStore(o.name, store, _acc_at(value, acc, index, dt, dict(zip(ovars, store))))
+
+
+def _acc_reads(value: Expr, acc: int) -> set:
+    return {ld.index for ld in walk(value) if isinstance(ld, Load) and ld.tensor == acc}
+
+
+def _acc_at(value: Expr, acc: int, index, dtype: DType, mapping) -> Expr:
+    """``value`` with its reads of the accumulator at ``index`` made the Dot's result, and its
+    variables replaced by ``mapping``."""
+    tile = Load(acc, (), dtype)
+    out = transform(value, lambda e: tile if isinstance(e, Load) and e.tensor == acc and e.index == index else None)
+    return substitute(out, mapping)
+
+
+def _inverse(index, ovars, oshape, avars, ashape) -> tuple[Expr, ...] | None:
+    """The output position of each accumulator element, when the output reads the accumulator at
+    ``index`` (over ``ovars``) and every accumulator dim is a row-major number in some output
+    variables (a permutation and reshape: heads split, merged or transposed), else None."""
+    where: dict[Var, Expr] = {}
+    for e, a, n in zip(index, avars, ashape):
+        lin = linear_form(e)
+        if lin.const != 0:
+            return None
+        stride = 1
+        for atom, coeff in sorted(lin.terms.items(), key=lambda t: t[1]):
+            if atom not in ovars or coeff != stride or atom in where:
+                return None
+            size = oshape[ovars.index(atom)]
+            digit = a if stride == 1 else binary("floordiv", a, stride)
+            where[atom] = digit if stride * size == n else binary("mod", digit, size)
+            stride *= size
+        if stride != n:
+            return None
+    out = []
+    for v, size in zip(ovars, oshape):
+        if v not in where:
+            if size != 1:
+                return None
+            where[v] = Const(0, v.dtype)
+        out.append(where[v])
+    return tuple(out)
+
+
+def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) -> tuple[Instance, ...] | None:
+    """The epilogue's reductions, each over the accumulator's N axes for a fixed row, with its
+    reduced variables renamed to the N variables (so they run on the accumulator tile); None when
+    one is not such a row reduction."""
+    out = []
+    nset = set(nvars)
+    for inst in einl.instances:
+        if len(inst.rvars) != len(nvars) or any(free_vars(e) & nset for e in inst.index):
+            return None
+        reads = _acc_reads(inst.body, acc)
+        rename: dict[Var, Var] = {}
+        for idx in reads:
+            for e, a in zip(idx, avars):
+                if a in nset:
+                    if not isinstance(e, Var) or e not in inst.rvars or rename.get(e, a) is not a:
+                        return None
+                    rename[e] = a
+                elif e is not a:
+                    return None
+        if len(rename) != len(nvars) or tuple(rename.get(r) for r in inst.rvars) != nvars:
+            return None
+        body = _acc_at(substitute(inst.body, rename), acc, tuple(avars), c_dtype, {})
+        out.append(Instance(inst.slot, inst.prim, inst.index, body, nvars, tuple(ext[v] for v in nvars),
+                            inst.combiner, inst.dtype))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- cost
+
+def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
+    """The schedule of one tile: the work the kernel does, as the cost model times it."""
+    g = body.group
+    s = body.shape
+    kpad = -(-s.k // tile.bk) * tile.bk
+    a_in, b_in = _input_bytes(body.a, g), _input_bytes(body.b, g)
+    out = sum(g.types[st.tensor].nbytes for st in body.stores)
+    elems = s.batch * s.m * s.n
+    epi_flops = sum(expr_flops(st.value) for st in body.stores) * elems
+    epi_flops += sum(expr_flops(i.body) + 1 for i in body.instances) * elems
+    work = core_work(s, tile, target, a_bytes=a_in, b_bytes=b_in,
+                     a_panel=_panel_bytes(body.a, body, body.mvars, tile.bm, kpad),
+                     b_panel=_panel_bytes(body.b, body, body.nvars, tile.bn, kpad),
+                     rereads=dram_rereads(s, tile, a_in + b_in, target),
+                     extra_dram=_epilogue_input_bytes(body) + out, extra_flops=epi_flops)
+    return GemmSchedule("gemm", g, work.programs, work, body, tile)
+
+
+def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, block: int, kpad: int) -> float:
+    """Bytes one program's loads of an operand request over the whole K loop: each load site
+    covers the tile extents of the variables its index uses (K over ``kpad``)."""
+    total = 0.0
+    kset = set(body.kvars)
+    for ld in walk(operand):
+        if not isinstance(ld, Load) or ld.tensor >= body.acc:
+            continue
+        used = set().union(*(free_vars(i) for i in ld.index)) if ld.index else set()
+        elems = (kpad if used & kset else 1) * (block if used & set(own) else 1)
+        total += elems * ld.dtype.itemsize
+    return total
+
+
+def _input_bytes(operand: Expr, g: Group) -> int:
+    slots = {ld.tensor for ld in walk(operand) if isinstance(ld, Load)}
+    return sum(g.types[g.inputs[t]].nbytes for t in slots if t < len(g.inputs))
+
+
+def _epilogue_input_bytes(body: GemmBody) -> int:
+    g = body.group
+    slots = {ld.tensor for st in body.stores for ld in walk(st.value) if isinstance(ld, Load)}
+    slots |= {ld.tensor for i in body.instances for ld in walk(i.body) if isinstance(ld, Load)}
+    return sum(g.types[g.inputs[t]].nbytes for t in slots if t < len(g.inputs))
+
+
+__all__ = ["GemmFamily", "GemmSchedule", "GemmBody", "gemm_body"]

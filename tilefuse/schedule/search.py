@@ -1,0 +1,191 @@
+"""The gemm family's hardware-centric schedule space (Hidet §3.3): block tiles BM×BN×BK, warps,
+pipeline stages and the group-M swizzle, a few hundred points filtered by the target's registers
+and shared memory and ranked by the cost model.
+
+A tile's compute rate (``tile_rate``): the tensor cores' peak (CUDA cores for fp32, which runs in
+IEEE precision) times the share a Triton GEMM sustains in full waves (``TRITON_GEMM_EFFICIENCY``),
+times what shared memory can feed: every K step reads (BM + BN)·BK operand elements from shared
+memory for 2·BM·BN·BK flops, so a tile whose flops per shared-memory byte fall below the SM's
+tensor rate over its shared-memory bandwidth is bound by the latter (small and skinny tiles).  On
+Hopper, tiles of fewer than 64 rows per warpgroup cannot use wgmma and run at the target's
+``legacy_mma_share``.
+
+The ranking (``ranked_tiles``) times each tile's core GEMM (operands read once per tile panel
+through L2, the output written once) and is cached per shape and target; the family then costs
+its top few with the group's own prologue and epilogue traffic.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..cost.model import Resources, Work, estimate, occupancy
+from ..cost.target import Target
+from ..ir.dtypes import DType
+
+BMS = (16, 32, 64, 128, 256)
+BNS = (16, 32, 64, 128, 256)
+BKS = (16, 32, 64, 128)
+WARPS = (4, 8)
+STAGES = (2, 3, 4)
+SWIZZLE = 8                      # row tiles per group in group-M order (Triton's matmul tutorial)
+MAX_ROW = 2048                   # widest row an epilogue reduction holds in one tile
+# Share of the tensor-core peak a Triton GEMM sustains inside full waves with a large tile: an
+# assumption (Triton's matmul tutorial reports fp16 GEMMs near cuBLAS, which the library family
+# models at 0.82); to be calibrated against measurements on a GPU.
+TRITON_GEMM_EFFICIENCY = 0.75
+BASE_REGS = 40                   # indices, pointers, loop state per thread
+TENSOR_DTYPES = (DType.float16, DType.bfloat16)
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: DType                 # the dot's operand type
+    row_reduction: bool = False  # the epilogue reduces over N: tiles must hold whole rows
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+    swizzle: int = 1             # group-M order over this many row tiles (1: row-major)
+
+    def key(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle)
+
+    def __str__(self) -> str:
+        return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
+                + (f" group-M {self.swizzle}" if self.swizzle > 1 else ""))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def tensor_cores(s: GemmShape, target: Target) -> bool:
+    return s.dtype in TENSOR_DTYPES and target.has_tensor_cores(s.dtype)
+
+
+def tile_resources(t: GemmTile, s: GemmShape, target: Target) -> Resources:
+    """Registers: the fp32 accumulator's share per thread plus a base (and a row's worth of
+    reduction temporaries when the epilogue reduces); shared memory: the pipelined operand tiles."""
+    threads = t.warps * target.warp_size
+    acc = -(-t.bm * t.bn // threads)
+    regs = BASE_REGS + acc * (2 if s.row_reduction else 1)
+    smem = t.stages * (t.bm + t.bn) * t.bk * max(s.dtype.itemsize, 1)
+    return Resources(t.warps, regs, smem)
+
+
+def tile_rate(t: GemmTile, s: GemmShape, target: Target) -> float:
+    """FLOP/s one wave of this tile sustains (see the module docstring)."""
+    tc = tensor_cores(s, target)
+    peak = target.peak(s.dtype, tc) * TRITON_GEMM_EFFICIENCY
+    if not tc:
+        return peak
+    if target.warpgroup_mma_rows and t.bm < target.warpgroup_mma_rows * max(t.warps // 4, 1):
+        peak *= target.legacy_mma_share
+    per_sm = peak / target.sm_count
+    smem_rate = target.smem_bytes_per_clk * target.clock_hz        # bytes/s per SM
+    intensity = 2 * t.bm * t.bn / ((t.bm + t.bn) * s.dtype.itemsize)  # flops per shared-memory byte
+    return peak * min(1.0, intensity * smem_rate / per_sm)
+
+
+def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
+    """Every feasible tile: no block beyond the (power-of-two padded) problem, rows whole when the
+    epilogue reduces over N, accumulator within 255 registers, stages within the K loop and
+    shared memory within a block's share."""
+    out = []
+    m2, n2, k2 = _pow2(max(s.m, 16)), _pow2(max(s.n, 16)), _pow2(max(s.k, 16))
+    if s.row_reduction:
+        if n2 > MAX_ROW:
+            return []
+        bns = (n2,)
+    else:
+        bns = tuple(b for b in BNS if b <= n2)
+    for bm in (b for b in BMS if b <= m2):
+        for bn in bns:
+            for bk in (b for b in BKS if b <= k2):
+                chunks = -(-s.k // bk)
+                for warps in WARPS:
+                    for stages in STAGES:
+                        if stages > max(chunks, 1) + 1 and stages != STAGES[0]:
+                            continue
+                        mt, nt = -(-s.m // bm), -(-s.n // bn)
+                        sw = SWIZZLE if mt > SWIZZLE and nt > 1 else 1
+                        t = GemmTile(bm, bn, bk, warps, stages, sw)
+                        res = tile_resources(t, s, target)
+                        if res.regs_per_thread <= 255 and occupancy(res, target) > 0:
+                            out.append(t)
+    return out
+
+
+def core_work(s: GemmShape, t: GemmTile, target: Target, *, a_bytes: float, b_bytes: float,
+              a_panel: float, b_panel: float, rereads: tuple[float, float], extra_dram: float = 0.0,
+              extra_flops: float = 0.0) -> Work:
+    """The work of a GEMM tile: ``a_panel``/``b_panel`` bytes one program requests over its K loop,
+    each operand's distinct bytes ``a_bytes``/``b_bytes`` fetched from DRAM ``rereads`` times, plus
+    the epilogue's inputs and outputs (``extra_dram``, requested once) and its arithmetic."""
+    mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
+    programs = s.batch * mt * nt
+    chunks = -(-s.k // t.bk)
+    kpad = chunks * t.bk
+    tc = tensor_cores(s, target)
+    # tensor cores compute whole tiles; CUDA cores only the useful products
+    flops = 2 * programs * t.bm * t.bn * kpad if tc else 2 * s.batch * s.m * s.n * s.k
+    rate = tile_rate(t, s, target)
+    # the epilogue's arithmetic runs on CUDA cores after the K loop, charged at their rate
+    flops += extra_flops * rate / target.peak(DType.float32, False)
+    l2 = programs * (a_panel + b_panel) + extra_dram
+    dram = a_bytes * rereads[0] + b_bytes * rereads[1] + extra_dram
+    inflight = (t.stages - 1) * (a_panel + b_panel) / max(chunks, 1)
+    return Work(programs, dram, l2, flops, rate, inflight, tile_resources(t, s, target), chunks, l2)
+
+
+def dram_rereads(s: GemmShape, t: GemmTile, operand_bytes: float, target: Target) -> tuple[float, float]:
+    """How many times A and B come from DRAM.  Operands that fit in half of L2 are read once;
+    otherwise the programs resident at once cover a window of the tile grid (group-M order:
+    ``swizzle`` row tiles by as many columns as the wave holds; row-major: one row), and each A row
+    panel is fetched once per column band of windows, each B column panel once per row band."""
+    if operand_bytes <= target.l2_bytes // 2:
+        return 1.0, 1.0
+    mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
+    occ = max(occupancy(tile_resources(t, s, target), target), 1)
+    wave = max(min(s.batch * mt * nt, target.sm_count * occ), 1)
+    rows = min(mt, t.swizzle)
+    cols = max(min(nt, wave // rows), 1)
+    return float(-(-nt // cols)), float(-(-mt // rows))
+
+
+_RANKED: dict[tuple, tuple[Target, tuple[GemmTile, ...]]] = {}
+
+
+def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
+    """Feasible tiles, fastest first by the modelled time of the core GEMM (ties: larger tiles,
+    then fewer warps and stages); cached per shape and target."""
+    key = (s, target.name, id(target))
+    got = _RANKED.get(key)
+    if got is not None:
+        return got[1]
+    item = max(s.dtype.itemsize, 1)
+    a_bytes, b_bytes = s.batch * s.m * s.k * item, s.batch * s.n * s.k * item
+    out_bytes = s.batch * s.m * s.n * item
+    scored = []
+    for t in tile_space(s, target):
+        kpad = -(-s.k // t.bk) * t.bk
+        w = core_work(s, t, target, a_bytes=a_bytes, b_bytes=b_bytes, a_panel=t.bm * kpad * item,
+                      b_panel=t.bn * kpad * item, rereads=dram_rereads(s, t, a_bytes + b_bytes, target),
+                      extra_dram=out_bytes)
+        sec = estimate(w, target).seconds
+        if math.isfinite(sec):
+            scored.append(((sec, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
+    scored.sort(key=lambda kv: kv[0])
+    ranked = tuple(t for _, t in scored)
+    _RANKED[key] = (target, ranked)
+    return ranked

@@ -1,0 +1,37 @@
+"""Constant folding of prims: every prim that reads only constants is evaluated at compile time.
+
+Inference graphs compute a lot from weights alone: BatchNorm's ``gamma / sqrt(var + eps)`` and
+``beta - mean · scale``, transposed or reshaped weights, scaled biases.  Left in the graph, each is
+a kernel on every call, and worse, it sits between a convolution and its BatchNorm epilogue as a
+prim that does not read the convolution, which no GEMM epilogue can hold.  Folded, the BatchNorm
+becomes a per-channel multiply-add by constants in the convolution's epilogue.
+
+A prim is folded when every input is a constant (or folded), it is neither opaque nor a graph
+output, and its value is no larger than its largest input (folding must not turn a broadcast into
+a materialized tensor).  Values come from the reference executor (``ir/evaluate.py``), so folding
+is exact in every dtype.  Constants no prim reads any more are dropped.
+"""
+from __future__ import annotations
+
+from ..ir.evaluate import eval_prim
+from ..ir.prim import Constant, PrimGraph
+
+
+def fold_constants(pg: PrimGraph) -> PrimGraph:
+    values = {c.name: c.data for c in pg.constants}
+    outputs = set(pg.outputs)
+    folded: list[Constant] = []
+    kept = []
+    for p in pg.prims:
+        ins = p.inputs
+        if (ins and not p.is_opaque and p.name not in outputs and all(n in values for n in ins)
+                and p.out.numel <= max(values[n].numel() for n in ins)):
+            values[p.name] = eval_prim(p, [values[n] for n in ins])
+            folded.append(Constant(p.name, values[p.name]))
+        else:
+            kept.append(p)
+    if not folded:
+        return pg
+    used = {n for p in kept for n in p.inputs} | outputs
+    constants = tuple(c for c in pg.constants + tuple(folded) if c.name in used)
+    return PrimGraph(pg.inputs, constants, tuple(kept), pg.outputs)
