@@ -51,7 +51,7 @@ def test_many_layer_model_runs_in_an_arena_far_below_the_sum_of_its_intermediate
     model, x = Deep().eval(), torch.randn(6, 24)
     c = tilefuse.compile(model, (x,), time_limit=2.0)
     mem = c.report.memory
-    assert mem["intermediates"] > 30
+    assert mem["intermediates"] > 12
     # layers run one after another: the arena holds about one layer's worth, not all eight
     assert mem["intermediate_peak_bytes"] * 4 < mem["intermediate_total_bytes"]
     program = c.program

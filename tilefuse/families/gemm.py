@@ -311,30 +311,31 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
     """The schedule of one tile: the work the kernel does, as the cost model times it."""
     g = body.group
     s = body.shape
-    kpad = -(-s.k // tile.bk) * tile.bk
     a_in, b_in = _input_bytes(body.a, g), _input_bytes(body.b, g)
     out = sum(g.types[st.tensor].nbytes for st in body.stores)
     elems = s.batch * s.m * s.n
     epi_flops = sum(expr_flops(st.value) for st in body.stores) * elems
     epi_flops += sum(expr_flops(i.body) + 1 for i in body.instances) * elems
     work = core_work(s, tile, target, a_bytes=a_in, b_bytes=b_in,
-                     a_panel=_panel_bytes(body.a, body, body.mvars, tile.bm, kpad),
-                     b_panel=_panel_bytes(body.b, body, body.nvars, tile.bn, kpad),
+                     a_panel=_panel_bytes(body.a, body, body.mvars, s.m / -(-s.m // tile.bm)),
+                     b_panel=_panel_bytes(body.b, body, body.nvars, s.n / -(-s.n // tile.bn)),
                      rereads=dram_rereads(s, tile, a_in + b_in, target),
                      extra_dram=_epilogue_input_bytes(body) + out, extra_flops=epi_flops)
     return GemmSchedule("gemm", g, work.programs, work, body, tile)
 
 
-def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, block: int, kpad: int) -> float:
-    """Bytes one program's loads of an operand request over the whole K loop: each load site
-    covers the tile extents of the variables its index uses (K over ``kpad``)."""
+def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, rows: float) -> float:
+    """Bytes one program's loads of an operand move over the whole K loop: each load site covers
+    the in-bounds extents of the variables its index uses (``rows`` of its own M or N axis on
+    average over the programs, all of K: masked positions past an extent move nothing)."""
     total = 0.0
     kset = set(body.kvars)
+    k = math.prod(body.ext[v] for v in body.kvars)
     for ld in walk(operand):
         if not isinstance(ld, Load) or ld.tensor >= body.acc:
             continue
         used = set().union(*(free_vars(i) for i in ld.index)) if ld.index else set()
-        elems = (kpad if used & kset else 1) * (block if used & set(own) else 1)
+        elems = (k if used & kset else 1) * (rows if used & set(own) else 1)
         total += elems * ld.dtype.itemsize
     return total
 

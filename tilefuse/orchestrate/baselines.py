@@ -4,8 +4,9 @@
   (vendor library, torch), the rest of its prims as one fused kernel when that is a convex,
   buildable group, else one kernel each.
 - ``greedy``: producer→consumer fusion as rule-based compilers do it: starting from the unfused
-  kernels, each memory-bound kernel is merged into a memory-bound producer kernel when the merged
-  group is convex, buildable, within the size cap, and not modelled slower than the two apart.
+  kernels, each memory-bound kernel is merged into a producer kernel that is memory-bound or holds
+  one contraction (an epilogue, as Inductor and TensorRT fuse them) when the merged group is
+  convex, buildable, within the size cap, and not modelled slower than the two apart.
 
 Both are partitions of the segment's live prims whose kernels write every value read outside
 them (the "maximal" output variant), so each is one of the optimum's candidate sets and the
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from ..analysis.classify import MEMORY_BOUND, classify
+from ..analysis.classify import MEMORY_BOUND, Category, classify
 from .blp import Selection
 from .candidates import Candidate, CostFn, live_mask, make_candidate, output_variants
 from .segment import Segment
@@ -32,6 +33,14 @@ def _singletons(mask: int) -> list[int]:
 
 def _memory_bound(seg: Segment, mask: int) -> bool:
     return all(classify(seg.prims[v]) in MEMORY_BOUND for v in bits(mask))
+
+
+def _takes_epilogue(seg: Segment, mask: int) -> bool:
+    """A producer a memory-bound consumer may join: memory-bound, or one contraction with its
+    epilogue so far (no opaque prim, no second contraction)."""
+    cats = [classify(seg.prims[v]) for v in bits(mask)]
+    rest = [c for c in cats if c not in MEMORY_BOUND]
+    return not rest or rest == [Category.contraction]
 
 
 def unfused_groups(seg: Segment, cost_fn: CostFn) -> list[int]:
@@ -71,7 +80,7 @@ def greedy_groups(seg: Segment, cost_fn: CostFn, caps: Caps) -> list[int]:
             for v in bits(g):
                 reads |= seg.preds[v]
             for p in sorted(groups, key=lambda m: (m & -m).bit_length()):
-                if p == g or not (p & reads) or not _memory_bound(seg, p):
+                if p == g or not (p & reads) or not _takes_epilogue(seg, p):
                     continue
                 merged = p | g
                 if merged.bit_count() > caps.max_members or not is_convex(merged, seg.preds, seg.succs):

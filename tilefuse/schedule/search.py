@@ -129,7 +129,7 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
 def core_work(s: GemmShape, t: GemmTile, target: Target, *, a_bytes: float, b_bytes: float,
               a_panel: float, b_panel: float, rereads: tuple[float, float], extra_dram: float = 0.0,
               extra_flops: float = 0.0) -> Work:
-    """The work of a GEMM tile: ``a_panel``/``b_panel`` bytes one program requests over its K loop,
+    """The work of a GEMM tile: ``a_panel``/``b_panel`` bytes one program loads over its K loop,
     each operand's distinct bytes ``a_bytes``/``b_bytes`` fetched from DRAM ``rereads`` times, plus
     the epilogue's inputs and outputs (``extra_dram``, requested once) and its arithmetic."""
     mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
@@ -178,9 +178,9 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
     out_bytes = s.batch * s.m * s.n * item
     scored = []
     for t in tile_space(s, target):
-        kpad = -(-s.k // t.bk) * t.bk
-        w = core_work(s, t, target, a_bytes=a_bytes, b_bytes=b_bytes, a_panel=t.bm * kpad * item,
-                      b_panel=t.bn * kpad * item, rereads=dram_rereads(s, t, a_bytes + b_bytes, target),
+        mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)   # in-bounds rows of a program's panels, on average
+        w = core_work(s, t, target, a_bytes=a_bytes, b_bytes=b_bytes, a_panel=s.m / mt * s.k * item,
+                      b_panel=s.n / nt * s.k * item, rereads=dram_rereads(s, t, a_bytes + b_bytes, target),
                       extra_dram=out_bytes)
         sec = estimate(w, target).seconds
         if math.isfinite(sec):

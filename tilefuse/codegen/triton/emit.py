@@ -282,7 +282,7 @@ class _Printer:
         dt = e.x.dtype
         if dt.is_float:
             rule = UNARY[e.op]
-            if dt in HALF and e.op not in UNARY_NATIVE_HALF:
+            if dt is DType.bfloat16 or (dt in HALF and e.op not in UNARY_NATIVE_HALF):
                 w = self.emit(f"{x.text}.to(tl.float32)", deps=[x])
                 return self.emit(f"({rule.format(x=w.text)}).to({TL[dt]})", deps=[w])
             text = rule.format(x=x.text)
@@ -309,7 +309,9 @@ class _Printer:
             # an untaken Select branch (or a masked lane) may divide by zero: divide by 1 there
             b = self.emit(f"tl.where({b.text} == 0, 1, {b.text}).to({TL[self.idt if index else dt]})", deps=[b])
         rule = BINARY[e.op][0 if dt.is_float else 1]
-        if dt in HALF and e.op in BINARY_F32:
+        # bf16 arithmetic runs in fp32 and rounds once (what the GPU computes; the interpreter
+        # would otherwise operate on bf16's raw bits)
+        if dt in HALF and (e.op in BINARY_F32 or dt is DType.bfloat16):
             a = self.emit(f"{a.text}.to(tl.float32)", deps=[a])
             b = self.emit(f"{b.text}.to(tl.float32)", deps=[b])
         f = self.emit(f"libdevice.fmod({a.text}, {b.text})", deps=[a, b]) if "{f}" in rule else None

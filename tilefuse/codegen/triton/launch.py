@@ -90,6 +90,32 @@ def _require_interpreter() -> None:
         raise RuntimeError(
             "triton was imported before tilefuse without TRITON_INTERPRET=1, so its kernels cannot run "
             "on this machine (no CUDA device); import tilefuse first or set TRITON_INTERPRET=1")
+    _bf16_dot_in_interpreter()
+
+
+def _bf16_dot_in_interpreter() -> None:
+    """The interpreter keeps bfloat16 tiles as their raw uint16 bits and multiplies those in
+    ``tl.dot`` (Triton 3.6 and 3.9): widen them to the fp32 values they stand for first (exact;
+    a tensor core multiplies bf16 exactly and accumulates in fp32 too)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+    dot = InterpreterBuilder.create_dot
+    if getattr(dot, "_tilefuse_bf16", False):
+        return
+
+    def widen(t):
+        if t.dtype != tl.bfloat16:
+            return t
+        if t.data.dtype == np.uint16:       # the raw bits (a masked load may hold floats already)
+            return TensorHandle((t.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return TensorHandle(t.data.astype(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, *args, **kwargs):
+        return dot(self, widen(a), widen(b), d, *args, **kwargs)
+
+    create_dot._tilefuse_bf16 = True
+    InterpreterBuilder.create_dot = create_dot
 
 
 def _quiet_masked_lanes():
