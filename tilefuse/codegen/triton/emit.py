@@ -18,6 +18,7 @@ from typing import Iterable
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
+from ...schedule.mapping import group_m, spatial
 from ..kernel import Dot, Kernel, Loop, Reduce, Store, TileAxis
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
@@ -144,29 +145,24 @@ class _Printer:
         return v
 
     def _pid(self, a: TileAxis) -> str:
-        """The program index along ``a``: its program-id dimension, or its share of one that
-        several axes split (row-major, or group-M order under the kernel's ``swizzle``)."""
+        """The program index along ``a``: its program-id dimension, or its coordinate in the task
+        mapping (schedule/mapping.py) from that program id to the tiles of the axes sharing it:
+        row-major (``spatial``), or group-M order under the kernel's ``swizzle``."""
         axes = self.k.sharing(a.grid)
         if len(axes) == 1:
             return f"tl.program_id({a.grid})"
         top = self.scopes[0]
         if ("pid", a.grid) not in top.memo:
-            g, lines = a.grid, []
-            lines.append(f"pid{g} = tl.program_id({g})")
+            g = a.grid
+            chunks = [max(b.chunks, 1) for b in axes]
             if len(axes) == 2 and self.k.swizzle > 1:
-                (m, n), gm = axes, self.k.swizzle
-                width = gm * n.chunks
-                lines.append(f"group{g} = pid{g} // {width}")
-                size = str(gm) if m.chunks % gm == 0 else f"tl.minimum({m.chunks} - group{g} * {gm}, {gm})"
-                lines.append(f"pid_{m.name} = group{g} * {gm} + (pid{g} % {width}) % {size}")
-                lines.append(f"pid_{n.name} = (pid{g} % {width}) // {size}")
+                mapping = group_m(chunks[0], chunks[1], self.k.swizzle)
             else:
-                inner = 1
-                for b in reversed(axes):
-                    text = f"pid{g}" if inner == 1 else f"pid{g} // {inner}"
-                    lines.append(f"pid_{b.name} = {text}" + (f" % {b.chunks}" if b is not axes[0] else ""))
-                    inner *= max(b.chunks, 1)
-            top.lines.extend(f"{top.indent}{line}" for line in lines)
+                mapping = spatial(*chunks)
+            (coords,) = mapping.expand(Var(f"pid{g}"))
+            top.lines.append(f"{top.indent}pid{g} = tl.program_id({g})")
+            for b, e in zip(axes, coords):
+                top.lines.append(f"{top.indent}pid_{b.name} = {_index_text(e)}")
             top.memo[("pid", a.grid)] = True
         return f"pid_{a.name}"
 
@@ -534,6 +530,22 @@ def _extends(ext, coeffs, j0: int, l: int) -> bool:
     """Whether variables j0..l (with coefficients) enumerate a row-major block ending at l."""
     s = coeffs[l]
     return all(coeffs.get(m, 0) == s * math.prod(ext[m + 1:l + 1]) for m in range(j0, l + 1) if ext[m] != 1)
+
+
+_INDEX_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
+
+
+def _index_text(e: Expr) -> str:
+    """Triton text of a non-negative scalar index expression (a task mapping's coordinate)."""
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Const):
+        return str(int(e.value))
+    if isinstance(e, Binary) and e.op == "min":
+        return f"tl.minimum({_index_text(e.a)}, {_index_text(e.b)})"
+    if isinstance(e, Binary) and e.op in _INDEX_OPS:
+        return f"{_paren(_index_text(e.a))} {_INDEX_OPS[e.op]} {_paren(_index_text(e.b))}"
+    raise TypeError(f"not an index expression: {e!r}")
 
 
 def _paren(text: str) -> str:
