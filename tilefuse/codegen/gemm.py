@@ -11,10 +11,11 @@ each through its own index map (a transposed or reshaped output is a store order
 from __future__ import annotations
 
 from ..analysis.index import extent_ranges
-from ..ir.expr import Var, substitute
+from ..ir.dtypes import DType
+from ..ir.expr import Var, binary, cast, substitute
 from ..transform.simplify import simplify
 from .fused import reduction
-from .kernel import Dot, Kernel, Store, TileAxis
+from .kernel import Dot, Kernel, Reduce, Store, TileAxis
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 
@@ -27,18 +28,25 @@ def gemm_kernel(s, name: str) -> Kernel:
     if shape.batch > MAX_GRID_1:
         raise ValueError(f"{name}: batch of {shape.batch} exceeds the grid's second dimension")
     whole_n = t.bn >= shape.n
-    axes = [TileAxis("m", b.mvars, tuple(ext[v] for v in b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
-            TileAxis("n", b.nvars, tuple(ext[v] for v in b.nvars), t.bn, 1, grid=None if whole_n else 0,
-                     block_name="BLOCK_N")]
-    kext = tuple(ext[v] for v in b.kvars)
-    kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
-    axes += [TileAxis("k", b.kvars, kext, t.bk, 0, block_name="BLOCK_K"),
-             TileAxis("ka", kavars, kext, t.bk, 1, block_name="BLOCK_K", alias="k")]
+    mext, next_, kext = (tuple(ext[v] for v in vs) for vs in (b.mvars, b.nvars, b.kvars))
+    note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
+    if t.dot:
+        kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
+        axes = [TileAxis("m", b.mvars, mext, t.bm, 0, grid=0, block_name="BLOCK_M"),
+                TileAxis("n", b.nvars, next_, t.bn, 1, grid=None if whole_n else 0, block_name="BLOCK_N"),
+                TileAxis("k", b.kvars, kext, t.bk, 0, block_name="BLOCK_K"),
+                TileAxis("ka", kavars, kext, t.bk, 1, block_name="BLOCK_K", alias="k")]
+        a = substitute(b.a, dict(zip(b.kvars, kavars)))
+        body: list = [Dot(b.acc, a, b.b, "m", "n", "k", "ka", b.in_dtype, b.in_dtype, note)]
+    else:
+        # small M: every row in the program, the products reduced over K in fp32 (a GEMV)
+        axes = [TileAxis("m", b.mvars, mext, t.bm, 0, block_name="BLOCK_M"),
+                TileAxis("n", b.nvars, next_, t.bn, 1, grid=None if whole_n else 0, block_name="BLOCK_N"),
+                TileAxis("k", b.kvars, kext, t.bk, 2, block_name="BLOCK_K")]
+        product = binary("mul", cast(b.a, DType.float32), cast(b.b, DType.float32))
+        body = [Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.in_dtype, note)]
     if b.bvars:
         axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=1, block_name="BLOCK_B"))
-    a = substitute(b.a, dict(zip(b.kvars, kavars)))
-    body: list = [Dot(b.acc, a, b.b, "m", "n", "k", "ka", b.in_dtype, b.in_dtype,
-                      f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]")]
     body += [reduction(inst, inst.body, "n") for inst in b.instances]
     ranges = extent_ranges({v: n for v, n in ext.items() if v not in b.kvars})
     for j, st in enumerate(b.stores):

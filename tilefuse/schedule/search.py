@@ -35,6 +35,8 @@ MAX_ROW = 2048                   # widest row an epilogue reduction holds in one
 # models at 0.82); to be calibrated against measurements on a GPU.
 TRITON_GEMM_EFFICIENCY = 0.75
 BASE_REGS = 40                   # indices, pointers, loop state per thread
+SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
+SMALL_M_BKS = (32, 64, 128, 256, 512)
 TENSOR_DTYPES = (DType.float16, DType.bfloat16)
 
 
@@ -56,27 +58,31 @@ class GemmTile:
     warps: int
     stages: int
     swizzle: int = 1             # group-M order over this many row tiles (1: row-major)
+    dot: bool = True             # tl.dot on tensor cores; False: the small-M path (GEMV, decode),
+                                 # products reduced over K on CUDA cores, no row padded to 16
 
     def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle)
+        return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot)
 
     def __str__(self) -> str:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
-                + (f" group-M {self.swizzle}" if self.swizzle > 1 else ""))
+                + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M"))
 
 
 def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def tensor_cores(s: GemmShape, target: Target) -> bool:
-    return s.dtype in TENSOR_DTYPES and target.has_tensor_cores(s.dtype)
+def tensor_cores(s: GemmShape, target: Target, t: GemmTile | None = None) -> bool:
+    return (t is None or t.dot) and s.dtype in TENSOR_DTYPES and target.has_tensor_cores(s.dtype)
 
 
 def tile_resources(t: GemmTile, s: GemmShape, target: Target) -> Resources:
     """Registers: the fp32 accumulator's share per thread plus a base (and a row's worth of
     reduction temporaries when the epilogue reduces); shared memory: the pipelined operand tiles."""
     threads = t.warps * target.warp_size
+    if not t.dot:      # the product tile is accumulated elementwise in registers, then reduced
+        return Resources(t.warps, BASE_REGS + 2 * -(-t.bm * t.bn * t.bk // threads), 0)
     acc = -(-t.bm * t.bn // threads)
     regs = BASE_REGS + acc * (2 if s.row_reduction else 1)
     smem = t.stages * (t.bm + t.bn) * t.bk * max(s.dtype.itemsize, 1)
@@ -85,8 +91,10 @@ def tile_resources(t: GemmTile, s: GemmShape, target: Target) -> Resources:
 
 def tile_rate(t: GemmTile, s: GemmShape, target: Target) -> float:
     """FLOP/s one wave of this tile sustains (see the module docstring)."""
-    tc = tensor_cores(s, target)
+    tc = tensor_cores(s, target, t)
     peak = target.peak(s.dtype, tc) * TRITON_GEMM_EFFICIENCY
+    if not t.dot:
+        return target.peak(DType.float32, False) * TRITON_GEMM_EFFICIENCY
     if not tc:
         return peak
     if target.warpgroup_mma_rows and t.bm < target.warpgroup_mma_rows * max(t.warps // 4, 1):
@@ -123,6 +131,25 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
                         res = tile_resources(t, s, target)
                         if res.regs_per_thread <= 255 and occupancy(res, target) > 0:
                             out.append(t)
+    return out + _small_m_space(s, target, bns)
+
+
+def _small_m_space(s: GemmShape, target: Target, bns) -> list[GemmTile]:
+    """Tiles of the small-M path (M ≤ ``SMALL_M``): all rows in one program, a product tile of
+    BM × BN × BK values reduced over K, 8 to 64 of them per thread."""
+    if s.m > SMALL_M:
+        return []
+    out = []
+    bm = _pow2(s.m)
+    k2 = _pow2(max(s.k, 16))
+    for bn in bns:
+        for bk in (b for b in SMALL_M_BKS if b <= k2):
+            for warps in (2, 4, 8):
+                per_thread = bm * bn * bk // (warps * target.warp_size)
+                if 8 <= per_thread <= 64 or (per_thread < 8 and warps == 2):
+                    t = GemmTile(bm, bn, bk, warps, 2 if s.k > bk else 1, 1, dot=False)
+                    if occupancy(tile_resources(t, s, target), target) > 0:
+                        out.append(t)
     return out
 
 
@@ -136,7 +163,7 @@ def core_work(s: GemmShape, t: GemmTile, target: Target, *, a_bytes: float, b_by
     programs = s.batch * mt * nt
     chunks = -(-s.k // t.bk)
     kpad = chunks * t.bk
-    tc = tensor_cores(s, target)
+    tc = tensor_cores(s, target, t)
     # tensor cores compute whole tiles; CUDA cores only the useful products
     flops = 2 * programs * t.bm * t.bn * kpad if tc else 2 * s.batch * s.m * s.n * s.k
     rate = tile_rate(t, s, target)
@@ -167,8 +194,8 @@ _RANKED: dict[tuple, tuple[Target, tuple[GemmTile, ...]]] = {}
 
 
 def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
-    """Feasible tiles, fastest first by the modelled time of the core GEMM (ties: larger tiles,
-    then fewer warps and stages); cached per shape and target."""
+    """Feasible tiles, fastest first by the modelled time of the core GEMM (ties: least padding,
+    then larger tiles, fewer warps and stages); cached per shape and target."""
     key = (s, target.name, id(target))
     got = _RANKED.get(key)
     if got is not None:
@@ -184,7 +211,8 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
                       extra_dram=out_bytes)
         sec = estimate(w, target).seconds
         if math.isfinite(sec):
-            scored.append(((sec, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
+            padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
+            scored.append(((sec, padded, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
     scored.sort(key=lambda kv: kv[0])
     ranked = tuple(t for _, t in scored)
     _RANKED[key] = (target, ranked)
