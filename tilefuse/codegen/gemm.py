@@ -11,13 +11,23 @@ each through its own index map (a transposed or reshaped output is a store order
 from __future__ import annotations
 
 from ..analysis.index import extent_ranges
-from ..ir.dtypes import DType
-from ..ir.expr import Var, binary, cast, substitute
+from ..ir.dtypes import DType, TensorType
+from ..ir.expr import Load, Var, binary, cast, select, substitute, transform
+from ..schedule.search import REDUCE_BLOCK
 from ..transform.simplify import simplify
 from .fused import reduction
 from .kernel import Dot, Kernel, Reduce, Store, TileAxis
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
+
+
+def gemm_kernels(s, name: str) -> tuple[Kernel, ...]:
+    """The kernels computing gemm schedule ``s``: one, or with split-K the partial products
+    (``<name>_partials``, writing an fp32 workspace, the kernels' last output) and the reduction
+    that sums them and runs the epilogue (``name``)."""
+    if s.tile.split == 1:
+        return (gemm_kernel(s, name),)
+    return _split_kernels(s, name)
 
 
 def gemm_kernel(s, name: str) -> Kernel:
@@ -63,3 +73,76 @@ def gemm_kernel(s, name: str) -> Kernel:
                 f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
                   tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle)
+
+
+def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
+    b, t = s.body, s.tile
+    ext, shape = b.ext, b.shape
+    types = b.group.types
+    kc = t.k_range(shape.k)
+    sv, kl, kal = Var("s"), Var("kl"), Var("kal")
+    # the global K position of (split, local position), unravelled into the contraction's K vars
+    kext = tuple(ext[v] for v in b.kvars)
+
+    def k_vars(local: Var) -> dict:
+        lin = binary("add", binary("mul", sv, kc), local)
+        out, inner = {}, 1
+        for j in range(len(b.kvars) - 1, -1, -1):
+            e = lin if inner == 1 else binary("floordiv", lin, inner)
+            out[b.kvars[j]] = e if j == 0 else binary("mod", e, kext[j])
+            inner *= kext[j]
+        return out
+
+    def ranged(e, local: Var):
+        inside = binary("lt", binary("add", binary("mul", sv, kc), local), shape.k)
+        return select(inside, e, cast(0, e.dtype))
+
+    a = ranged(substitute(b.a, k_vars(kal)), kal)
+    bb = ranged(substitute(b.b, k_vars(kl)), kl)
+    whole_n = t.bn >= shape.n
+    axes = [TileAxis("m", b.mvars, tuple(ext[v] for v in b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
+            TileAxis("n", b.nvars, tuple(ext[v] for v in b.nvars), t.bn, 1, grid=None if whole_n else 0,
+                     block_name="BLOCK_N"),
+            TileAxis("k", (kl,), (kc,), t.bk, 0, block_name="BLOCK_K"),
+            TileAxis("ka", (kal,), (kc,), t.bk, 1, block_name="BLOCK_K", alias="k")]
+    if b.bvars:
+        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=1, block_name="BLOCK_B"))
+    axes.append(TileAxis("s", (sv,), (t.split,), 1, -1, grid=2 if b.bvars else 1, block_name="BLOCK_S"))
+    avars = tuple(sorted((v for v in ext if v not in b.kvars), key=lambda v: int(v.name[1:])))
+    c_shape = tuple(ext[v] for v in avars)
+    ws = TensorType((t.split,) + c_shape, DType.float32)
+    note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}], K split {t.split} ways"
+    first = Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), (ws,), tuple(axes),
+                   (Dot(b.acc, a, bb, "m", "n", "k", "ka", b.in_dtype, DType.float32, note),
+                    Store(0, (sv,) + avars, Load(b.acc, (), DType.float32))),
+                   t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
+                   swizzle=t.swizzle)
+    # the reduction: one program per REDUCE_BLOCK outputs, the splits summed, then the epilogue
+    nin = len(b.inputs)
+    total = 1
+    for n in c_shape:
+        total *= n
+    xblock = min(REDUCE_BLOCK, _pow2(total))
+    axes2 = (TileAxis("x", avars, c_shape, xblock, 0, grid=0, block_name="XBLOCK"),
+             TileAxis("r", (sv,), (t.split,), _pow2(t.split), 1, block_name="RBLOCK"))
+    acc = nin + 1
+    body = [Reduce(acc, Load(nin, (sv,) + avars, DType.float32), "r", "sum", DType.float32, 0.0, b.in_dtype,
+                   f"{b.anchor}: the {t.split} partial sums")]
+    moved = {b.acc: acc}
+    ranges = extent_ranges({v: n for v, n in ext.items() if v not in b.kvars})
+    for j, st in enumerate(b.stores):
+        value = transform(st.value, lambda e: Load(moved[e.tensor], (), e.dtype)
+                          if isinstance(e, Load) and e.tensor in moved and not e.index else None)
+        body.append(Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(value, ranges), st.guards))
+    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
+    comments = (f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials",
+                "implements:", *(f"  {o}" for o in origins),
+                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}, in{nin}=partials",
+                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    second = Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), tuple(types[st.tensor] for st in b.stores),
+                    axes2, tuple(body), 4, 1, comments)
+    return first, second
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()

@@ -30,7 +30,7 @@ once, occupancy from the accumulator's registers and the stages' shared memory.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.index import linear_form
@@ -39,8 +39,9 @@ from ..cost.model import expr_flops
 from ..cost.target import Target
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
-from ..schedule.search import GemmShape, GemmTile, core_work, dram_rereads, ranked_tiles
-from .base import Built, Family, Group, Schedule
+from ..cost.model import estimate
+from ..schedule.search import GemmShape, GemmTile, core_work, dram_rereads, ranked_tiles, split_reduction
+from .base import Built, Cost, Family, Group, Schedule
 
 DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
 TOP_K = 3
@@ -105,12 +106,35 @@ class GemmFamily(Family):
             return []
         return [_schedule(body, t, target) for t in ranked_tiles(body.shape, target)[:TOP_K]]
 
+    def cost(self, schedule: GemmSchedule, target: Target, cuda_graph: bool = False) -> Cost:
+        """The kernel's modelled cost; with split-K, plus the reduction kernel's."""
+        cost = Cost.modelled(schedule.work, target, cuda_graph)
+        second = split_reduction(schedule.body.shape, schedule.tile, target)
+        if second is None:
+            return cost
+        extra = estimate(second, target, cuda_graph=cuda_graph)
+        return replace(cost, seconds=cost.seconds + extra.seconds, bytes=cost.bytes + int(second.dram_bytes),
+                       l2_bytes=cost.l2_bytes + int(second.l2_bytes))
+
     def build(self, schedule: GemmSchedule, name: str) -> Built:
-        from ..codegen.gemm import gemm_kernel
+        from ..codegen.gemm import gemm_kernels
         from ..codegen.triton import compile_kernel
-        run, source = compile_kernel(gemm_kernel(schedule, name))
         b = schedule.body
-        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
+        outputs = tuple(st.tensor for st in b.stores)
+        kernels = gemm_kernels(schedule, name)
+        if len(kernels) == 1:
+            run, source = compile_kernel(kernels[0])
+            return Built(name, self.name, b.inputs, outputs, run, source, "triton")
+        (partials, psrc), (reduce, rsrc) = (compile_kernel(k) for k in kernels)
+        ws = kernels[0].outputs[0]
+
+        def run(ins, outs):
+            import torch
+            scratch = torch.empty(ws.shape, dtype=torch.float32, device=outs[0].device)
+            partials(ins, [scratch])
+            reduce(list(ins) + [scratch], outs)
+
+        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton")
 
 
 # ---------------------------------------------------------------- the body

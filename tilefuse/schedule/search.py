@@ -37,6 +37,9 @@ TRITON_GEMM_EFFICIENCY = 0.75
 BASE_REGS = 40                   # indices, pointers, loop state per thread
 SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
 SMALL_M_BKS = (32, 64, 128, 256, 512)
+SPLITS = (2, 4, 8, 16)
+MIN_K_PER_SPLIT = 256            # as the library's model: shorter K ranges are not worth a partial
+REDUCE_BLOCK = 1024              # outputs per program of the split-K reduction kernel
 TENSOR_DTYPES = (DType.float16, DType.bfloat16)
 
 
@@ -60,13 +63,20 @@ class GemmTile:
     swizzle: int = 1             # group-M order over this many row tiles (1: row-major)
     dot: bool = True             # tl.dot on tensor cores; False: the small-M path (GEMV, decode),
                                  # products reduced over K on CUDA cores, no row padded to 16
+    split: int = 1               # split-K: programs per output tile, each over a K range, their
+                                 # fp32 partials summed by a second kernel that runs the epilogue
 
     def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot)
+        return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot, self.split)
+
+    def k_range(self, k: int) -> int:
+        """K positions each split covers (whole chunks)."""
+        return -(-(-(-k // self.split)) // self.bk) * self.bk
 
     def __str__(self) -> str:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
-                + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M"))
+                + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M")
+                + (f" split-K {self.split}" if self.split > 1 else ""))
 
 
 def _pow2(n: int) -> int:
@@ -131,7 +141,24 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
                         res = tile_resources(t, s, target)
                         if res.regs_per_thread <= 255 and occupancy(res, target) > 0:
                             out.append(t)
+                            out += _splits(t, s, target)
     return out + _small_m_space(s, target, bns)
+
+
+def _splits(t: GemmTile, s: GemmShape, target: Target) -> list[GemmTile]:
+    """Split-K variants of a tile whose grid leaves SMs idle: each split covers at least
+    ``MIN_K_PER_SPLIT`` of K; not with an epilogue that reduces rows (it needs whole sums)."""
+    programs = s.batch * -(-s.m // t.bm) * -(-s.n // t.bn)
+    if s.row_reduction or programs >= target.sm_count:
+        return []
+    out = []
+    for split in SPLITS:
+        if s.k // split < max(MIN_K_PER_SPLIT, t.bk) or programs * split > 4 * target.sm_count:
+            continue
+        v = GemmTile(t.bm, t.bn, t.bk, t.warps, t.stages, t.swizzle, t.dot, split)
+        if -(-s.k // v.k_range(s.k)) == split:       # no empty split
+            out.append(v)
+    return out
 
 
 def _small_m_space(s: GemmShape, target: Target, bns) -> list[GemmTile]:
@@ -160,18 +187,22 @@ def core_work(s: GemmShape, t: GemmTile, target: Target, *, a_bytes: float, b_by
     each operand's distinct bytes ``a_bytes``/``b_bytes`` fetched from DRAM ``rereads`` times, plus
     the epilogue's inputs and outputs (``extra_dram``, requested once) and its arithmetic."""
     mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
-    programs = s.batch * mt * nt
-    chunks = -(-s.k // t.bk)
-    kpad = chunks * t.bk
+    programs = s.batch * mt * nt * t.split
+    chunks = -(-t.k_range(s.k) // t.bk)
+    kpad = chunks * t.bk * t.split
     tc = tensor_cores(s, target, t)
     # tensor cores compute whole tiles; CUDA cores only the useful products
     flops = 2 * programs * t.bm * t.bn * kpad if tc else 2 * s.batch * s.m * s.n * s.k
     rate = tile_rate(t, s, target)
     # the epilogue's arithmetic runs on CUDA cores after the K loop, charged at their rate
     flops += extra_flops * rate / target.peak(DType.float32, False)
-    l2 = programs * (a_panel + b_panel) + extra_dram
+    # a_panel/b_panel cover all of K: a split program loads its share
+    l2 = programs * (a_panel + b_panel) / t.split + extra_dram
     dram = a_bytes * rereads[0] + b_bytes * rereads[1] + extra_dram
-    inflight = (t.stages - 1) * (a_panel + b_panel) / max(chunks, 1)
+    if t.split > 1:          # the fp32 partials, written once (the reduction kernel reads them)
+        partial = t.split * s.batch * s.m * s.n * 4
+        l2, dram = l2 + partial, dram + (partial if partial > target.l2_bytes // 2 else 0)
+    inflight = (t.stages - 1) * (a_panel + b_panel) / t.split / max(chunks, 1)
     return Work(programs, dram, l2, flops, rate, inflight, tile_resources(t, s, target), chunks, l2)
 
 
@@ -188,6 +219,18 @@ def dram_rereads(s: GemmShape, t: GemmTile, operand_bytes: float, target: Target
     rows = min(mt, t.swizzle)
     cols = max(min(nt, wave // rows), 1)
     return float(-(-nt // cols)), float(-(-mt // rows))
+
+
+def split_reduction(s: GemmShape, t: GemmTile, target: Target) -> Work | None:
+    """The work of the second kernel of a split-K schedule: read the fp32 partials (from L2 when
+    they fit), sum them, run the epilogue (its traffic is charged to the first kernel's work)."""
+    if t.split == 1:
+        return None
+    elems = s.batch * s.m * s.n
+    partial = t.split * elems * 4
+    programs = -(-elems // REDUCE_BLOCK)
+    return Work(programs, partial if partial > target.l2_bytes // 2 else 0, partial, elems * t.split,
+                target.peak(DType.float32, False), partial / programs, Resources(4, 64), 1, partial)
 
 
 _RANKED: dict[tuple, tuple[Target, tuple[GemmTile, ...]]] = {}
@@ -210,6 +253,9 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
                       b_panel=s.n / nt * s.k * item, rereads=dram_rereads(s, t, a_bytes + b_bytes, target),
                       extra_dram=out_bytes)
         sec = estimate(w, target).seconds
+        second = split_reduction(s, t, target)
+        if second is not None:
+            sec += estimate(second, target).seconds
         if math.isfinite(sec):
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
             scored.append(((sec, padded, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
