@@ -56,7 +56,10 @@ def gemm_kernel(s, name: str) -> Kernel:
         product = binary("mul", cast(b.a, DType.float32), cast(b.b, DType.float32))
         body = [Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.in_dtype, note)]
     if b.bvars:
-        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=1, block_name="BLOCK_B"))
+        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=_next_grid(axes),
+                             block_name="BLOCK_B"))
+    if b.instances and not whole_n:
+        raise ValueError(f"{name}: the epilogue reduces rows of {shape.n}, which a BLOCK_N of {t.bn} does not hold")
     body += [reduction(inst, inst.body, "n") for inst in b.instances]
     ranges = extent_ranges({v: n for v, n in ext.items() if v not in b.kvars})
     for j, st in enumerate(b.stores):
@@ -106,8 +109,9 @@ def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
             TileAxis("k", (kl,), (kc,), t.bk, 0, block_name="BLOCK_K"),
             TileAxis("ka", (kal,), (kc,), t.bk, 1, block_name="BLOCK_K", alias="k")]
     if b.bvars:
-        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=1, block_name="BLOCK_B"))
-    axes.append(TileAxis("s", (sv,), (t.split,), 1, -1, grid=2 if b.bvars else 1, block_name="BLOCK_S"))
+        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=_next_grid(axes),
+                             block_name="BLOCK_B"))
+    axes.append(TileAxis("s", (sv,), (t.split,), 1, -1, grid=_next_grid(axes), block_name="BLOCK_S"))
     avars = tuple(sorted((v for v in ext if v not in b.kvars), key=lambda v: int(v.name[1:])))
     c_shape = tuple(ext[v] for v in avars)
     ws = TensorType((t.split,) + c_shape, DType.float32)
@@ -142,6 +146,11 @@ def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
     second = Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), tuple(types[st.tensor] for st in b.stores),
                     axes2, tuple(body), 4, 1, comments)
     return first, second
+
+
+def _next_grid(axes) -> int:
+    """The first program-id dimension no axis uses yet (they must be 0, 1, 2 in order)."""
+    return 1 + max((a.grid for a in axes if a.grid is not None), default=-1)
 
 
 def _pow2(n: int) -> int:

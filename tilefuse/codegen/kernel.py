@@ -125,6 +125,11 @@ class Kernel:
     reused: frozenset[Load] = field(default=frozenset())   # loads a later loop issues again (keep in cache)
     swizzle: int = 1               # group size of the group-M order of two axes sharing a grid dim
 
+    def __post_init__(self):
+        dims = sorted({a.grid for a in self.axes if a.grid is not None})
+        if dims != list(range(len(dims))):
+            raise ValueError(f"kernel {self.name}: program-id dimensions {dims} are not 0..{len(dims) - 1}")
+
     @property
     def rank(self) -> int:
         return 1 + max(a.dim for a in self.axes)

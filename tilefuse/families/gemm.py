@@ -142,7 +142,10 @@ class GemmFamily(Family):
 def gemm_body(group: Group) -> GemmBody | None:
     """The group as one contraction with its prologue and epilogue, or None (see the module doc)."""
     members = group.members
-    (c,) = [p for p, cat in zip(group.prims, group.categories) if cat is Category.contraction]
+    conts = [p for p, cat in zip(group.prims, group.categories) if cat is Category.contraction]
+    if len(conts) != 1:
+        return None
+    (c,) = conts
     ops = contraction_operands(c)
     if ops is None or c.out.dtype not in DOT_DTYPES or c.out.numel == 0:
         return None
@@ -215,8 +218,10 @@ def _downstream(c, members) -> set[str]:
 
 
 def _operands(body: Expr, a_vars: set, b_vars: set, m: set, n: set) -> tuple[Expr, Expr] | None:
-    """Split the contraction's body (a product in its type) into the A and B operand expressions;
-    constant factors go with A."""
+    """Split the contraction's body (a product in its type) into the A and B operand expressions:
+    factors reading M go to A, factors reading N to B; a factor reading neither (a scale, a K-only
+    vector, or the second operand of a contraction without N axes) goes to B when B has none,
+    else to A."""
     facs: list[Expr] = []
     stack = [body]
     while stack:
@@ -225,18 +230,25 @@ def _operands(body: Expr, a_vars: set, b_vars: set, m: set, n: set) -> tuple[Exp
             stack += [e.b, e.a]
         else:
             facs.append(e)
-    loaded = [f for f in facs if any(isinstance(x, Load) for x in walk(f))]
-    if len(loaded) != 2:
+    a = [f for f in facs if free_vars(f) & m]
+    b = [f for f in facs if free_vars(f) & n and f not in a]
+    rest = [f for f in facs if f not in a and f not in b]
+    if not b:
+        loaded = [f for f in rest if any(isinstance(x, Load) for x in walk(f))]
+        if not loaded:
+            return None
+        b = [loaded[-1]]
+        rest.remove(loaded[-1])
+    a += rest
+    if not a:
         return None
-    fa, fb = loaded
-    va, vb = free_vars(fa), free_vars(fb)
-    if (va & n) or ((vb & m) and not (vb & n)):
-        fa, fb, va, vb = fb, fa, vb, va
-    if not (va <= a_vars and vb <= b_vars):
+    fa, fb = a[0], b[0]
+    for f in a[1:]:
+        fa = binary("mul", fa, f)
+    for f in b[1:]:
+        fb = binary("mul", fb, f)
+    if not (free_vars(fa) <= a_vars and free_vars(fb) <= b_vars):
         return None
-    for f in facs:
-        if f not in loaded:
-            fa = binary("mul", fa, f)
     return fa, fb
 
 

@@ -1,0 +1,508 @@
+"""The gemm kernel family (one contraction with its fused prologue and epilogue, tl.dot), planned
+for h100 and run in the Triton interpreter, against eager torch and the reference executor.
+
+Two ways in: ``tilefuse.compile`` (the planner chooses the fusion and the tile; the test asserts
+the kernel is a gemm kernel holding the expected ops), and the family's own API on the whole
+graph as one group with a forced tile (``_forced``), to cover ragged shapes, looped K, several M
+and N tiles and the group-M swizzle deterministically.
+"""
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.cost.target import Target
+from tilefuse.families.base import Group
+from tilefuse.families.fused import FusedFamily
+from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
+from tilefuse.ir.dtypes import DType
+from tilefuse.ir.evaluate import run_reference
+from tilefuse.runtime.executor import Program
+from tilefuse.schedule.search import GemmShape, GemmTile, ranked_tiles
+
+H100 = Target.get("h100")
+F32_TOL = dict(rtol=1e-4, atol=1e-4)
+HALF_TOL = {torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def tile(bm=16, bn=16, bk=16, swizzle=1):
+    return GemmTile(bm=bm, bn=bn, bk=bk, warps=4, stages=2, swizzle=swizzle)
+
+
+def compile_h100(fn, *args):
+    return tilefuse.compile(fn, args, target="h100", backend="triton")
+
+
+def feeds_of(cm, args):
+    return dict(zip(cm.input_names, cm.imported.flatten_inputs(args, {})))
+
+
+def run_cpu(cm, *args):
+    """The h100 plan's kernels, run on the CPU: the graph outputs in order."""
+    prog = Program(cm.plan, cm.primgraph, torch.device("cpu"), cm.kernels, cm.memory)
+    return prog.run(feeds_of(cm, args))
+
+
+def eager(fn, *args):
+    with torch.no_grad():
+        out = fn(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def gemm_kernels(cm):
+    return [k for k in cm.report.kernels if k.family == "gemm"]
+
+
+def check_planned(fn, *args, kernels=1, tol=F32_TOL):
+    """Compile for h100, assert the plan is ``kernels`` kernels, all of the gemm family, and that
+    running them matches eager; returns the compiled model."""
+    cm = compile_h100(fn, *args)
+    assert [k.family for k in cm.kernels] == ["gemm"] * kernels, [(k.name, k.ops) for k in cm.report.kernels]
+    got, want = run_cpu(cm, *args), eager(fn, *args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g.float(), w.float(), **tol)
+    return cm
+
+
+def whole(pg, outputs=None):
+    """The whole prim graph as one group (writing ``outputs``, by default the graph's)."""
+    made = {p.name for p in pg.prims}
+    ins = tuple(dict.fromkeys(n for p in pg.prims for n in p.inputs if n not in made))
+    return Group(pg.prims, ins, tuple(outputs or pg.outputs), dict(pg.types))
+
+
+def forced(fn, t, *args, tol=F32_TOL):
+    """The whole graph of ``fn`` as one gemm kernel with tile ``t``; asserts that its outputs
+    (poisoned with NaN first: every element must be written) match the reference executor and
+    eager torch.  Returns (built kernel, gemm body)."""
+    cm = compile_h100(fn, *args)
+    pg = cm.primgraph
+    body = gemm_body(whole(pg))
+    assert body is not None
+    built = GemmFamily().build(_schedule(body, t, H100), "gemm_test")
+    assert built.family == "gemm" and set(built.outputs) == set(pg.outputs)
+    feeds = feeds_of(cm, args)
+    env = {c.name: c.data for c in pg.constants} | feeds
+    outs = [torch.full(pg.types[o].shape, float("nan"), dtype=pg.types[o].dtype.to_torch()) for o in built.outputs]
+    built.run([env[n] for n in built.inputs], outs)
+    got = dict(zip(built.outputs, outs))
+    for name, ref, want in zip(pg.outputs, run_reference(pg, feeds), eager(fn, *args)):
+        torch.testing.assert_close(got[name], ref, **tol, msg=lambda m: f"{name} vs reference: {m}")
+        torch.testing.assert_close(got[name].float(), want.float(), **tol, msg=lambda m: f"{name} vs eager: {m}")
+    return built, body
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape,act", [((7, 40), torch.nn.ReLU), ((2, 7, 40), torch.nn.GELU)], ids=["gemm", "matmul"])
+def test_linear_activation_is_one_gemm_kernel_in_every_dot_dtype(dtype, shape, act):
+    """Linear + activation (2-D input: a Gemm op with its bias; 3-D: MatMul + Add) is one gemm
+    kernel in fp32/fp16/bf16, its output in the model's dtype."""
+    model = torch.nn.Sequential(torch.nn.Linear(40, 24), act()).eval().to(dtype)
+    x = torch.randn(*shape).to(dtype)
+    cm = check_planned(model, x, tol=F32_TOL if dtype is torch.float32 else HALF_TOL[dtype])
+    (k,) = gemm_kernels(cm)
+    assert {"Relu" if act is torch.nn.ReLU else "Gelu"} <= {o.split(":")[0] for o in k.ops}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_dot_dtypes_ragged_looped_k(dtype):
+    """Operands in each dot dtype, ragged M, N, K and a looped K: one tl.dot per K step,
+    accumulating in fp32 and rounding once; fp32 dots run in IEEE precision (no TF32)."""
+    x, w = torch.randn(37, 45).to(dtype), torch.randn(45, 29).to(dtype)
+    tol = F32_TOL if dtype is torch.float32 else HALF_TOL[dtype]
+    built, body = forced(lambda x, w: torch.relu(x @ w), tile(16, 16, 16), x, w, tol=tol)
+    assert body.in_dtype.to_torch() == dtype
+    assert "for k_start in range(0, 45, BLOCK_K)" in built.source
+    assert built.source.count("tl.dot(") == 1
+    assert ('input_precision="ieee"' in built.source) == (dtype is torch.float32)
+
+
+# ---------------------------------------------------------------- tiles
+
+
+@pytest.mark.parametrize("t", [tile(16, 16, 16), tile(32, 16, 32), tile(64, 32, 64), tile(16, 32, 16, swizzle=8)],
+                         ids=["16x16x16", "32x16x32", "64x32x64-one-k-step", "swizzle-with-few-row-tiles"])
+def test_ragged_shape_with_forced_tiles(t):
+    """37x29x45 (no dimension a multiple of any tile): every element written and right, with a
+    looped K (K > BK) or one K step, one or several M and N tiles."""
+    built, body = forced(lambda x, w: x @ w, t, torch.randn(37, 45), torch.randn(45, 29))
+    assert (body.shape.m, body.shape.n, body.shape.k) == (37, 29, 45)
+    assert ("for k_start in range(0, 45, BLOCK_K)" in built.source) == (t.bk < 45)
+
+
+@pytest.mark.parametrize("swizzle", [1, 8])
+def test_group_m_swizzle(swizzle):
+    """M=150 over BM=16 (10 row tiles, the last group partial) by N=40 over BN=16 (3 column
+    tiles): the group-M order covers every tile exactly once, and is only emitted when asked."""
+    built, _ = forced(lambda x, w: torch.relu(x @ w), tile(16, 16, 16, swizzle), torch.randn(150, 45),
+                      torch.randn(45, 40))
+    assert ("group" in built.source) == (swizzle > 1)
+    if swizzle > 1:
+        assert "tl.minimum(" in built.source      # the last, partial group of row tiles
+
+
+# ---------------------------------------------------------------- operand layouts
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (lambda x, w: x @ w.t(), [(37, 45), (29, 45)]),
+    (lambda x, w: x.t() @ w, [(45, 37), (45, 29)]),
+    (lambda x, w: x.transpose(0, 1) @ w + 1.0, [(24, 12), (24, 20)]),
+], ids=["x@wT", "xT@w", "transposed-input-prologue"])
+def test_transposed_operands_load_through_the_transpose(fn, shapes):
+    """A transpose feeding an operand is its load order: one gemm kernel holding the Transpose."""
+    args = [torch.randn(*s) for s in shapes]
+    cm = check_planned(fn, *args)
+    (k,) = gemm_kernels(cm)
+    assert any(op.startswith("Transpose:") for op in k.ops) and any(op.startswith("MatMul:") for op in k.ops)
+    forced(fn, tile(16, 16, 16), *args)
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (lambda x, w, b: torch.relu(x @ w + b), [(3, 10, 24), (24, 20), (20,)]),
+    (lambda x, w: torch.relu(x @ w), [(2, 1, 8, 16), (1, 3, 16, 12)]),
+], ids=["BMK@KN", "broadcast-batch"])
+def test_broadcast_operands(fn, shapes):
+    """[B,M,K] @ [K,N] and [B,1,M,K] @ [1,H,K,N] (batch axes each operand broadcasts): one gemm kernel."""
+    args = [torch.randn(*s) for s in shapes]
+    check_planned(fn, *args)
+    forced(fn, tile(16, 16, 16), *args)
+
+
+def test_attention_scores_batched():
+    """QK^T over [2,3] batch positions ([2,3,8,16] @ [2,3,16,8]): a batch of 6 GEMMs, one program
+    column each; scaled through the planner, plain with a forced tile."""
+    q, k = torch.randn(2, 3, 8, 16), torch.randn(2, 3, 16, 8)
+    check_planned(lambda q, k: (q @ k) * 0.25, q, k)
+    _, body = forced(lambda q, k: q @ k, tile(16, 16, 16), q, k)
+    assert (body.shape.batch, body.shape.m, body.shape.n, body.shape.k) == (6, 8, 8, 16)
+
+
+def test_gemv():
+    """M = 1: (1, 40) @ (40, 24), through the planner with bias + GELU, and with two N tiles."""
+    x, w, b = torch.randn(1, 40), torch.randn(40, 24), torch.randn(24)
+    check_planned(lambda x, w, b: torch.nn.functional.gelu(x @ w + b), x, w, b)
+    _, body = forced(lambda x, w: x @ w, tile(16, 16, 16), x, w)
+    assert (body.shape.m, body.shape.n, body.shape.k) == (1, 24, 40)
+
+
+# ---------------------------------------------------------------- epilogues
+
+
+EPILOGUES = {
+    "bias": (lambda x, w, b, r: x @ w + b, "Add"),
+    "scale": (lambda x, w, b, r: (x @ w) * 0.125, "Mul"),
+    "relu": (lambda x, w, b, r: torch.relu(x @ w + b), "Relu"),
+    "gelu": (lambda x, w, b, r: torch.nn.functional.gelu(x @ w + b), "Gelu"),
+    "sigmoid": (lambda x, w, b, r: torch.sigmoid(x @ w), "Sigmoid"),
+    "residual": (lambda x, w, b, r: x @ w + r, "Add"),
+    "cast": (lambda x, w, b, r: (x @ w + b).half(), "Cast"),
+}
+
+
+@pytest.mark.parametrize("kind", list(EPILOGUES))
+def test_epilogue_kinds(kind):
+    """Each epilogue is inlined at the accumulator: one gemm kernel holding MatMul and the op."""
+    fn, op = EPILOGUES[kind]
+    x, w, b, r = torch.randn(12, 32), torch.randn(32, 24), torch.randn(24), torch.randn(12, 24)
+    cm = check_planned(fn, x, w, b, r, tol=HALF_TOL[torch.float16] if kind == "cast" else F32_TOL)
+    (k,) = gemm_kernels(cm)
+    assert any(o.startswith("MatMul:") for o in k.ops) and any(o.startswith(f"{op}:") for o in k.ops)
+
+
+def test_two_outputs_pre_and_post_activation():
+    """Both the pre-activation and the activation written by one kernel (one store each)."""
+    def f(x, w, b):
+        pre = x @ w + b
+        return pre, torch.relu(pre)
+    args = torch.randn(12, 32), torch.randn(32, 24), torch.randn(24)
+    cm = check_planned(f, *args)
+    assert len(cm.kernels[0].outputs) == 2
+    built, _ = forced(f, tile(16, 16, 16), *args)
+    assert built.source.count("tl.store(") == 2
+
+
+def test_head_split_transpose_is_a_store_order():
+    """Linear -> GELU -> view(2,5,4,10).transpose(1,2): one gemm kernel storing in head order."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(48, 40)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.lin(x)).view(2, 5, 4, 10).transpose(1, 2)
+
+    model, x = M().eval(), torch.randn(2, 5, 48)
+    cm = check_planned(model, x, tol=dict(rtol=1e-5, atol=1e-6))
+    (k,) = gemm_kernels(cm)
+    assert {"Reshape", "Transpose", "Gelu"} <= {o.split(":")[0] for o in k.ops}
+    forced(model, tile(16, 16, 16), x)
+
+
+@pytest.mark.parametrize("n", [16, 20])
+def test_softmax_over_n_in_the_epilogue(n):
+    """softmax(x @ w) with a row of N <= BN: the row reductions run on the accumulator tile (N=20
+    pads the row to 32: padding must not enter the max or the sum)."""
+    fn = lambda x, w: torch.softmax(x @ w, -1)  # noqa: E731
+    args = torch.randn(20, 40), torch.randn(40, n) * 3
+    cm = check_planned(fn, *args, tol=dict(rtol=1e-5, atol=1e-6))
+    (k,) = gemm_kernels(cm)
+    assert {"MatMul", "Softmax"} <= {o.split(":")[0] for o in k.ops}
+    _, body = forced(fn, tile(16, 32, 16), *args, tol=dict(rtol=1e-5, atol=1e-6))
+    assert len(body.instances) == 2 and body.shape.row_reduction
+
+
+@pytest.mark.parametrize("n,bn", [(32, 32), (40, 64)])
+def test_layernorm_after_matmul_bias_residual(n, bn):
+    """LayerNorm(x @ W + b + residual) over N: through the planner (whichever kernels it picks,
+    the result matches), and as one forced gemm kernel holding whole rows (BN >= N)."""
+    ln = torch.nn.LayerNorm(n).eval()
+    lin = torch.nn.Linear(24, n).eval()
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.uniform_(-1, 1)
+    fn = lambda x, res: ln(lin(x) + res)  # noqa: E731
+    args = torch.randn(20, 24), torch.randn(20, n)
+    cm = compile_h100(fn, *args)
+    assert any(k.family == "gemm" for k in cm.kernels)
+    torch.testing.assert_close(run_cpu(cm, *args)[0], eager(fn, *args)[0], rtol=1e-5, atol=1e-5)
+    _, body = forced(fn, tile(16, bn, 16), *args, tol=dict(rtol=1e-5, atol=1e-5))
+    assert body.instances and body.shape.n == n
+
+
+def test_rows_whole_whenever_the_epilogue_reduces():
+    """The tile space never splits N when the epilogue reduces over it (BN >= N, one column)."""
+    for n in (16, 20, 40, 100):
+        tiles = ranked_tiles(GemmShape(1, 64, n, 64, DType.float16, True), H100)
+        assert tiles and all(t.bn >= n for t in tiles)
+    tiles = ranked_tiles(GemmShape(1, 64, 100, 64, DType.float16, False), H100)
+    assert any(t.bn < 100 for t in tiles)
+    assert all(min(t.bm, t.bn, t.bk) >= 16 for t in tiles)
+
+
+# ---------------------------------------------------------------- prologues
+
+
+@pytest.mark.parametrize("fn,op", [
+    (lambda x, w, v: torch.relu(x) @ w, "Relu"),
+    (lambda x, w, v: (x + v) @ w, "Add"),
+    (lambda x, w, v: torch.exp(x) @ w, "Exp"),
+], ids=["relu", "add-vector", "exp"])
+def test_elementwise_prologue_is_inlined_into_the_operand(fn, op):
+    """An elementwise op feeding an operand becomes part of its load: one gemm kernel."""
+    args = torch.randn(8, 16), torch.randn(16, 12), torch.randn(16)
+    cm = check_planned(fn, *args)
+    (k,) = gemm_kernels(cm)
+    assert op == k.ops[0].split(":")[0]
+    forced(fn, tile(16, 16, 16), *args)
+
+
+@pytest.mark.parametrize("fn", [lambda x, w, v: (x * 2) @ w, lambda x, w, v: (x * v) @ w,
+                                lambda x, w, v: x @ (w * 2)], ids=["x*2", "x*v", "w*2"])
+def test_scaled_operand_prologue(fn):
+    """An elementwise scale of an operand (the module doc's "elementwise scales") is a prologue."""
+    args = torch.randn(8, 16), torch.randn(16, 12), torch.randn(16)
+    forced(fn, tile(16, 16, 16), *args)
+
+
+def test_embedding_gather_prologue():
+    """Embedding lookup -> Linear: the Gather is the A operand's load, inside the gemm kernel."""
+    emb, lin = torch.nn.Embedding(50, 32).eval(), torch.nn.Linear(32, 24).eval()
+    fn = lambda ids: lin(emb(ids))  # noqa: E731
+    ids = torch.randint(0, 50, (2, 7))
+    cm = check_planned(fn, ids, tol=dict(rtol=1e-5, atol=1e-6))
+    (k,) = gemm_kernels(cm)
+    assert k.ops[0].startswith("Gather:") and any(o.startswith("MatMul:") for o in k.ops)
+    forced(fn, tile(16, 16, 16), ids)
+
+
+# ---------------------------------------------------------------- convolutions
+
+
+def batchnorm(c):
+    bn = torch.nn.BatchNorm2d(c).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    return bn
+
+
+class ConvBlock(torch.nn.Module):
+    def __init__(self, cin, cout, **kw):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(cin, cout, 3, **kw)
+        self.bn = batchnorm(cout)
+
+    def forward(self, x, res):
+        return torch.relu(self.bn(self.conv(x))) + res
+
+
+def conv_args(model, xshape):
+    x = torch.randn(*xshape)
+    with torch.no_grad():
+        return x, torch.randn(*model.conv(x).shape)
+
+
+@pytest.mark.parametrize("kw,xshape,cout", [
+    (dict(stride=2, padding=1), (2, 4, 9, 9), 20),
+    (dict(padding=2, dilation=2), (1, 4, 8, 8), 20),
+    (dict(padding=1, groups=2), (1, 4, 8, 8), 8),
+], ids=["stride2-pad1", "dilation2", "groups2"])
+def test_conv_bn_relu_residual_is_an_implicit_gemm(kw, xshape, cout):
+    """Conv2d -> BatchNorm (eval, non-trivial running stats) -> ReLU -> + residual: one gemm
+    kernel (padding in the operand's load, BN folded into the epilogue), also with small forced
+    tiles (several M and N tiles, K = C*3*3 looped)."""
+    model = ConvBlock(4, cout, **kw).eval()
+    args = conv_args(model, xshape)
+    cm = check_planned(model, *args)
+    (k,) = gemm_kernels(cm)
+    assert {"Conv", "BatchNormalization", "Relu", "Add"} <= {o.split(":")[0] for o in k.ops}
+    forced(model, tile(16, 16, 16), *args)
+
+
+def test_conv1d_relu():
+    """Conv1d + ReLU: one gemm kernel (M = N*L, N = F, K = C*KW)."""
+    conv = torch.nn.Conv1d(4, 8, 3, padding=1).eval()
+    fn = lambda x: torch.relu(conv(x))  # noqa: E731
+    x = torch.randn(2, 4, 10)
+    check_planned(fn, x)
+    _, body = forced(fn, tile(16, 16, 16), x)
+    assert (body.shape.m, body.shape.n, body.shape.k) == (20, 8, 12)
+
+
+def test_depthwise_conv_is_a_batch_of_per_channel_gemvs():
+    """Depthwise conv (groups == channels): the fused family takes no contraction, so the gemm
+    family is what generates it: a batch of one GEMV per channel (N = 1, K = 3*3); right."""
+    model = ConvBlock(4, 4, padding=1, groups=4).eval()
+    args = conv_args(model, (1, 4, 8, 8))
+    check_planned(model, *args)
+    assert FusedFamily().schedules(whole(compile_h100(model, *args).primgraph), H100) == []
+    _, body = forced(model, tile(16, 16, 16), *args)
+    assert (body.shape.batch, body.shape.m, body.shape.n, body.shape.k) == (4, 64, 1, 9)
+
+
+# ---------------------------------------------------------------- rejection
+
+
+def test_two_contractions_have_no_gemm_schedule():
+    """A group holding two matmuls is not a gemm kernel (the family offers no schedule)."""
+    cm = compile_h100(lambda x, w1, w2: torch.relu(x @ w1) @ w2, torch.randn(8, 16), torch.randn(16, 16),
+                      torch.randn(16, 16))
+    assert GemmFamily().schedules(whole(cm.primgraph), H100) == []
+
+
+def test_gemm_body_of_two_contractions_is_none():
+    """gemm_body itself answers None (its documented 'or None') for two contractions."""
+    cm = compile_h100(lambda x, w1, w2: torch.relu(x @ w1) @ w2, torch.randn(8, 16), torch.randn(16, 16),
+                      torch.randn(16, 16))
+    assert gemm_body(whole(cm.primgraph)) is None
+
+
+def test_prologue_value_written_out_is_rejected():
+    """A prologue value that is also a group output cannot be inlined into the operand loads."""
+    def f(x, w):
+        y = torch.relu(x.t())
+        return y, y @ w
+    cm = compile_h100(f, torch.randn(16, 8), torch.randn(16, 12))
+    pg = cm.primgraph
+    assert gemm_body(whole(pg)) is None
+    assert gemm_body(whole(pg, outputs=[pg.outputs[1]])) is not None     # without it: a prologue
+    args = torch.randn(16, 8), torch.randn(16, 12)
+    for g, w in zip(run_cpu(cm, *args), eager(f, *args)):
+        torch.testing.assert_close(g, w)
+
+
+def test_epilogue_member_not_reading_the_contraction_is_rejected():
+    """A member that neither feeds nor reads the contraction does not belong in its kernel."""
+    cm = compile_h100(lambda x, w, v: (x @ w, v * 3.0), torch.randn(8, 16), torch.randn(16, 12), torch.randn(5))
+    assert gemm_body(whole(cm.primgraph)) is None
+
+
+def test_float64_contraction_stays_with_the_library():
+    """tl.dot has no float64: such a contraction is not a gemm kernel."""
+    x, w = torch.randn(8, 16, dtype=torch.float64), torch.randn(16, 12, dtype=torch.float64)
+    cm = compile_h100(lambda x, w: torch.relu(x @ w), x, w)
+    assert gemm_body(whole(cm.primgraph)) is None
+    assert "gemm" not in [k.family for k in cm.kernels]
+    torch.testing.assert_close(run_cpu(cm, x, w)[0], torch.relu(x @ w))
+
+
+# ---------------------------------------------------------------- split-K, small M, guards
+
+
+@pytest.mark.parametrize("dtype,split", [(torch.float32, 4), (torch.float16, 3)], ids=["fp32-4", "fp16-3"])
+def test_split_k_partials_then_reduction_and_epilogue(dtype, split):
+    """Split-K: a partials kernel over K ranges (the last one ragged) writes fp32 partial sums, a
+    second kernel adds them and runs the epilogue (bias + ReLU)."""
+    model = torch.nn.Sequential(torch.nn.Linear(700, 24), torch.nn.ReLU()).eval().to(dtype)
+    x = torch.randn(20, 700).to(dtype)
+    tol = F32_TOL if dtype is torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    built, body = forced(model, GemmTile(16, 16, 32, 4, 2, 1, True, split), x, tol=tol)
+    assert "_partials(" in built.source and built.source.count("tl.dot(") == 1
+    assert -(-700 // GemmTile(16, 16, 32, 4, 2, 1, True, split).k_range(700)) == split
+
+
+def test_split_k_of_a_convolution_unravels_its_k_positions():
+    """K of a convolution is (channel, kh, kw): each split's positions are unravelled back."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU()).eval()
+    forced(model, GemmTile(16, 16, 16, 4, 2, 1, True, 2), torch.randn(1, 8, 6, 6))
+
+
+def test_split_k_is_offered_only_to_grids_that_leave_sms_idle():
+    few = ranked_tiles(GemmShape(1, 64, 64, 8192, DType.float16), H100)
+    assert any(t.split > 1 for t in few)
+    many = ranked_tiles(GemmShape(1, 4096, 4096, 4096, DType.float16), H100)
+    assert not any(t.split > 1 for t in many)           # every tiling already fills the SMs
+    rows = ranked_tiles(GemmShape(1, 64, 64, 8192, DType.float16, row_reduction=True), H100)
+    assert rows and not any(t.split > 1 for t in rows)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_small_m_path_reduces_products_without_tensor_cores(m):
+    """The GEMV / decode path: all M rows in one program (BM = 1 or 4, not 16), the products
+    reduced over K in fp32, bias + GELU in the epilogue; no tl.dot."""
+    model = torch.nn.Sequential(torch.nn.Linear(300, 70), torch.nn.GELU()).eval()
+    bm = 1 if m == 1 else 4
+    built, body = forced(model, GemmTile(bm, 16, 64, 2, 2, 1, dot=False), torch.randn(m, 300))
+    assert "tl.dot(" not in built.source and "tl.sum(" in built.source
+    assert body.shape.m == m
+
+
+def test_small_m_path_is_chosen_for_a_decode_gemv():
+    """A 1 x 4096 x 4096 fp16 GEMV plans on the small-M path (no row padded to 16)."""
+    tiles = ranked_tiles(GemmShape(1, 1, 4096, 4096, DType.float16), H100)
+    assert not tiles[0].dot and tiles[0].bm == 1
+
+
+def test_a_row_reduction_tile_must_hold_the_row():
+    """Forcing BLOCK_N < N on an epilogue that reduces rows is an error, not a wrong answer."""
+    fn = lambda x, w: torch.softmax(x @ w, -1)  # noqa: E731
+    cm = compile_h100(fn, torch.randn(8, 16), torch.randn(16, 32))
+    body = gemm_body(whole(cm.primgraph))
+    assert body is not None and body.instances
+    with pytest.raises(ValueError, match="does not hold"):
+        GemmFamily().build(_schedule(body, tile(16, 16, 16), H100), "gemm_rows")
+
+
+def test_kernel_program_id_dimensions_must_be_contiguous():
+    from tilefuse.codegen.kernel import Kernel, TileAxis
+    from tilefuse.ir.expr import Var
+    axis = TileAxis("b", (Var("a0"),), (4,), 1, -1, grid=1, block_name="BLOCK_B")
+    with pytest.raises(ValueError, match="program-id dimensions"):
+        Kernel("k", (), (), (axis,), (), 4, 1)
