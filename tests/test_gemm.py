@@ -386,13 +386,23 @@ def test_conv1d_relu():
     assert (body.shape.m, body.shape.n, body.shape.k) == (20, 8, 12)
 
 
-def test_depthwise_conv_is_a_batch_of_per_channel_gemvs():
-    """Depthwise conv (groups == channels): the fused family takes no contraction, so the gemm
-    family is what generates it: a batch of one GEMV per channel (N = 1, K = 3*3); right."""
+def test_depthwise_conv_is_offered_to_both_the_fused_and_the_gemm_family():
+    """Depthwise conv (groups == channels) has no N axes: a batch of one GEMV per channel
+    (N = 1, K = 3*3) to the gemm family, a row reduction to the fused family; both kernels are
+    right and the cost model picks."""
     model = ConvBlock(4, 4, padding=1, groups=4).eval()
     args = conv_args(model, (1, 4, 8, 8))
     check_planned(model, *args)
-    assert FusedFamily().schedules(whole(compile_h100(model, *args).primgraph), H100) == []
+    cm = compile_h100(model, *args)
+    group = whole(cm.primgraph)
+    (sched, *_) = FusedFamily().schedules(group, H100)
+    built = FusedFamily().build(sched, "fused_depthwise")
+    pg = cm.primgraph
+    feeds = feeds_of(cm, args)
+    env = {c.name: c.data for c in pg.constants} | feeds
+    outs = [torch.full(pg.types[o].shape, float("nan")) for o in built.outputs]
+    built.run([env[n] for n in built.inputs], outs)
+    torch.testing.assert_close(outs[0], run_reference(pg, feeds)[0], **F32_TOL)
     _, body = forced(model, tile(16, 16, 16), *args)
     assert (body.shape.batch, body.shape.m, body.shape.n, body.shape.k) == (4, 64, 1, 9)
 
@@ -506,3 +516,20 @@ def test_kernel_program_id_dimensions_must_be_contiguous():
     axis = TileAxis("b", (Var("a0"),), (4,), 1, -1, grid=1, block_name="BLOCK_B")
     with pytest.raises(ValueError, match="program-id dimensions"):
         Kernel("k", (), (), (axis,), (), 4, 1)
+
+
+@pytest.mark.parametrize("name", ["bert", "resnet"])
+def test_zoo_h100_plans_run_through_gemm_kernels_on_cpu(name):
+    """The h100 plans of the tiny zoo models (GEMMs and convolutions with fused prologues and
+    epilogues) run under the interpreter and match eager."""
+    from torch.utils import _pytree as pytree
+
+    from tilefuse import zoo
+    model, sets = zoo.build(name, "tiny")
+    cm = tilefuse.compile(model, sets[0], target="h100", backend="triton")
+    assert sum(k.family == "gemm" for k in cm.kernels) >= 5
+    got = run_cpu(cm, *sets[0])
+    with torch.no_grad():
+        want = [t for t in pytree.tree_leaves(model(*sets[0])) if isinstance(t, torch.Tensor)]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)

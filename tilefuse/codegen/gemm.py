@@ -2,11 +2,16 @@
 
 Tile axes: ``m`` (BLOCK_M rows, tile dimension 0) and ``n`` (BLOCK_N columns, dimension 1) split
 across programs in group-M order (program-id dimension 0), or ``n`` whole inside the program when
-the epilogue reduces over rows; ``b``, the batch, one position per program (program-id dimension
-1); ``k`` (BLOCK_K, looped), dimension 0 of the B operand's tile, with its alias ``ka`` as
+the epilogue reduces over rows; ``b``, the batch, one position per program (the next program-id
+dimension); ``k`` (BLOCK_K, looped), dimension 0 of the B operand's tile, with its alias ``ka`` as
 dimension 1 of A's.  The K loop is one ``Dot`` (Triton pipelines its loads over ``num_stages``),
 accumulating in fp32; then the epilogue's row reductions (``Reduce`` over ``n``), then the stores,
 each through its own index map (a transposed or reshaped output is a store order).
+
+The small-M path (``tile.dot`` False) keeps every row in the program and reduces the fp32 product
+tile over ``k`` (dimension 2) instead of a ``Dot``.  Split-K (``tile.split`` > 1) is two kernels:
+the partial products over each split's K range, written to an fp32 workspace, and a reduction
+over the splits that runs the epilogue.
 """
 from __future__ import annotations
 

@@ -107,13 +107,17 @@ class FusedFamily(Family):
 
     def schedules(self, group: Group, target: Target) -> list[FusedSchedule]:
         cats = group.categories
-        # Contractions belong to the library (and later the gemm/chain families); a fused kernel
-        # takes one only when it stands alone and no library form exists (e.g. a 3-operand
-        # einsum), so that every single prim stays buildable.
+        # Contractions belong to the library and gemm families, except those without N axes (a
+        # depthwise convolution, a matrix-vector product: each output a row reduction, nothing
+        # for tensor cores to share) and a lone one with no GEMM form (a 3-operand einsum), so
+        # that every single prim stays buildable.
         if Category.opaque in cats:
             return []
-        if Category.contraction in cats and (len(cats) > 1 or contraction_operands(group.prims[0]) is not None):
-            return []
+        for p, cat in zip(group.prims, cats):
+            if cat is Category.contraction:
+                ops = contraction_operands(p)
+                if ops is None and len(cats) > 1 or ops is not None and ops[2]:
+                    return []
         built = _build(group)
         if built is None or built.nested:
             return []

@@ -3,8 +3,8 @@
 The contraction ``C[batch, m, n] = Σ_k A[batch, m, k] · B[batch, n, k]`` (a GEMM, batched GEMM with
 broadcast batch axes, GEMV, or a convolution read as an implicit GEMM: M = N·OH·OW, N = F,
 K = C·KH·KW) is scheduled alone in a small hardware-centric space (``schedule/search.py``: block
-tiles BM×BN×BK, warps, stages, group-M swizzle), then the rest of the group is fused after
-scheduling (Hidet §2.5):
+tiles BM×BN×BK, warps, stages, group-M swizzle, split-K, a small-M path for GEMVs), then the
+rest of the group is fused after scheduling (Hidet §2.5):
 
 - **prologue**: the members the contraction reads through (transposes, reshapes, broadcasts,
   padding, elementwise scales, gathers) are inlined into its operand expressions, so they become
