@@ -40,6 +40,7 @@ from ..cost.target import Target
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
 from ..cost.model import estimate
+from ..schedule.tiles import inside_share, load_sites
 from ..schedule.search import GemmShape, GemmTile, core_work, dram_rereads, ranked_tiles, split_reduction
 from .base import Built, Cost, Family, Group, Schedule
 
@@ -363,15 +364,21 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
 def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, rows: float) -> float:
     """Bytes one program's loads of an operand move over the whole K loop: each load site covers
     the in-bounds extents of the variables its index uses (``rows`` of its own M or N axis on
-    average over the programs, all of K: masked positions past an extent move nothing)."""
+    average over the programs, all of K: masked positions past an extent move nothing), times the
+    share of a padded window that lies inside its tensor (a guarded load reads nothing outside)."""
     total = 0.0
     kset = set(body.kvars)
     k = math.prod(body.ext[v] for v in body.kvars)
-    for ld in walk(operand):
-        if not isinstance(ld, Load) or ld.tensor >= body.acc:
-            continue
+    full = {v: (0, n - 1) for v, n in body.ext.items()}
+    types = body.group.types
+    for site in load_sites([operand], body.acc):
+        ld = site.load
         used = set().union(*(free_vars(i) for i in ld.index)) if ld.index else set()
         elems = (k if used & kset else 1) * (rows if used & set(own) else 1)
+        shape = types[body.inputs[ld.tensor]].shape
+        for (kind, what), n in zip(site.dims, shape):
+            if kind == "affine":
+                elems *= inside_share(*what, full, n)
         total += elems * ld.dtype.itemsize
     return total
 

@@ -75,7 +75,7 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
             coeffs, const = what
             ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in coeffs.items())
             if full is not None:
-                ext = min(ext, n) * _inside_share(coeffs, const, full, n)
+                ext = min(ext, n) * inside_share(coeffs, const, full, n)
         elif kind == "data":
             # data-dependent: at most one distinct row per point of the index's own box
             ext = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in what if v in ranges)
@@ -86,7 +86,7 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
     return coalesced_elems(tuple(sub), tuple(t.shape), t.dtype.itemsize, target)
 
 
-def _inside_share(coeffs: Mapping[Var, int], const: int, full: Mapping[Var, tuple[int, int]], n: int) -> float:
+def inside_share(coeffs: Mapping[Var, int], const: int, full: Mapping[Var, tuple[int, int]], n: int) -> float:
     """Share of the span of an affine index over the full ranges that lies in [0, n)."""
     lo = const + sum(min(c * full[v][0], c * full[v][1]) for v, c in coeffs.items() if v in full)
     hi = const + sum(max(c * full[v][0], c * full[v][1]) for v, c in coeffs.items() if v in full)
