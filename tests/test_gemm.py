@@ -410,6 +410,16 @@ def test_depthwise_conv_is_offered_to_both_the_fused_and_the_gemm_family():
 # ---------------------------------------------------------------- rejection
 
 
+def test_an_epilogue_reading_a_prologue_value_recomputes_it():
+    """relu(x) feeds the matmul and is added to its result: the epilogue reads the prologue's
+    value (recomputed from x there), one kernel."""
+    def fn(x, w):
+        y = torch.relu(x)
+        return y @ w + y
+    _, body = forced(fn, tile(16, 16, 16), torch.randn(8, 16), torch.randn(16, 16))
+    assert len(body.group.prims) == 3       # relu, matmul, add
+
+
 def test_two_contractions_have_no_gemm_schedule():
     """A group holding two matmuls is not a gemm kernel (the family offers no schedule)."""
     cm = compile_h100(lambda x, w1, w2: torch.relu(x @ w1) @ w2, torch.randn(8, 16), torch.randn(16, 16),

@@ -15,12 +15,14 @@ over the splits that runs the epilogue.
 """
 from __future__ import annotations
 
+import math
+
 from ..analysis.index import extent_ranges
 from ..ir.dtypes import DType, TensorType
 from ..ir.expr import Load, Var, binary, cast, select, substitute, transform
 from ..schedule.search import REDUCE_BLOCK
 from ..transform.simplify import simplify
-from .fused import reduction
+from .fused import _pow2, reduction
 from .kernel import Dot, Kernel, Reduce, Store, TileAxis
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
@@ -38,47 +40,32 @@ def gemm_kernels(s, name: str) -> tuple[Kernel, ...]:
 def gemm_kernel(s, name: str) -> Kernel:
     """The kernel computing gemm schedule ``s`` under the function name ``name``."""
     b, t = s.body, s.tile
-    ext = b.ext
-    shape = b.shape
+    ext, shape = b.ext, b.shape
     if shape.batch > MAX_GRID_1:
         raise ValueError(f"{name}: batch of {shape.batch} exceeds the grid's second dimension")
-    whole_n = t.bn >= shape.n
-    mext, next_, kext = (tuple(ext[v] for v in vs) for vs in (b.mvars, b.nvars, b.kvars))
+    if b.instances and t.bn < shape.n:
+        raise ValueError(f"{name}: the epilogue reduces rows of {shape.n}, which a BLOCK_N of {t.bn} does not hold")
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
+    kext = tuple(ext[v] for v in b.kvars)
     if t.dot:
         kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
-        axes = [TileAxis("m", b.mvars, mext, t.bm, 0, grid=0, block_name="BLOCK_M"),
-                TileAxis("n", b.nvars, next_, t.bn, 1, grid=None if whole_n else 0, block_name="BLOCK_N"),
-                TileAxis("k", b.kvars, kext, t.bk, 0, block_name="BLOCK_K"),
-                TileAxis("ka", kavars, kext, t.bk, 1, block_name="BLOCK_K", alias="k")]
-        a = substitute(b.a, dict(zip(b.kvars, kavars)))
-        body: list = [Dot(b.acc, a, b.b, "m", "n", "k", "ka", b.in_dtype, b.in_dtype, note)]
+        axes = _dot_axes(b, t, b.kvars, kavars, kext)
+        body: list = [Dot(b.acc, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
+                          b.in_dtype, b.in_dtype, note)]
     else:
         # small M: every row in the program, the products reduced over K in fp32 (a GEMV)
-        axes = [TileAxis("m", b.mvars, mext, t.bm, 0, block_name="BLOCK_M"),
-                TileAxis("n", b.nvars, next_, t.bn, 1, grid=None if whole_n else 0, block_name="BLOCK_N"),
-                TileAxis("k", b.kvars, kext, t.bk, 2, block_name="BLOCK_K")]
+        axes = [TileAxis("m", b.mvars, _ext(b, b.mvars), t.bm, 0, block_name="BLOCK_M"),
+                _n_axis(b, t), TileAxis("k", b.kvars, kext, t.bk, 2, block_name="BLOCK_K")]
         product = binary("mul", cast(b.a, DType.float32), cast(b.b, DType.float32))
         body = [Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.in_dtype, note)]
-    if b.bvars:
-        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=_next_grid(axes),
-                             block_name="BLOCK_B"))
-    if b.instances and not whole_n:
-        raise ValueError(f"{name}: the epilogue reduces rows of {shape.n}, which a BLOCK_N of {t.bn} does not hold")
+    _batch_axis(b, axes)
     body += [reduction(inst, inst.body, "n") for inst in b.instances]
-    ranges = extent_ranges({v: n for v, n in ext.items() if v not in b.kvars})
-    for j, st in enumerate(b.stores):
-        index = tuple(simplify(e, ranges) for e in st.index)
-        body.append(Store(j, index, simplify(st.value, ranges), st.guards))
+    body += _stores(b, {})
     types = b.group.types
-    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
-    comments = (f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}",
-                f"C[{shape.batch} x {shape.m} x {shape.n}] = A[{shape.m} x {shape.k}] @ B[{shape.k} x {shape.n}] "
-                f"in {b.in_dtype.value}, fp32 accumulation"
-                + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""),
-                "implements:", *(f"  {o}" for o in origins),
-                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
-                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    comments = _comments(b, f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}",
+                         f"C[{shape.batch} x {shape.m} x {shape.n}] = A[{shape.m} x {shape.k}] @ "
+                         f"B[{shape.k} x {shape.n}] in {b.in_dtype.value}, fp32 accumulation"
+                         + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""))
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
                   tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle)
 
@@ -89,74 +76,94 @@ def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
     types = b.group.types
     kc = t.k_range(shape.k)
     sv, kl, kal = Var("s"), Var("kl"), Var("kal")
-    # the global K position of (split, local position), unravelled into the contraction's K vars
     kext = tuple(ext[v] for v in b.kvars)
 
+    def global_k(local: Var):
+        return binary("add", binary("mul", sv, kc), local)
+
     def k_vars(local: Var) -> dict:
-        lin = binary("add", binary("mul", sv, kc), local)
+        """The contraction's K variables at (split, local position): the global position unravelled."""
         out, inner = {}, 1
         for j in range(len(b.kvars) - 1, -1, -1):
-            e = lin if inner == 1 else binary("floordiv", lin, inner)
+            e = global_k(local) if inner == 1 else binary("floordiv", global_k(local), inner)
             out[b.kvars[j]] = e if j == 0 else binary("mod", e, kext[j])
             inner *= kext[j]
         return out
 
-    def ranged(e, local: Var):
-        inside = binary("lt", binary("add", binary("mul", sv, kc), local), shape.k)
-        return select(inside, e, cast(0, e.dtype))
+    def operand(e, local: Var):
+        """The operand over a split's K range, zero past K's end (the last range is ragged)."""
+        return select(binary("lt", global_k(local), shape.k), substitute(e, k_vars(local)), cast(0, e.dtype))
 
-    a = ranged(substitute(b.a, k_vars(kal)), kal)
-    bb = ranged(substitute(b.b, k_vars(kl)), kl)
-    whole_n = t.bn >= shape.n
-    axes = [TileAxis("m", b.mvars, tuple(ext[v] for v in b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
-            TileAxis("n", b.nvars, tuple(ext[v] for v in b.nvars), t.bn, 1, grid=None if whole_n else 0,
-                     block_name="BLOCK_N"),
-            TileAxis("k", (kl,), (kc,), t.bk, 0, block_name="BLOCK_K"),
-            TileAxis("ka", (kal,), (kc,), t.bk, 1, block_name="BLOCK_K", alias="k")]
-    if b.bvars:
-        axes.append(TileAxis("b", b.bvars, tuple(ext[v] for v in b.bvars), 1, -1, grid=_next_grid(axes),
-                             block_name="BLOCK_B"))
+    axes = _dot_axes(b, t, (kl,), (kal,), (kc,))
+    _batch_axis(b, axes)
     axes.append(TileAxis("s", (sv,), (t.split,), 1, -1, grid=_next_grid(axes), block_name="BLOCK_S"))
-    avars = tuple(sorted((v for v in ext if v not in b.kvars), key=lambda v: int(v.name[1:])))
-    c_shape = tuple(ext[v] for v in avars)
-    ws = TensorType((t.split,) + c_shape, DType.float32)
+    ws = TensorType((t.split,) + b.acc_shape, DType.float32)
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}], K split {t.split} ways"
     first = Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), (ws,), tuple(axes),
-                   (Dot(b.acc, a, bb, "m", "n", "k", "ka", b.in_dtype, DType.float32, note),
-                    Store(0, (sv,) + avars, Load(b.acc, (), DType.float32))),
+                   (Dot(b.acc, operand(b.a, kal), operand(b.b, kl), "m", "n", "k", "ka", b.in_dtype,
+                        DType.float32, note),
+                    Store(0, (sv,) + b.avars, Load(b.acc, (), DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
                    swizzle=t.swizzle)
     # the reduction: one program per REDUCE_BLOCK outputs, the splits summed, then the epilogue
     nin = len(b.inputs)
-    total = 1
-    for n in c_shape:
-        total *= n
-    xblock = min(REDUCE_BLOCK, _pow2(total))
-    axes2 = (TileAxis("x", avars, c_shape, xblock, 0, grid=0, block_name="XBLOCK"),
+    axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, _pow2(math.prod(b.acc_shape))), 0, grid=0,
+                      block_name="XBLOCK"),
              TileAxis("r", (sv,), (t.split,), _pow2(t.split), 1, block_name="RBLOCK"))
-    acc = nin + 1
-    body = [Reduce(acc, Load(nin, (sv,) + avars, DType.float32), "r", "sum", DType.float32, 0.0, b.in_dtype,
+    body = [Reduce(nin + 1, Load(nin, (sv,) + b.avars, DType.float32), "r", "sum", DType.float32, 0.0, b.in_dtype,
                    f"{b.anchor}: the {t.split} partial sums")]
-    moved = {b.acc: acc}
-    ranges = extent_ranges({v: n for v, n in ext.items() if v not in b.kvars})
-    for j, st in enumerate(b.stores):
-        value = transform(st.value, lambda e: Load(moved[e.tensor], (), e.dtype)
-                          if isinstance(e, Load) and e.tensor in moved and not e.index else None)
-        body.append(Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(value, ranges), st.guards))
-    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
-    comments = (f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials",
-                "implements:", *(f"  {o}" for o in origins),
-                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}, in{nin}=partials",
-                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    body += _stores(b, {b.acc: nin + 1})
+    head = f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials (in{nin})"
     second = Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), tuple(types[st.tensor] for st in b.stores),
-                    axes2, tuple(body), 4, 1, comments)
+                    axes2, tuple(body), 4, 1, _comments(b, head))
     return first, second
+
+
+def _ext(b, vs) -> tuple[int, ...]:
+    return tuple(b.ext[v] for v in vs)
+
+
+def _n_axis(b, t) -> TileAxis:
+    """N split across programs with M (program-id dimension 0), or whole when BLOCK_N holds it."""
+    return TileAxis("n", b.nvars, _ext(b, b.nvars), t.bn, 1, grid=None if t.bn >= b.shape.n else 0,
+                    block_name="BLOCK_N")
+
+
+def _dot_axes(b, t, kvars, kavars, kext) -> list[TileAxis]:
+    """M, N, and K over ``kvars`` (dimension 0 of B's tile) with its alias over ``kavars``
+    (dimension 1 of A's)."""
+    return [TileAxis("m", b.mvars, _ext(b, b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"), _n_axis(b, t),
+            TileAxis("k", kvars, kext, t.bk, 0, block_name="BLOCK_K"),
+            TileAxis("ka", kavars, kext, t.bk, 1, block_name="BLOCK_K", alias="k")]
+
+
+def _batch_axis(b, axes: list) -> None:
+    """The batch, one position per program on the next program-id dimension."""
+    if b.bvars:
+        axes.append(TileAxis("b", b.bvars, _ext(b, b.bvars), 1, -1, grid=_next_grid(axes), block_name="BLOCK_B"))
+
+
+def _stores(b, moved: dict) -> list[Store]:
+    """The epilogue's stores, simplified over the accumulator's ranges; ``moved`` renumbers result
+    slots (the split-K reduction reads the accumulator from another slot)."""
+    ranges = extent_ranges({v: b.ext[v] for v in b.avars})
+    out = []
+    for j, st in enumerate(b.stores):
+        value = st.value
+        if moved:
+            value = transform(value, lambda e: Load(moved[e.tensor], (), e.dtype)
+                              if isinstance(e, Load) and e.tensor in moved and not e.index else None)
+        out.append(Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(value, ranges)))
+    return out
+
+
+def _comments(b, *head: str) -> tuple[str, ...]:
+    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
+    return (*head, "implements:", *(f"  {o}" for o in origins),
+            f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
+            f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
 
 
 def _next_grid(axes) -> int:
     """The first program-id dimension no axis uses yet (they must be 0, 1, 2 in order)."""
     return 1 + max((a.grid for a in axes if a.grid is not None), default=-1)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()

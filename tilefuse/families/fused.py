@@ -116,7 +116,7 @@ class FusedFamily(Family):
         for p, cat in zip(group.prims, cats):
             if cat is Category.contraction:
                 ops = contraction_operands(p)
-                if ops is None and len(cats) > 1 or ops is not None and ops[2]:
+                if (ops is None and len(cats) > 1) or (ops is not None and ops[2]):
                     return []
         built = _build(group)
         if built is None or built.nested:

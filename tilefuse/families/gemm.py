@@ -35,13 +35,12 @@ from dataclasses import dataclass, replace
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.index import linear_form
 from ..analysis.inline import Inliner, Instance
-from ..cost.model import expr_flops
+from ..cost.model import estimate, expr_flops
 from ..cost.target import Target
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
-from ..cost.model import estimate
-from ..schedule.tiles import inside_share, load_sites
 from ..schedule.search import GemmShape, GemmTile, core_work, dram_rereads, ranked_tiles, split_reduction
+from ..schedule.tiles import inside_share, load_sites
 from .base import Built, Cost, Family, Group, Schedule
 
 DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
@@ -54,7 +53,6 @@ class GemmStore:
     tensor: str
     index: tuple[Expr, ...]       # over the accumulator's variables
     value: Expr                   # over them; the contraction read as Load(acc slot, ())
-    guards: tuple[Expr, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +61,7 @@ class GemmBody:
     group: Group
     anchor: str                              # the contraction
     inputs: tuple[str, ...]                  # kernel input slots; the accumulator is slot len(inputs)
+    avars: tuple[Var, ...]                   # the accumulator's variables, one per output dim
     bvars: tuple[Var, ...]                   # batch axes (one program per batch position)
     mvars: tuple[Var, ...]
     nvars: tuple[Var, ...]
@@ -77,6 +76,10 @@ class GemmBody:
     @property
     def acc(self) -> int:
         return len(self.inputs)
+
+    @property
+    def acc_shape(self) -> tuple[int, ...]:
+        return tuple(self.ext[v] for v in self.avars)
 
     @property
     def shape(self) -> GemmShape:
@@ -177,7 +180,8 @@ def gemm_body(group: Group) -> GemmBody | None:
 
     # epilogue: every output at the accumulator's coordinates
     acc = len(group.inputs)
-    einl = Inliner({p.name: p for p in epi}, group.inputs + (c.name,))
+    # (an epilogue may read a prologue value too: it is recomputed there from the inputs)
+    einl = Inliner({p.name: p for p in group.prims if p is not c}, group.inputs + (c.name,))
     stores: list[GemmStore] = []
     for o in group.outputs:
         if o == c.name:
@@ -193,7 +197,7 @@ def gemm_body(group: Group) -> GemmBody | None:
     size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in instances for _ in walk(i.body))
     if size > MAX_EXPR_NODES:
         return None
-    return GemmBody(group, c.name, group.inputs, bvars, mvars, nvars, kvars, ext, a, b, dt, instances,
+    return GemmBody(group, c.name, group.inputs, avars, bvars, mvars, nvars, kvars, ext, a, b, dt, instances,
                     tuple(stores))
 
 
