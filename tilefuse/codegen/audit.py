@@ -54,6 +54,6 @@ def audit_traffic(compiled, *example_args) -> list[KernelTraffic]:
             ins = [values[n] for n in built.inputs]
         with count_traffic() as t:
             built.run(ins, outs)
-        out.append(KernelTraffic(i, built.name, t.sector_bytes, t.distinct_bytes, int(k.schedule.work.requested_bytes),
+        out.append(KernelTraffic(i, built.name, t.sector_bytes, t.distinct_bytes, int(k.schedule.requested_bytes()),
                                  t.loads, t.stores))
     return out

@@ -12,18 +12,26 @@ The small-M path (``tile.dot`` False) keeps every row in the program and reduces
 tile over ``k`` (dimension 2) instead of a ``Dot``.  Split-K (``tile.split`` > 1) is two kernels:
 the partial products over each split's K range, written to an fp32 workspace, and a reduction
 over the splits that runs the epilogue.
+
+Two phases (``tile.fixup``: the epilogue reduces rows wider than BLOCK_N): every program stores
+the early outputs and the epilogue's pre-reduction value (``body.phases.pre``) of its tile, into a
+workspace or the output that already holds it; then it ``Arrive``s at its row block's counter,
+and the last of the block's column tiles to arrive walks the block's rows ``FIX_M`` at a time
+(axis ``fm``, within ``m``), each row whole (axis ``fn``, ``FIX_N`` wide): it re-reads the stored
+values through L2, runs the row reductions and makes the late stores.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..analysis.index import extent_ranges
 from ..ir.dtypes import DType, TensorType
-from ..ir.expr import Load, Var, binary, cast, select, substitute, transform
+from ..ir.expr import Expr, Load, Var, binary, cast, select, substitute, transform
 from ..schedule.search import REDUCE_BLOCK
 from ..transform.simplify import simplify
 from .fused import _pow2, reduction
-from .kernel import Dot, Kernel, Reduce, Store, TileAxis
+from .kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 
@@ -32,6 +40,8 @@ def gemm_kernels(s, name: str) -> tuple[Kernel, ...]:
     """The kernels computing gemm schedule ``s``: one, or with split-K the partial products
     (``<name>_partials``, writing an fp32 workspace, the kernels' last output) and the reduction
     that sums them and runs the epilogue (``name``)."""
+    if s.tile.fixup:
+        return (_two_phase_kernel(s, name),)
     if s.tile.split == 1:
         return (gemm_kernel(s, name),)
     return _split_kernels(s, name)
@@ -68,6 +78,55 @@ def gemm_kernel(s, name: str) -> Kernel:
                          + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""))
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
                   tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle)
+
+
+def _two_phase_kernel(s, name: str) -> Kernel:
+    """The two-phase kernel (module docstring).  Slots: the inputs, then the stored pre-reduction
+    values (read back); results move one slot up.  Outputs: the stores, then the workspace (when
+    no output holds the pre-reduction values), then the row blocks' counters."""
+    b, t = s.body, s.tile
+    ph, shape, types = b.phases, b.shape, b.group.types
+    nin = len(b.inputs)
+    moved = {b.acc: b.acc + 1} | {i.slot: i.slot + 1 for i in b.instances}
+    kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
+    axes = _dot_axes(b, t, b.kvars, kavars, tuple(b.ext[v] for v in b.kvars))
+    _batch_axis(b, axes)
+    fm, fn = (tuple(Var(f"f{v.name}") for v in vs) for vs in (b.mvars, b.nvars))
+    axes += [TileAxis("fm", fm, _ext(b, b.mvars), t.fixup, 0, block_name="FIX_M", within="m", span=t.bm),
+             TileAxis("fn", fn, _ext(b, b.nvars), _pow2(shape.n), 1, block_name="FIX_N")]
+    note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
+    body: list = [Dot(b.acc + 1, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
+                      b.in_dtype, b.in_dtype, note)]
+    body += [st for j, st in enumerate(_stores(b, moved)) if j in ph.early]
+    outputs = [types[st.tensor] for st in b.stores]
+    pre_type = TensorType(b.acc_shape, ph.pre.dtype)
+    if ph.source < 0:                      # the workspace of pre-reduction values
+        body.append(Store(len(outputs), b.avars, _renumber(ph.pre, moved)))
+        outputs.append(pre_type)
+    counters = TensorType((shape.batch * -(-shape.m // t.bm),), DType.int32)
+    # the last program of the row block: rows FIX_M at a time, each whole
+    reread = Load(nin, b.avars, ph.pre.dtype)
+    ranges = extent_ranges({v: b.ext[v] for v in b.bvars} | dict(zip(fm + fn, _ext(b, b.mvars + b.nvars))))
+    where = dict(zip(b.mvars + b.nvars, fm + fn))
+
+    def late(e: Expr) -> Expr:
+        e = _renumber(transform(e, lambda n: reread if n is ph.pre else None), moved)
+        return simplify(substitute(e, where), ranges)
+
+    fix: list = [reduction(replace(i, slot=i.slot + 1), late(i.body), "fn") for i in b.instances]
+    fix += [Store(j, tuple(late(e) for e in b.stores[j].index), late(b.stores[j].value)) for j in ph.late]
+    group = ("b", "m") if b.bvars else ("m",)
+    body.append(Arrive(len(outputs), group, axes[1].chunks, (Loop("fm", tuple(fix)),)))
+    outputs.append(counters)
+    comments = _comments(b, f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}",
+                         f"C[{shape.batch} x {shape.m} x {shape.n}] = A[{shape.m} x {shape.k}] @ "
+                         f"B[{shape.k} x {shape.n}] in {b.in_dtype.value}, fp32 accumulation; "
+                         f"{len(b.instances)} row reduction(s) over N in two phases: every tile stores "
+                         f"its pre-reduction values (in{nin}), the last tile of a row block to finish "
+                         f"reduces the block's rows",
+                         pre=f"in{nin}={'workspace' if ph.source < 0 else 'out%d' % ph.source}")
+    return Kernel(name, tuple(types[n] for n in b.inputs) + (pre_type,), tuple(outputs), tuple(axes),
+                  tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, written=frozenset({nin}))
 
 
 def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
@@ -147,20 +206,22 @@ def _stores(b, moved: dict) -> list[Store]:
     """The epilogue's stores, simplified over the accumulator's ranges; ``moved`` renumbers result
     slots (the split-K reduction reads the accumulator from another slot)."""
     ranges = extent_ranges({v: b.ext[v] for v in b.avars})
-    out = []
-    for j, st in enumerate(b.stores):
-        value = st.value
-        if moved:
-            value = transform(value, lambda e: Load(moved[e.tensor], (), e.dtype)
-                              if isinstance(e, Load) and e.tensor in moved and not e.index else None)
-        out.append(Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(value, ranges)))
-    return out
+    return [Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(_renumber(st.value, moved), ranges))
+            for j, st in enumerate(b.stores)]
 
 
-def _comments(b, *head: str) -> tuple[str, ...]:
+def _renumber(e: Expr, moved: dict) -> Expr:
+    """``e`` reading results (``Load(slot, ())``) from the slots ``moved`` gives them."""
+    if not moved:
+        return e
+    return transform(e, lambda n: Load(moved[n.tensor], (), n.dtype)
+                     if isinstance(n, Load) and n.tensor in moved and not n.index else None)
+
+
+def _comments(b, *head: str, pre: str = "") -> tuple[str, ...]:
     origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
     return (*head, "implements:", *(f"  {o}" for o in origins),
-            f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
+            f"inputs:  {', '.join([f'in{k}={n}' for k, n in enumerate(b.inputs)] + ([pre] if pre else []))}",
             f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
 
 

@@ -11,7 +11,9 @@ tile dimension (a GEMM's batch).  An *alias* enumerates the same positions as an
 variables stand for the other's) on a different dimension: a GEMM's K is dimension 0 of its B
 tile and dimension 1 of its A tile.  Axes sharing a program-id dimension split it row-major, or
 in group-M order when the kernel says ``swizzle`` (Triton's matmul tutorial: a group of row
-tiles walks the columns together, so the operands' panels are re-read from L2, not DRAM).
+tiles walks the columns together, so the operands' panels are re-read from L2, not DRAM).  An axis
+*within* a program-split axis walks that axis's positions in the program's own tile (``span`` of
+them), in its own blocks: the rows of a GEMM's row block, a few at a time.
 
 Statements, run in order by every program:
 
@@ -23,7 +25,11 @@ Statements, run in order by every program:
 - ``Loop``: its body over every chunk of an axis (a single chunk, and no loop, when the axis is
   whole);
 - ``Dot``: a matrix product of two operand tiles accumulated in fp32 over an axis (a K loop
-  when it is looped), read by later expressions as ``Load(slot, ())`` in the contraction's type.
+  when it is looped), read by later expressions as ``Load(slot, ())`` in the contraction's type;
+- ``Arrive``: count the program's arrival in its group (the programs that share a position of
+  some program-split axes, e.g. the column tiles of one GEMM row block) and run a body in the last
+  program of the group to arrive, which may then read what the others stored (through inputs the
+  kernel marks ``written``): a row reduction spanning several tiles, finished in one kernel.
 
 Expressions are the IR's own (``ir/expr.py``): loads of input slots through composed index maps,
 arithmetic in the IR's dtypes.  Backends (``codegen/triton``) print a kernel; templates
@@ -49,14 +55,21 @@ class TileAxis:
     grid: int | None = None        # program-id dimension that splits it; None: covered in-program
     block_name: str = ""           # the kernel's constexpr holding ``block``
     alias: str = ""                # the axis whose positions this one enumerates (on another dim)
+    within: str = ""               # the program-split axis whose program tile this one walks
+    span: int = 0                  # with ``within``: positions of that tile (its block)
 
     @property
     def extent(self) -> int:
         return math.prod(self.ext)
 
     @property
+    def reach(self) -> int:
+        """Positions one program walks: its share of a ``within`` axis, else the whole extent."""
+        return self.span if self.within else self.extent
+
+    @property
     def chunks(self) -> int:
-        return -(-self.extent // self.block) if self.extent else 0
+        return -(-self.reach // self.block) if self.extent else 0
 
     @property
     def looped(self) -> bool:
@@ -66,6 +79,8 @@ class TileAxis:
     @property
     def masked(self) -> bool:
         """Some tile positions fall beyond the extent (the block does not divide it, or it is empty)."""
+        if self.within:
+            return self.extent % self.span != 0
         return self.extent % self.block != 0 or self.extent == 0
 
 
@@ -109,7 +124,19 @@ class Dot:
     note: str = ""
 
 
-Stmt = Union[Reduce, Store, Loop, Dot]
+@dataclass(frozen=True)
+class Arrive:
+    """The program arrives at its group, the programs sharing its positions of ``axes``
+    (program-split axes), by incrementing the group's counter; the last of the ``count`` programs
+    to arrive resets the counter (it is zero before every launch) and runs ``body``, after every
+    store the others made before arriving."""
+    counter: int                   # output slot of int32 counters, one per group, row-major over ``axes``
+    axes: tuple[str, ...]
+    count: int
+    body: tuple["Stmt", ...]
+
+
+Stmt = Union[Reduce, Store, Loop, Dot, Arrive]
 
 
 @dataclass(frozen=True)
@@ -124,6 +151,8 @@ class Kernel:
     comments: tuple[str, ...] = ()
     reused: frozenset[Load] = field(default=frozenset())   # loads a later loop issues again (keep in cache)
     swizzle: int = 1               # group size of the group-M order of two axes sharing a grid dim
+    written: frozenset[int] = field(default=frozenset())   # input slots aliasing an output that other
+                                   # programs write (read after an Arrive, through L2: not L1)
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})
@@ -161,5 +190,5 @@ class Kernel:
     def index_dtype(self) -> DType:
         """int32 when every offset and position fits (with a block of slack), else int64."""
         biggest = max([t.numel for t in self.inputs + self.outputs]
-                      + [a.chunks * a.block for a in self.axes] + [1])
+                      + [a.extent + a.span if a.within else a.chunks * a.block for a in self.axes] + [1])
         return DType.int32 if biggest < 2**31 - 1 else DType.int64

@@ -91,6 +91,8 @@ class Work:
     chunks: int = 1            # loop iterations of a program (interpreting targets charge each)
     requested_bytes: float = 0.0   # bytes the kernel's loads and stores ask for, before any cache
                                    # credit (what a counter of its memory operations sees)
+    store_bytes: float = 0.0   # of dram_bytes and l2_bytes, bytes stored: posted, they wait on no
+                               # round trip, so only loads are bound by the bytes kept in flight
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,8 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
     # Memory: programs are dispatched as slots free up and desynchronize, so the grid keeps
     # min(programs, slots) programs' requests in flight until it drains.
     resident = min(programs, slots)
-    dram = w.dram_bytes / _rate(target.dram_rate, target.dram_latency_s, resident * w.inflight_bytes)
-    l2 = w.l2_bytes / _rate(target.l2_rate, target.l2_latency_s, resident * w.inflight_bytes)
+    dram = _memory_s(w.dram_bytes, w.store_bytes, target.dram_rate, target.dram_latency_s, resident * w.inflight_bytes)
+    l2 = _memory_s(w.l2_bytes, w.store_bytes, target.l2_rate, target.l2_latency_s, resident * w.inflight_bytes)
     # Compute: equal programs run in waves; a partial last wave leaves SMs (or their warp
     # schedulers) idle: wave quantization.
     comp = 0.0
@@ -148,6 +150,15 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
     terms = {"dram": dram, "l2": l2, "compute": comp, "launch": launch + overhead}
     bound = max(BOUNDS, key=lambda k: terms[k])
     return Estimate(seconds, launch, dram, l2, comp, waves, occ, bound)
+
+
+def _memory_s(nbytes: float, stored: float, bandwidth: float, latency: float, inflight: float) -> float:
+    """Seconds to move ``nbytes``, of which ``stored`` are posted stores: every byte needs the
+    bandwidth, loads also the round trips their bytes in flight allow."""
+    if not stored:
+        return nbytes / _rate(bandwidth, latency, inflight)
+    loads = max(nbytes - stored, 0.0)
+    return max(nbytes / bandwidth, loads / _rate(bandwidth, latency, inflight))
 
 
 def _rate(bandwidth: float, latency: float, inflight: float) -> float:

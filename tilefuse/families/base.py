@@ -69,6 +69,11 @@ class Schedule:
         """The family's own choices (tile sizes, warps, ...), part of ``key``."""
         return ()
 
+    def requested_bytes(self) -> float:
+        """What the kernel's loads and stores ask for before any cache credit (the traffic
+        audit's modelled side)."""
+        return self.work.requested_bytes
+
     def key(self) -> str:
         """Structural identity (shapes, dtypes, index maps, tile choice; never prim names): equal
         for the same kernel in two layers; the tuning cache's key."""

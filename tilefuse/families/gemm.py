@@ -13,7 +13,10 @@ rest of the group is fused after scheduling (Hidet §2.5):
   coordinates.  Each output is stored through the inverse of the index map it reads the
   accumulator by (a permutation and reshape of the accumulator's axes: the attention heads'
   transpose is a store order, never a kernel); row reductions over N (softmax, LayerNorm,
-  RMSNorm) run on the accumulator tile when the schedule holds whole rows (BN ≥ N).
+  RMSNorm) run on the accumulator tile when the schedule holds whole rows (BN ≥ N), or in two
+  phases when it does not (``TwoPhase``): every program stores the value the reductions read,
+  and the last program of each row block to finish reduces the block's rows from L2 and stores
+  what depends on them, in the same launch.
 
 Rejected (cheaply, the common case): groups without exactly one two-operand contraction, with a
 reduction or an opaque prim in the prologue, with a prologue value that is also written out,
@@ -35,11 +38,12 @@ from dataclasses import dataclass, replace
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.index import linear_form
 from ..analysis.inline import Inliner, Instance
-from ..cost.model import estimate, expr_flops
+from ..cost.model import Work, estimate, expr_flops
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from ..ir.expr import Binary, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
-from ..schedule.search import GemmShape, GemmTile, core_work, dram_rereads, ranked_tiles, split_reduction
+from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
+from ..schedule.search import (GemmShape, GemmTile, core_work, dram_rereads, fixup_work, ranked_tiles,
+                               split_reduction)
 from ..schedule.tiles import inside_share, load_sites
 from .base import Built, Cost, Family, Group, Schedule
 
@@ -53,6 +57,19 @@ class GemmStore:
     tensor: str
     index: tuple[Expr, ...]       # over the accumulator's variables
     value: Expr                   # over them; the contraction read as Load(acc slot, ())
+
+
+@dataclass(frozen=True)
+class TwoPhase:
+    """A row-reducing epilogue split for tiles that do not hold whole rows: every program stores
+    ``pre`` (the value the row reductions and the late stores read the accumulator through, e.g.
+    ``acc + bias + residual`` before a LayerNorm) and the early stores; the last program of each
+    row block re-reads ``pre`` over the block's rows, reduces them and makes the late stores."""
+    pre: Expr                     # over the accumulator's variables, reading it as Load(acc, ())
+    source: int                   # the store whose value is ``pre`` at the accumulator's own
+                                  # coordinates (re-read from that output), or -1: a workspace
+    early: tuple[int, ...]        # stores reading no row reduction (indices into ``stores``)
+    late: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,7 @@ class GemmBody:
     in_dtype: DType                          # the dot's operand type
     instances: tuple[Instance, ...]          # epilogue row reductions over N (their reduced vars are nvars)
     stores: tuple[GemmStore, ...]
+    phases: TwoPhase | None = None           # how the epilogue splits when rows span tiles
 
     @property
     def acc(self) -> int:
@@ -93,6 +111,13 @@ class GemmBody:
 class GemmSchedule(Schedule):
     body: GemmBody
     tile: GemmTile
+    tail: Work | None = None      # a two-phase schedule's fixup (``work`` is the tiles' phase)
+
+    def requested_bytes(self) -> float:
+        """Plus the fixup's, or the split-K reduction's reads of the partials."""
+        s = self.body.shape
+        partials = self.tile.split * s.batch * s.m * s.n * 4 if self.tile.split > 1 else 0
+        return self.work.requested_bytes + (self.tail.requested_bytes if self.tail else partials)
 
     def tile_key(self) -> tuple:
         return self.tile.key()
@@ -111,13 +136,18 @@ class GemmFamily(Family):
         return [_schedule(body, t, target) for t in ranked_tiles(body.shape, target)[:TOP_K]]
 
     def cost(self, schedule: GemmSchedule, target: Target, cuda_graph: bool = False) -> Cost:
-        """The kernel's modelled cost; with split-K, plus the reduction kernel's."""
+        """The kernel's modelled cost; with split-K, plus the reduction kernel's; in two phases,
+        plus the tail (in the same launch)."""
         cost = Cost.modelled(schedule.work, target, cuda_graph)
         second = split_reduction(schedule.body.shape, schedule.tile, target)
-        if second is None:
+        if second is not None:
+            extra = estimate(second, target, cuda_graph=cuda_graph).seconds
+        elif schedule.tail is not None:
+            second = schedule.tail
+            extra = estimate(second, target, cuda_graph=cuda_graph).body
+        else:
             return cost
-        extra = estimate(second, target, cuda_graph=cuda_graph)
-        return replace(cost, seconds=cost.seconds + extra.seconds, bytes=cost.bytes + int(second.dram_bytes),
+        return replace(cost, seconds=cost.seconds + extra, bytes=cost.bytes + int(second.dram_bytes),
                        l2_bytes=cost.l2_bytes + int(second.l2_bytes))
 
     def build(self, schedule: GemmSchedule, name: str) -> Built:
@@ -126,6 +156,8 @@ class GemmFamily(Family):
         b = schedule.body
         outputs = tuple(st.tensor for st in b.stores)
         kernels = gemm_kernels(schedule, name)
+        if schedule.tile.fixup:
+            return self._two_phase(kernels[0], b, outputs, name)
         if len(kernels) == 1:
             run, source = compile_kernel(kernels[0])
             return Built(name, self.name, b.inputs, outputs, run, source, "triton")
@@ -139,6 +171,36 @@ class GemmFamily(Family):
             reduce(list(ins) + [scratch], outs)
 
         return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton")
+
+    def _two_phase(self, kernel, b: GemmBody, outputs, name: str) -> Built:
+        """The two-phase kernel's launcher: its pre-reduction values go to a workspace allocated
+        per call (or are read back from the output holding them); its row-block counters are
+        zeroed once per device and left at zero by every launch (reset after a failed one)."""
+        import torch
+
+        from ..codegen.triton import compile_kernel
+        launch, source = compile_kernel(kernel)
+        source_out = b.phases.source
+        ws = kernel.inputs[-1]
+        ngroups = kernel.outputs[-1].shape[0]
+        counters: dict = {}
+
+        def run(ins, outs):
+            dev = outs[0].device
+            if dev not in counters:
+                counters[dev] = torch.zeros(ngroups, dtype=torch.int32, device=dev)
+            if source_out < 0:
+                pre = torch.empty(ws.shape, dtype=ws.dtype.to_torch(), device=dev)
+                extra = [pre]
+            else:
+                pre, extra = outs[source_out], []
+            try:
+                launch(list(ins) + [pre], list(outs) + extra + [counters[dev]])
+            except BaseException:
+                counters[dev].zero_()
+                raise
+
+        return Built(name, self.name, b.inputs, outputs, run, source, "triton")
 
 
 # ---------------------------------------------------------------- the body
@@ -198,7 +260,7 @@ def gemm_body(group: Group) -> GemmBody | None:
     if size > MAX_EXPR_NODES:
         return None
     return GemmBody(group, c.name, group.inputs, avars, bvars, mvars, nvars, kvars, ext, a, b, dt, instances,
-                    tuple(stores))
+                    tuple(stores), _two_phase(instances, stores, acc, avars, dt) if instances else None)
 
 
 def _upstream(c, members) -> set[str]:
@@ -346,6 +408,52 @@ def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) 
     return tuple(out)
 
 
+def _two_phase(instances, stores, acc: int, avars, dt: DType) -> TwoPhase:
+    """Where a row-reducing epilogue splits (``TwoPhase``): ``pre`` is the largest expression of
+    the accumulator that every read of it by the reductions and the late stores goes through
+    (the accumulator itself at worst)."""
+    slots = {i.slot for i in instances}
+    tile = Load(acc, (), dt)
+    memo: dict[int, bool] = {}
+
+    def reduced(e: Expr) -> bool:         # reads a row reduction
+        got = memo.get(id(e))
+        if got is None:
+            got = memo[id(e)] = (isinstance(e, Load) and e.tensor in slots) or any(reduced(c) for c in e.children())
+        return got
+
+    late = tuple(j for j, st in enumerate(stores) if reduced(st.value))
+    early = tuple(j for j in range(len(stores)) if j not in late)
+    values = [i.body for i in instances] + [stores[j].value for j in late]
+    tops: list[Expr] = []                # maximal subexpressions reading the accumulator, no reduction
+
+    def collect(e: Expr) -> None:
+        if not reduced(e):
+            if any(x is tile for x in walk(e)):
+                tops.append(e)
+            return
+        for c in e.children():
+            collect(c)
+
+    for v in values:
+        collect(v)
+    common = None
+    for t in tops:
+        subs = {x for x in walk(t) if any(y is tile for y in walk(x))}
+        common = subs if common is None else common & subs
+    pre = tile
+    for e in sorted(common or (), key=lambda x: -sum(1 for _ in walk(x))):
+        mark = Load(-1, (), e.dtype)
+        if all(not any(x is tile for x in walk(transform(v, lambda n: mark if n is e else None)))
+               for v in values):
+            pre = e
+            break
+    while isinstance(pre, Cast) and pre.x.dtype in (DType.float16, DType.bfloat16) and pre.dtype is DType.float32:
+        pre = pre.x                       # store the 16-bit value: widening it again is exact
+    source = next((j for j in early if stores[j].index == tuple(avars) and stores[j].value is pre), -1)
+    return TwoPhase(pre, source, early, late)
+
+
 # ---------------------------------------------------------------- cost
 
 def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
@@ -353,16 +461,35 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
     g = body.group
     s = body.shape
     a_in, b_in = _input_bytes(body.a, g), _input_bytes(body.b, g)
-    out = sum(g.types[st.tensor].nbytes for st in body.stores)
     elems = s.batch * s.m * s.n
-    epi_flops = sum(expr_flops(st.value) for st in body.stores) * elems
-    epi_flops += sum(expr_flops(i.body) + 1 for i in body.instances) * elems
+    ph = body.phases if tile.fixup else None
+    stores = [body.stores[j] for j in ph.early] if ph else list(body.stores)
+    values = [st.value for st in stores] + ([ph.pre] if ph else [])
+    flops = sum(expr_flops(v) for v in values) * elems
+    if not ph:
+        values += [i.body for i in body.instances]
+        flops += sum(expr_flops(i.body) + 1 for i in body.instances) * elems
+    # the prologue's arithmetic runs on every operand element each program loads
+    flops += expr_flops(body.a) * s.batch * s.m * s.k * -(-s.n // tile.bn)
+    flops += expr_flops(body.b) * s.batch * s.n * s.k * -(-s.m // tile.bm)
+    pre = elems * ph.pre.dtype.itemsize if ph else 0
     work = core_work(s, tile, target, a_bytes=a_in, b_bytes=b_in,
                      a_panel=_panel_bytes(body.a, body, body.mvars, s.m / -(-s.m // tile.bm)),
                      b_panel=_panel_bytes(body.b, body, body.nvars, s.n / -(-s.n // tile.bn)),
                      rereads=dram_rereads(s, tile, a_in + b_in, target),
-                     extra_dram=_epilogue_input_bytes(body) + out, extra_flops=epi_flops)
-    return GemmSchedule("gemm", g, work.programs, work, body, tile)
+                     extra_dram=_read_bytes(values, body) + _written(stores, g), extra_flops=flops,
+                     scratch=pre if ph and ph.source < 0 else 0)
+    tail = None
+    if ph:
+        late = [body.stores[j] for j in ph.late]
+        stored = Load(len(body.inputs), tuple(body.avars), ph.pre.dtype)    # re-read, not recomputed
+        values = [transform(v, lambda n: stored if n is ph.pre else None)
+                  for v in [st.value for st in late] + [i.body for i in body.instances]]
+        groups = s.batch * -(-s.m // tile.bm)
+        tail = fixup_work(s, tile, target, read=pre, written=_written(late, g),
+                          inputs=_read_bytes(values, body, per_row_block=groups),
+                          flops=(sum(expr_flops(v) for v in values) + len(body.instances)) * elems)
+    return GemmSchedule("gemm", g, work.programs, work, body, tile, tail)
 
 
 def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, rows: float) -> float:
@@ -392,11 +519,25 @@ def _input_bytes(operand: Expr, g: Group) -> int:
     return sum(g.types[g.inputs[t]].nbytes for t in slots if t < len(g.inputs))
 
 
-def _epilogue_input_bytes(body: GemmBody) -> int:
+def _read_bytes(values, body: GemmBody, per_row_block: int = 0) -> float:
+    """Bytes of the inputs the epilogue ``values`` read, each once; with ``per_row_block``
+    (row blocks), what one row block reads: an input indexed by M rows its share, any other all."""
     g = body.group
-    slots = {ld.tensor for st in body.stores for ld in walk(st.value) if isinstance(ld, Load)}
-    slots |= {ld.tensor for i in body.instances for ld in walk(i.body) if isinstance(ld, Load)}
-    return sum(g.types[g.inputs[t]].nbytes for t in slots if t < len(g.inputs))
+    reads: dict[int, bool] = {}
+    mset = set(body.mvars)
+    for v in values:
+        for ld in walk(v):
+            if isinstance(ld, Load) and ld.tensor < len(g.inputs):
+                rows = any(free_vars(i) & mset for i in ld.index)
+                reads[ld.tensor] = reads.get(ld.tensor, False) or rows
+    nbytes = lambda t: g.types[g.inputs[t]].nbytes  # noqa: E731
+    if not per_row_block:
+        return sum(nbytes(t) for t in reads)
+    return sum(nbytes(t) / per_row_block if rows else nbytes(t) for t, rows in reads.items())
+
+
+def _written(stores, g: Group) -> int:
+    return sum(g.types[st.tensor].nbytes for st in stores)
 
 
 __all__ = ["GemmFamily", "GemmSchedule", "GemmBody", "gemm_body"]

@@ -19,7 +19,7 @@ from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
 from ...schedule.mapping import group_m, spatial
-from ..kernel import Dot, Kernel, Loop, Reduce, Store, TileAxis
+from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -50,8 +50,9 @@ class _Value:
 
 
 class _Scope:
-    def __init__(self, parent: "_Scope | None", bound: frozenset, indent: str):
+    def __init__(self, parent: "_Scope | None", bound: frozenset, indent: str, fence: bool = False):
         self.parent, self.bound, self.indent = parent, bound, indent
+        self.fence = fence          # nothing computed inside is hoisted out (a conditional body)
         self.depth = 0 if parent is None else parent.depth + 1
         self.lines: list[str] = []
         self.memo: dict = {}
@@ -80,8 +81,10 @@ class _Printer:
         return self.scopes[-1]
 
     def _home(self, axes: frozenset, depth: int) -> _Scope:
-        """Outermost open scope at or below ``depth`` where every axis in ``axes`` is bound."""
-        for s in self.scopes[depth:]:
+        """Outermost open scope at or below ``depth`` (and inside any fence) where every axis in
+        ``axes`` is bound."""
+        floor = max((s.depth for s in self.scopes if s.fence), default=0)
+        for s in self.scopes[max(depth, floor):]:
             if axes <= s.bound:
                 return s
         raise AssertionError(f"axes {sorted(axes)} are not bound in any open scope")
@@ -132,6 +135,10 @@ class _Printer:
         if a.grid is not None:
             pid = self._pid(a) + (".to(tl.int64)" if self.idt is DType.int64 else "")
             text = pid if a.dim < 0 else f"({pid} * {a.block_name} + {ar}){self._expand(a.dim)}"
+        elif a.within:     # the program's tile of another axis, a block at a time
+            p = self.axis_by_name[a.within]
+            start = f"{self._pid(p)}{'.to(tl.int64)' if self.idt is DType.int64 else ''} * {p.block_name}"
+            text = f"({start} + {a.name + '_start + ' if a.looped else ''}{ar}){self._expand(a.dim)}"
         elif target.looped:
             text = f"{target.name}_start + {ar}{self._expand(a.dim)}"
         else:
@@ -334,6 +341,8 @@ class _Printer:
             extra += f", mask={' & '.join(c.text for c in conds)}, other=0"
         if e in self.k.reused:
             extra += ', eviction_policy="evict_last"'
+        if e.tensor in self.k.written:      # stored by other programs of this launch: not from L1
+            extra += ', cache_modifier=".cg"'
         return self.emit(f"tl.load(in{e.tensor} + {_paren(off.text)}{extra})", deps=[off] + conds)
 
     def _bounds_checks(self, index, shape) -> list[_Value]:
@@ -361,6 +370,8 @@ class _Printer:
                 self._store(st)
             elif isinstance(st, Dot):
                 self._dot(st)
+            elif isinstance(st, Arrive):
+                self._arrive(st)
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
@@ -374,8 +385,30 @@ class _Printer:
         self.scopes.append(inner)
         body()
         self.scopes.pop()
-        outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.extent}, {a.block_name}):")
+        outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.reach}, {a.block_name}):")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
+
+    def _arrive(self, st: Arrive) -> None:
+        """Count the arrival (after a barrier, so the program's stores precede it, and with
+        acquire-release semantics, so the last program sees every other's) and run the body in the
+        last program of the group; its loads of ``written`` inputs bypass L1."""
+        group = ""
+        for name in st.axes:
+            a = self.axis_by_name[name]
+            pid = self._pid(a)
+            group = pid if not group else f"{_paren(group)} * {max(a.chunks, 1)} + {pid}"
+        outer = self.scope
+        ind = outer.indent
+        inner = _Scope(outer, outer.bound, ind + "    ", fence=True)
+        self.scopes.append(inner)
+        self.statements(st.body)
+        self.scopes.pop()
+        ptr = f"out{st.counter} + {_paren(group or '0')}"
+        outer.lines += [f"{ind}tl.debug_barrier()",
+                        f"{ind}arrived = tl.atomic_add({ptr}, 1, sem=\"acq_rel\")",
+                        f"{ind}if arrived == {st.count - 1}:",
+                        f"{ind}    tl.store({ptr}, 0)"]
+        outer.lines.extend(inner.lines)
 
     def _reduce(self, r: Reduce) -> None:
         a = self.axis_by_name[r.axis]
@@ -397,7 +430,7 @@ class _Printer:
             inner.lines.append(f"{inner.indent}{acc} = {comb[r.combiner].format(a=acc, b=tile.text)}")
             self.scopes.pop()
             outer.lines.append(f"{outer.indent}{acc} = tl.full({self.shape(axes)}, {init}, {TL[r.acc_dtype]})")
-            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.extent}, {a.block_name}):")
+            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.reach}, {a.block_name}):")
             outer.lines.extend(inner.lines)
             out = self.emit(_typed_reduction(red[r.combiner].format(v=acc, d=d), r.acc_dtype),
                             axes=axes - {a.name}, deps=[_Value(acc, frozenset(), outer.depth)])

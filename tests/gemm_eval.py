@@ -1,0 +1,85 @@
+"""Test helpers for the gemm family: plan a function for h100 and run its kernels on the CPU
+(under the interpreter), or build its whole graph as one gemm kernel with a forced tile, and
+compare with eager torch and the reference executor."""
+import torch
+
+import tilefuse
+from tilefuse.cost.target import Target
+from tilefuse.families.base import Group
+from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
+from tilefuse.ir.evaluate import run_reference
+from tilefuse.runtime.executor import Program
+from tilefuse.schedule.search import GemmTile
+
+H100 = Target.get("h100")
+F32_TOL = dict(rtol=1e-4, atol=1e-4)
+HALF_TOL = {torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def tile(bm=16, bn=16, bk=16, swizzle=1):
+    return GemmTile(bm=bm, bn=bn, bk=bk, warps=4, stages=2, swizzle=swizzle)
+
+
+def compile_h100(fn, *args):
+    return tilefuse.compile(fn, args, target="h100", backend="triton")
+
+
+def feeds_of(cm, args):
+    return dict(zip(cm.input_names, cm.imported.flatten_inputs(args, {})))
+
+
+def run_cpu(cm, *args):
+    """The h100 plan's kernels, run on the CPU: the graph outputs in order."""
+    prog = Program(cm.plan, cm.primgraph, torch.device("cpu"), cm.kernels, cm.memory)
+    return prog.run(feeds_of(cm, args))
+
+
+def eager(fn, *args):
+    with torch.no_grad():
+        out = fn(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def gemm_kernels(cm):
+    return [k for k in cm.report.kernels if k.family == "gemm"]
+
+
+def check_planned(fn, *args, kernels=1, tol=F32_TOL):
+    """Compile for h100, assert the plan is ``kernels`` kernels, all of the gemm family, and that
+    running them matches eager; returns the compiled model."""
+    cm = compile_h100(fn, *args)
+    assert [k.family for k in cm.kernels] == ["gemm"] * kernels, [(k.name, k.ops) for k in cm.report.kernels]
+    got, want = run_cpu(cm, *args), eager(fn, *args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g.float(), w.float(), **tol)
+    return cm
+
+
+def whole(pg, outputs=None):
+    """The whole prim graph as one group (writing ``outputs``, by default the graph's)."""
+    made = {p.name for p in pg.prims}
+    ins = tuple(dict.fromkeys(n for p in pg.prims for n in p.inputs if n not in made))
+    return Group(pg.prims, ins, tuple(outputs or pg.outputs), dict(pg.types))
+
+
+def forced(fn, t, *args, tol=F32_TOL):
+    """The whole graph of ``fn`` as one gemm kernel with tile ``t``; asserts that its outputs
+    (poisoned with NaN first: every element must be written) match the reference executor and
+    eager torch.  Returns (built kernel, gemm body)."""
+    cm = compile_h100(fn, *args)
+    pg = cm.primgraph
+    body = gemm_body(whole(pg))
+    assert body is not None
+    built = GemmFamily().build(_schedule(body, t, H100), "gemm_test")
+    assert built.family == "gemm" and set(built.outputs) == set(pg.outputs)
+    feeds = feeds_of(cm, args)
+    env = {c.name: c.data for c in pg.constants} | feeds
+    outs = [torch.full(pg.types[o].shape, float("nan"), dtype=pg.types[o].dtype.to_torch()) for o in built.outputs]
+    built.run([env[n] for n in built.inputs], outs)
+    got = dict(zip(built.outputs, outs))
+    for name, ref, want in zip(pg.outputs, run_reference(pg, feeds), eager(fn, *args)):
+        torch.testing.assert_close(got[name], ref, **tol, msg=lambda m: f"{name} vs reference: {m}")
+        torch.testing.assert_close(got[name].float(), want.float(), **tol, msg=lambda m: f"{name} vs eager: {m}")
+    return built, body
