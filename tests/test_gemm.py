@@ -378,9 +378,19 @@ def test_prologue_value_written_out_is_rejected():
 
 
 def test_epilogue_member_not_reading_the_contraction_is_rejected():
-    """A member that neither feeds nor reads the contraction does not belong in its kernel."""
+    """A member that neither feeds nor reads the contraction and is written out, or reduces, does
+    not belong in its kernel."""
     cm = compile_h100(lambda x, w, v: (x @ w, v * 3.0), torch.randn(8, 16), torch.randn(16, 12), torch.randn(5))
     assert gemm_body(whole(cm.primgraph)) is None
+    cm = compile_h100(lambda x, w, v: x @ w + v.sum(0), torch.randn(8, 16), torch.randn(16, 12), torch.randn(5, 12))
+    assert gemm_body(whole(cm.primgraph)) is None
+
+
+def test_side_member_read_by_the_epilogue_is_recomputed_there():
+    """sigmoid(v) neither feeds nor reads x @ w; the epilogue adding it recomputes it (one kernel)."""
+    fn = lambda x, w, v: x @ w + torch.sigmoid(v)  # noqa: E731
+    _, body = forced(fn, tile(16, 16, 16), torch.randn(20, 16), torch.randn(16, 24), torch.randn(20, 24))
+    assert len(body.group.prims) == 3
 
 
 def test_float64_contraction_stays_with_the_library():

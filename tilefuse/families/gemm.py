@@ -20,8 +20,9 @@ rest of the group is fused after scheduling (Hidet §2.5):
 
 Rejected (cheaply, the common case): groups without exactly one two-operand contraction, with a
 reduction or an opaque prim in the prologue, with a prologue value that is also written out,
-with an epilogue member that does not read the contraction, or an epilogue that reads the
-accumulator at more than one position per output element.  Contractions in integer or float64
+with a member that neither feeds nor reads the contraction and is a reduction or written out
+(otherwise it is recomputed in the epilogue), or an epilogue that reads the accumulator at more
+than one position per output element.  Contractions in integer or float64
 types stay with the library.
 
 Cost: ``cost.model.estimate`` over the schedule's work: tensor-core flops of the padded tiles at
@@ -220,7 +221,9 @@ def gemm_body(group: Group) -> GemmBody | None:
         return None
     epi = [p for p in group.prims if p.name not in pro and p is not c]
     down = _downstream(c, members)
-    if any(p.name not in down for p in epi):
+    # a member neither feeding nor reading the contraction is recomputed where the epilogue reads
+    # it (``relu(v)`` in ``x @ w + relu(v)``): injective, and not written out
+    if any(p.name not in down and (p.reduce is not None or p.name in group.outputs) for p in epi):
         return None
     avars = tuple(Var(f"a{j}") for j in range(c.out.rank))
     kvars = tuple(Var(f"k{j}") for j in range(len(c.reduce.axes)))
