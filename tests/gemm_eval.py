@@ -64,16 +64,19 @@ def whole(pg, outputs=None):
     return Group(pg.prims, ins, tuple(outputs or pg.outputs), dict(pg.types))
 
 
-def forced(fn, t, *args, tol=F32_TOL):
-    """The whole graph of ``fn`` as one gemm kernel with tile ``t``; asserts that its outputs
-    (poisoned with NaN first: every element must be written) match the reference executor and
-    eager torch.  Returns (built kernel, gemm body)."""
+def forced(fn, t, *args, tol=F32_TOL, family="gemm"):
+    """The whole graph of ``fn`` as one kernel of ``family`` (gemm or chain) with tile ``t``;
+    asserts that its outputs (poisoned with NaN first: every element must be written) match the
+    reference executor and eager torch.  Returns (built kernel, body)."""
+    from tilefuse.families import chain
+    body_of, schedule, fam = ((gemm_body, _schedule, GemmFamily()) if family == "gemm" else
+                              (chain.chain_body, chain._schedule, chain.ChainFamily()))
     cm = compile_h100(fn, *args)
     pg = cm.primgraph
-    body = gemm_body(whole(pg))
+    body = body_of(whole(pg))
     assert body is not None
-    built = GemmFamily().build(_schedule(body, t, H100), "gemm_test")
-    assert built.family == "gemm" and set(built.outputs) == set(pg.outputs)
+    built = fam.build(schedule(body, t, H100), f"{family}_test")
+    assert built.family == family and set(built.outputs) == set(pg.outputs)
     feeds = feeds_of(cm, args)
     env = {c.name: c.data for c in pg.constants} | feeds
     outs = [torch.full(pg.types[o].shape, float("nan"), dtype=pg.types[o].dtype.to_torch()) for o in built.outputs]
@@ -81,5 +84,6 @@ def forced(fn, t, *args, tol=F32_TOL):
     got = dict(zip(built.outputs, outs))
     for name, ref, want in zip(pg.outputs, run_reference(pg, feeds), eager(fn, *args)):
         torch.testing.assert_close(got[name], ref, **tol, msg=lambda m: f"{name} vs reference: {m}")
-        torch.testing.assert_close(got[name].float(), want.float(), **tol, msg=lambda m: f"{name} vs eager: {m}")
+        torch.testing.assert_close(got[name].float(), want.float(), **tol,
+                                   msg=lambda m: f"{name} vs eager: {m}")
     return built, body

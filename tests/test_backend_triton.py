@@ -60,7 +60,7 @@ def test_compiling_twice_gives_identical_kernels_and_plan_and_reuses_the_cache(t
     assert sources_a == sources_b and plan_a == plan_b
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.py")} == files   # reused, not rewritten
     for src in sources_a:
-        assert src.startswith(("# fused_", "# gemm_")) and "# implements:" in src
+        assert src.startswith(("# fused_", "# gemm_", "# chain_")) and "# implements:" in src
     with torch.no_grad():
         torch.testing.assert_close(b(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
 

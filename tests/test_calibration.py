@@ -80,18 +80,45 @@ def test_triton_softmax_tutorial_one_row_per_program_near_dram_bandwidth(n):
     assert rate >= 0.75 * H100.dram_bw
 
 
-def test_attention_in_three_kernels_is_slower_than_flashattention():
-    # FlashAttention-2 forward reaches ~335 TFLOP/s (fp16, head dim 128, H100) and FlashAttention-3
-    # ~740 TFLOP/s.  Today's plan for attention is three kernels (QK^T, softmax, PV) with the S x S
-    # scores through DRAM: the model must not claim it beats FlashAttention-2 (the chain family,
-    # issue #11, is what should approach those figures).
-    b, h, s, d = 1, 16, 4096, 128
+def _attention_tflops(b, h, s, d, families=None):
+    """Modelled TFLOP/s of non-causal fp16 attention planned for h100 (launches excluded), and the
+    plan's kernel count; ``families`` restricts the kernel families."""
+    from opcheck import one_node_graph
+
+    from tilefuse.fission import fission
+    from tilefuse.ir.dtypes import TensorType
+    from tilefuse.orchestrate.costing import Coster
+    from tilefuse.orchestrate.strategies import plan_strategies
+    from tilefuse.transform.simplify import simplify_graph
     q = meta(b, h, s, d)
-    plan, coster = plan_op("ScaledDotProductAttention", [q, q, q], (b, h, s, d))
+    pg = simplify_graph(fission(one_node_graph("ScaledDotProductAttention", [q, q, q],
+                                               [TensorType((b, h, s, d), DType.float16)], {})))
+    coster = Coster(pg.types, H100, **({"families": families} if families else {}))
+    plan = plan_strategies(pg, coster)["optimal"]
     seconds = sum(coster.best(k.candidate)[0].seconds - H100.launch_s for k in plan.kernels)
-    tflops = 4 * b * h * s * s * d / seconds / 1e12
-    assert tflops < 335
-    assert len(plan.kernels) >= 3
+    return 4 * b * h * s * s * d / seconds / 1e12, len(plan.kernels)
+
+
+def test_attention_in_three_kernels_is_slower_than_flashattention():
+    # FlashAttention-2 forward reaches ~335 TFLOP/s (fp16, head dim 128, H100).  Without the chain
+    # family attention is three or more kernels (QK^T, softmax, PV) with the S x S scores through
+    # DRAM: the model must not claim that beats FlashAttention-2.
+    from tilefuse.families import FAMILIES
+    tflops, kernels = _attention_tflops(1, 16, 4096, 128, [f for f in FAMILIES if f.name != "chain"])
+    assert tflops < 335 and kernels >= 2
+
+
+# FlashAttention-3 paper (Shah et al., 2024), Fig. "Attention forward speed, head dim 64/128/256
+# (H100 80GB SXM5)", fp16, non-causal, 16k tokens per batch: Triton's fused attention at sequence
+# length 4k reaches 499 / 605 / 854 TFLOP/s.  The chain kernel (one kernel, online softmax, the
+# scores on chip) must model close to the Triton figure: from below, within 15% (head dims 64
+# and 128), 30% at 256 (the model's TRITON_GEMM_EFFICIENCY of 0.75 caps it at 742, and it
+# charges the softmax after the products; Triton reaches 86% of peak there).
+@pytest.mark.parametrize("d,published,low", [(64, 499, 0.85), (128, 605, 0.85), (256, 854, 0.70)])
+def test_chain_attention_models_near_published_triton_throughput(d, published, low):
+    tflops, kernels = _attention_tflops(16384 // 4096, 2048 // d, 4096, d)     # batch 4, hidden 2048
+    assert kernels == 1
+    assert low * published <= tflops <= 1.1 * published
 
 
 def test_mcfuser_t7_parallelism_factor():

@@ -1,7 +1,9 @@
 """The tilefuse pipeline, stage by stage.
 
-    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► fold constants ─► orchestrate (segments,
-    candidates costed by kernel families on the target, BLP) ─► Plan ─► codegen (every kernel
+    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► fold constants ─► compose layouts
+    into their readers (vertical) ─► orchestrate (segments,
+    candidates costed by kernel families on the target, BLP; the graph as it is and with
+    contractions sharing an input merged, the cheaper kept) ─► Plan ─► codegen (every kernel
     built by its family: Triton source or a library call) ─► CompiledModel
     (backend "reference": kernels evaluated by the reference executor; "triton": the built kernels)
 
@@ -29,6 +31,8 @@ from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
+from .transform.horizontal import horizontal
+from .transform.vertical import vertical
 from .transform.simplify import simplify_graph
 
 BACKENDS = ("reference", "triton")
@@ -42,12 +46,27 @@ def _check_options(backend: str, strategy: str) -> None:
 
 
 def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda_graph: bool = False,
-                measured: dict[str, float] | None = None,
-                progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Plan], Coster]:
+                measured: dict[str, float] | None = None, progress: Callable[[int, int], None] | None = None,
+                solved: dict | None = None) -> tuple[dict[str, Plan], Coster]:
     """Plans for every strategy, costed on the target as they will run (per-launch or in a CUDA
     graph), with measured kernel times (schedule key -> seconds) in place of modelled ones."""
     coster = Coster(pg.types, target, cuda_graph=cuda_graph, measured=measured)
-    return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress)), coster
+    return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress, solved=solved)), coster
+
+
+def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[str, Plan], Coster]:
+    """The graph to compile and its plans: ``pg`` or its horizontal rewrite (contractions sharing
+    an activation merged, ``transform/horizontal.py``), whichever has the cheaper optimal plan.
+    Segments the two graphs share are solved once."""
+    solved: dict = {}
+    plans, coster = orchestrate(pg, target, solved=solved, **kw)
+    merged = horizontal(pg)
+    if merged is not pg:
+        merged = simplify_graph(vertical(merged))      # the slices compose into their readers
+        plans_h, coster_h = orchestrate(merged, target, solved=solved, **kw)
+        if plans_h["optimal"].cost < plans["optimal"].cost:
+            return merged, plans_h, coster_h
+    return pg, plans, coster
 
 
 def _kernel_infos(plan: Plan, coster: Coster, names: list[str]) -> list[KernelInfo]:
@@ -112,13 +131,13 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False) -> CompiledModel:
     graph = imported.graph
-    primgraph = fold_constants(simplify_graph(fission(graph)))
+    primgraph = simplify_graph(vertical(fold_constants(simplify_graph(fission(graph)))))
     tgt = Target.get(target)
+    primgraph, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
+                                            progress=progress)
     if measure:
         tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
         plans, coster = tuning.plans, tuning.coster
-    else:
-        plans, coster = orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, progress=progress)
     plan = plans[strategy]
     kernels = build_kernels(plan, primgraph)
     if dump is not None:

@@ -69,7 +69,9 @@ def contraction_operands(p: Prim) -> tuple[tuple, tuple, tuple] | None:
     """(batch, M, N) output axes of a two-operand contraction, or None.
 
     Factors without loads (scales) are ignored; M axes are read only by the first operand, N axes
-    only by the second, batch axes by both.  Output axes read by neither make it no GEMM.
+    only by the second, batch axes by both.  An output axis of extent 1 read by neither (a
+    composed reshape reads it as the constant 0) is a batch axis; any other read by neither
+    makes it no GEMM.
     """
     if not _is_contraction(p.axes, p.body, p.reduce):
         return None
@@ -77,8 +79,10 @@ def contraction_operands(p: Prim) -> tuple[tuple, tuple, tuple] | None:
     if len(facs) != 2:
         return None
     a, b = (_vars(f) & set(p.axes) for f in facs)
-    if a | b != set(p.axes):
+    unread = set(p.axes) - a - b
+    if any(n != 1 for v, n in zip(p.axes, p.out.shape) if v in unread):
         return None
+    a, b = a | unread, b | unread
     order = lambda vs: tuple(v for v in p.axes if v in vs)  # noqa: E731 - keep axis order
     return order(a & b), order(a - b), order(b - a)
 

@@ -61,13 +61,13 @@ def gemm_kernel(s, name: str) -> Kernel:
         kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
         axes = _dot_axes(b, t, b.kvars, kavars, kext)
         body: list = [Dot(b.acc, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
-                          b.in_dtype, b.in_dtype, note)]
+                          b.in_dtype, b.out_dtype, note)]
     else:
         # small M: every row in the program, the products reduced over K in fp32 (a GEMV)
         axes = [TileAxis("m", b.mvars, _ext(b, b.mvars), t.bm, 0, block_name="BLOCK_M"),
                 _n_axis(b, t), TileAxis("k", b.kvars, kext, t.bk, 2, block_name="BLOCK_K")]
         product = binary("mul", cast(b.a, DType.float32), cast(b.b, DType.float32))
-        body = [Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.in_dtype, note)]
+        body = [Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.out_dtype, note)]
     _batch_axis(b, axes)
     body += [reduction(inst, inst.body, "n") for inst in b.instances]
     body += _stores(b, {})
@@ -96,7 +96,7 @@ def _two_phase_kernel(s, name: str) -> Kernel:
              TileAxis("fn", fn, _ext(b, b.nvars), _pow2(shape.n), 1, block_name="FIX_N")]
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
     body: list = [Dot(b.acc + 1, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
-                      b.in_dtype, b.in_dtype, note)]
+                      b.in_dtype, b.out_dtype, note)]
     body += [st for j, st in enumerate(_stores(b, moved)) if j in ph.early]
     outputs = [types[st.tensor] for st in b.stores]
     pre_type = TensorType(b.acc_shape, ph.pre.dtype)
@@ -169,7 +169,7 @@ def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
     axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, _pow2(math.prod(b.acc_shape))), 0, grid=0,
                       block_name="XBLOCK"),
              TileAxis("r", (sv,), (t.split,), _pow2(t.split), 1, block_name="RBLOCK"))
-    body = [Reduce(nin + 1, Load(nin, (sv,) + b.avars, DType.float32), "r", "sum", DType.float32, 0.0, b.in_dtype,
+    body = [Reduce(nin + 1, Load(nin, (sv,) + b.avars, DType.float32), "r", "sum", DType.float32, 0.0, b.out_dtype,
                    f"{b.anchor}: the {t.split} partial sums")]
     body += _stores(b, {b.acc: nin + 1})
     head = f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials (in{nin})"

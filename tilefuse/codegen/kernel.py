@@ -23,9 +23,13 @@ Statements, run in order by every program:
 - ``Store``: an expression written to an output at an index (both over the axes' variables),
   where optional guards hold;
 - ``Loop``: its body over every chunk of an axis (a single chunk, and no loop, when the axis is
-  whole);
+  whole), optionally carrying ``State``: values that start from a constant and are replaced by
+  an expression of the iteration's values at its end (an online softmax's running max and sum,
+  the rescaled accumulator of attention);
 - ``Dot``: a matrix product of two operand tiles accumulated in fp32 over an axis (a K loop
-  when it is looped), read by later expressions as ``Load(slot, ())`` in the contraction's type;
+  when it is looped; one product of the current chunk when an enclosing loop walks the axis),
+  starting from zeros or from an ``init`` tile, read by later expressions as ``Load(slot, ())``
+  in the contraction's type;
 - ``Arrive``: count the program's arrival in its group (the programs that share a position of
   some program-split axes, e.g. the column tiles of one GEMM row block) and run a body in the last
   program of the group to arrive, which may then read what the others stored (through inputs the
@@ -105,9 +109,21 @@ class Store:
 
 
 @dataclass(frozen=True)
+class State:
+    """A value a ``Loop`` carries: ``init`` (a constant, broadcast over ``axes``) before the first
+    iteration; at the end of each, ``next``, which reads this iteration's values and the states'
+    current values (``Load(slot, ())``); after the loop, ``Load(slot, ())`` is the final value."""
+    slot: int
+    axes: tuple[str, ...]          # the tile axes it varies along
+    init: Expr
+    next: Expr
+
+
+@dataclass(frozen=True)
 class Loop:
     axis: str
     body: tuple["Stmt", ...]
+    state: tuple[State, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,7 @@ class Dot:
     in_dtype: DType                # both operands are cast to it (fp16/bf16: tensor cores; fp32: IEEE)
     out_dtype: DType               # the contraction's type: the fp32 accumulator is rounded to it
     note: str = ""
+    init: Expr | None = None       # the fp32 accumulator's first value, over (m, n); None: zeros
 
 
 @dataclass(frozen=True)

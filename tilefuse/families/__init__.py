@@ -6,13 +6,14 @@ the family that scheduled it (``build``), so nothing outside this package names 
 from __future__ import annotations
 
 from .base import Built, Cost, Family, Group, KernelFamily, Schedule
+from .chain import ChainFamily
 from .fused import FusedFamily
 from .gemm import GemmFamily
 from .library import LibraryFamily
 from .opaque import OpaqueFamily
 
 # In the order the coster consults them (the cheapest rejection first).
-FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), GemmFamily(), FusedFamily())
+FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), GemmFamily(), ChainFamily(), FusedFamily())
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 

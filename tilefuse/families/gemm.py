@@ -37,27 +37,20 @@ import math
 from dataclasses import dataclass, replace
 
 from ..analysis.classify import Category, contraction_operands
-from ..analysis.index import linear_form
 from ..analysis.inline import Inliner, Instance
 from ..cost.model import Work, estimate, expr_flops
 from ..cost.target import Target
 from ..ir.dtypes import DType
-from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
+from ..ir.expr import Cast, Expr, Load, Var, free_vars, substitute, transform, walk
 from ..schedule.search import (GemmShape, GemmTile, core_work, dram_rereads, fixup_work, ranked_tiles,
                                split_reduction)
 from ..schedule.tiles import inside_share, load_sites
+from .anchor import AccStore, acc_at, acc_reads, dot_operands, downstream, epilogue_store, split_operands, upstream
 from .base import Built, Cost, Family, Group, Schedule
 
 DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
 TOP_K = 3
 MAX_EXPR_NODES = 4000
-
-
-@dataclass(frozen=True)
-class GemmStore:
-    tensor: str
-    index: tuple[Expr, ...]       # over the accumulator's variables
-    value: Expr                   # over them; the contraction read as Load(acc slot, ())
 
 
 @dataclass(frozen=True)
@@ -88,8 +81,9 @@ class GemmBody:
     a: Expr                                  # operand A over batch, m and k variables
     b: Expr                                  # operand B over batch, k and n variables
     in_dtype: DType                          # the dot's operand type
+    out_dtype: DType                         # the contraction's: the accumulator is rounded to it
     instances: tuple[Instance, ...]          # epilogue row reductions over N (their reduced vars are nvars)
-    stores: tuple[GemmStore, ...]
+    stores: tuple[AccStore, ...]
     phases: TwoPhase | None = None           # how the epilogue splits when rows span tiles
 
     @property
@@ -216,11 +210,11 @@ def gemm_body(group: Group) -> GemmBody | None:
     ops = contraction_operands(c)
     if ops is None or c.out.dtype not in DOT_DTYPES or c.out.numel == 0:
         return None
-    pro = _upstream(c, members)
+    pro = upstream(c, members)
     if any(members[n].reduce is not None for n in pro) or any(n in group.outputs for n in pro):
         return None
     epi = [p for p in group.prims if p.name not in pro and p is not c]
-    down = _downstream(c, members)
+    down = downstream(c, members)
     # a member neither feeding nor reading the contraction is recomputed where the epilogue reads
     # it (``relu(v)`` in ``x @ w + relu(v)``): injective, and not written out
     if any(p.name not in down and (p.reduce is not None or p.name in group.outputs) for p in epi):
@@ -236,23 +230,23 @@ def gemm_body(group: Group) -> GemmBody | None:
     body = inl.resolve(c, dict(zip(c.axes, avars)) | dict(zip(c.reduce.axes, kvars)))
     if inl.instances:
         return None
-    operands = _operands(body, set(bvars) | set(mvars) | set(kvars), set(bvars) | set(nvars) | set(kvars),
+    operands = split_operands(body, set(bvars) | set(mvars) | set(kvars), set(bvars) | set(nvars) | set(kvars),
                          set(mvars), set(nvars))
     if operands is None:
         return None
-    a, b = operands
     dt = c.out.dtype
+    a, b, in_dt = dot_operands(*operands, dt)
 
     # epilogue: every output at the accumulator's coordinates
     acc = len(group.inputs)
     # (an epilogue may read a prologue value too: it is recomputed there from the inputs)
     einl = Inliner({p.name: p for p in group.prims if p is not c}, group.inputs + (c.name,))
-    stores: list[GemmStore] = []
+    stores: list[AccStore] = []
     for o in group.outputs:
         if o == c.name:
-            stores.append(GemmStore(o, avars, Load(acc, (), dt)))
+            stores.append(AccStore(o, avars, Load(acc, (), dt)))
             continue
-        st = _epilogue_store(members[o], einl, acc, c, avars, ext)
+        st = epilogue_store(members[o], einl, acc, c, avars, ext)
         if st is None:
             return None
         stores.append(st)
@@ -262,126 +256,8 @@ def gemm_body(group: Group) -> GemmBody | None:
     size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in instances for _ in walk(i.body))
     if size > MAX_EXPR_NODES:
         return None
-    return GemmBody(group, c.name, group.inputs, avars, bvars, mvars, nvars, kvars, ext, a, b, dt, instances,
+    return GemmBody(group, c.name, group.inputs, avars, bvars, mvars, nvars, kvars, ext, a, b, in_dt, dt, instances,
                     tuple(stores), _two_phase(instances, stores, acc, avars, dt) if instances else None)
-
-
-def _upstream(c, members) -> set[str]:
-    """Members the contraction reads through (transitively)."""
-    seen: set[str] = set()
-    stack = [c]
-    while stack:
-        for n in stack.pop().inputs:
-            if n in members and n not in seen:
-                seen.add(n)
-                stack.append(members[n])
-    return seen
-
-
-def _downstream(c, members) -> set[str]:
-    """Members that read the contraction (transitively)."""
-    down = {c.name}
-    for p in members.values():           # members are in topological order
-        if any(n in down for n in p.inputs):
-            down.add(p.name)
-    return down - {c.name}
-
-
-def _operands(body: Expr, a_vars: set, b_vars: set, m: set, n: set) -> tuple[Expr, Expr] | None:
-    """Split the contraction's body (a product in its type) into the A and B operand expressions:
-    factors reading M go to A, factors reading N to B; a factor reading neither (a scale, a K-only
-    vector, or the second operand of a contraction without N axes) goes to B when B has none,
-    else to A."""
-    facs: list[Expr] = []
-    stack = [body]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, Binary) and e.op == "mul":
-            stack += [e.b, e.a]
-        else:
-            facs.append(e)
-    a = [f for f in facs if free_vars(f) & m]
-    b = [f for f in facs if free_vars(f) & n and f not in a]
-    rest = [f for f in facs if f not in a and f not in b]
-    if not b:
-        loaded = [f for f in rest if any(isinstance(x, Load) for x in walk(f))]
-        if not loaded:
-            return None
-        b = [loaded[-1]]
-        rest.remove(loaded[-1])
-    a += rest
-    if not a:
-        return None
-    fa, fb = a[0], b[0]
-    for f in a[1:]:
-        fa = binary("mul", fa, f)
-    for f in b[1:]:
-        fb = binary("mul", fb, f)
-    if not (free_vars(fa) <= a_vars and free_vars(fb) <= b_vars):
-        return None
-    return fa, fb
-
-
-def _epilogue_store(o, einl: Inliner, acc: int, c, avars, ext) -> GemmStore | None:
-    """Output ``o`` of the epilogue, stored at the accumulator's coordinates: where it has the
-    accumulator's shape and reads it at the same position, directly (row reductions allowed);
-    otherwise through the inverse of the map it reads the accumulator by (no reductions)."""
-    dt = c.out.dtype
-    if o.out.shape == c.out.shape:
-        value = einl.value_at(o.name, avars)
-        if _acc_reads(value, acc) <= {avars} and not (isinstance(value, Load) and value.tensor > acc):
-            return GemmStore(o.name, avars, _acc_at(value, acc, avars, dt, {}))
-    ovars = tuple(Var(f"o{j}") for j in range(o.out.rank))
-    value = einl.value_at(o.name, ovars)
-    reads = _acc_reads(value, acc)
-    if einl.instances or len(reads) != 1 or o.out.numel != c.out.numel:
-        return None
-    (index,) = reads
-    store = _inverse(index, ovars, o.out.shape, avars, c.out.shape)
-    if store is None:
-        return None
-    return GemmStore(o.name, store, _acc_at(value, acc, index, dt, dict(zip(ovars, store))))
-
-
-def _acc_reads(value: Expr, acc: int) -> set:
-    return {ld.index for ld in walk(value) if isinstance(ld, Load) and ld.tensor == acc}
-
-
-def _acc_at(value: Expr, acc: int, index, dtype: DType, mapping) -> Expr:
-    """``value`` with its reads of the accumulator at ``index`` made the Dot's result, and its
-    variables replaced by ``mapping``."""
-    tile = Load(acc, (), dtype)
-    out = transform(value, lambda e: tile if isinstance(e, Load) and e.tensor == acc and e.index == index else None)
-    return substitute(out, mapping)
-
-
-def _inverse(index, ovars, oshape, avars, ashape) -> tuple[Expr, ...] | None:
-    """The output position of each accumulator element, when the output reads the accumulator at
-    ``index`` (over ``ovars``) and every accumulator dim is a row-major number in some output
-    variables (a permutation and reshape: heads split, merged or transposed), else None."""
-    where: dict[Var, Expr] = {}
-    for e, a, n in zip(index, avars, ashape):
-        lin = linear_form(e)
-        if lin.const != 0:
-            return None
-        stride = 1
-        for atom, coeff in sorted(lin.terms.items(), key=lambda t: t[1]):
-            if atom not in ovars or coeff != stride or atom in where:
-                return None
-            size = oshape[ovars.index(atom)]
-            digit = a if stride == 1 else binary("floordiv", a, stride)
-            where[atom] = digit if stride * size == n else binary("mod", digit, size)
-            stride *= size
-        if stride != n:
-            return None
-    out = []
-    for v, size in zip(ovars, oshape):
-        if v not in where:
-            if size != 1:
-                return None
-            where[v] = Const(0, v.dtype)
-        out.append(where[v])
-    return tuple(out)
 
 
 def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) -> tuple[Instance, ...] | None:
@@ -393,7 +269,7 @@ def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) 
     for inst in einl.instances:
         if len(inst.rvars) != len(nvars) or any(free_vars(e) & nset for e in inst.index):
             return None
-        reads = _acc_reads(inst.body, acc)
+        reads = acc_reads(inst.body, acc)
         rename: dict[Var, Var] = {}
         for idx in reads:
             for e, a in zip(idx, avars):
@@ -405,7 +281,7 @@ def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) 
                     return None
         if len(rename) != len(nvars) or tuple(rename.get(r) for r in inst.rvars) != nvars:
             return None
-        body = _acc_at(substitute(inst.body, rename), acc, tuple(avars), c_dtype, {})
+        body = acc_at(substitute(inst.body, rename), acc, tuple(avars), c_dtype, {})
         out.append(Instance(inst.slot, inst.prim, inst.index, body, nvars, tuple(ext[v] for v in nvars),
                             inst.combiner, inst.dtype))
     return tuple(out)

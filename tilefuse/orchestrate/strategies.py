@@ -26,13 +26,17 @@ _STATUS_RANK = ("fallback", "fallback+greedy", "time_limit+greedy", "time_limit"
 
 
 def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
-                    time_limit: float = DEFAULT_TIME_LIMIT, progress=None) -> Mapping[str, Plan]:
-    """``progress(done, total)`` is called after each segment (for a progress bar)."""
+                    time_limit: float = DEFAULT_TIME_LIMIT, progress=None,
+                    solved: dict | None = None) -> Mapping[str, Plan]:
+    """``progress(done, total)`` is called after each segment (for a progress bar); ``solved``
+    (canonical segment key -> selections) is shared by callers planning variants of one graph
+    with one cost model: segments they have in common are solved once."""
     t0 = time.perf_counter()
     segments = split_segments(pg, caps)
-    solved: dict[tuple, dict[str, Selection]] = {}
+    solved = {} if solved is None else solved
     chosen: dict[str, list[Selection]] = {s: [] for s in STRATEGIES}
     num_candidates = 0
+    mine: dict[tuple, dict[str, Selection]] = {}        # this graph's distinct segments
     for k, seg in enumerate(segments):
         key = seg.canonical_key()
         if key in solved:
@@ -49,16 +53,17 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
             solved[key] = {"unfused": unfused, "greedy": greedy, "optimal": optimal}
             for s in STRATEGIES:
                 chosen[s].append(solved[key][s])
+        mine[key] = solved[key]
         if progress is not None:
             progress(k + 1, len(segments))
-    statuses = [sel["optimal"].status for sel in solved.values()]
+    statuses = [sel["optimal"].status for sel in mine.values()]
     solver = {
         "status": min(statuses, key=_rank, default="empty"),
         "num_segments": len(segments),
-        "num_distinct_segments": len(solved),
+        "num_distinct_segments": len(mine),
         "num_candidates": num_candidates,
-        "lazy_rounds": sum(sel["optimal"].lazy_rounds for sel in solved.values()),
-        "mip_gap": max((sel["optimal"].mip_gap for sel in solved.values()), default=0.0),
+        "lazy_rounds": sum(sel["optimal"].lazy_rounds for sel in mine.values()),
+        "mip_gap": max((sel["optimal"].mip_gap for sel in mine.values()), default=0.0),
         "seconds": round(time.perf_counter() - t0, 4),
     }
     plans = {}

@@ -74,6 +74,11 @@ class _Printer:
                       for a in k.axes if not a.alias}
         whole = frozenset().union(*(self.binds[a.name] for a in k.axes if not a.alias and not a.looped))
         self.scopes = [_Scope(None, whole, "    ")]
+        self.scalar = frozenset(a.name for a in k.axes if a.dim < 0)
+
+    def tiled(self, v: _Value) -> frozenset:
+        """The tile axes ``v`` varies along (a scalar axis, one position per program, is none)."""
+        return v.axes - self.scalar
 
     # ---------------------------------------------------------------- scopes and placement
     @property
@@ -363,7 +368,7 @@ class _Printer:
     def statements(self, body) -> None:
         for st in body:
             if isinstance(st, Loop):
-                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body))
+                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state)
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -375,18 +380,43 @@ class _Printer:
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
-    def _loop(self, a: TileAxis, body) -> None:
-        """``body`` over every chunk of ``a``; no loop at all when the axis is whole."""
-        if not a.looped:
+    def _loop(self, a: TileAxis, body, state=()) -> None:
+        """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
+        ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
+        by all the states' next values at once at the end of every iteration."""
+        looped = a.looped and a.name not in self.scope.bound
+        if not looped and not state:
             body()
             return
         outer = self.scope
-        inner = _Scope(outer, outer.bound | self.binds[a.name], outer.indent + "    ")
+        # a state of a one-chunk loop still gets its own scope: what reads the state before the
+        # update must not be reused after it
+        inner = _Scope(outer, outer.bound | self.binds[a.name], outer.indent + ("    " if looped else ""))
+        names = [f"st{st.slot}" for st in state]
+        for st, name in zip(state, names):
+            shape, ty = self.shape(st.axes), TL[st.next.dtype]
+            if isinstance(st.init, Const):
+                outer.lines.append(f"{outer.indent}{name} = tl.full({shape}, {literal(st.init.value, st.next.dtype)}, {ty})")
+            else:
+                v = self.value(st.init)
+                outer.lines.append(f"{outer.indent}{name} = tl.broadcast_to({v.text}, {shape}).to({ty})")
+            self.results[st.slot] = _Value(name, frozenset(st.axes), inner.depth)
         self.scopes.append(inner)
         body()
+        if state:
+            nexts = []
+            for st in state:
+                v = self.value(st.next)
+                if self.tiled(v) != frozenset(st.axes):
+                    v = self.emit(f"tl.broadcast_to({v.text}, {self.shape(st.axes)})", axes=st.axes, deps=[v])
+                nexts.append(v)
+            inner.lines.append(f"{inner.indent}{', '.join(names)} = {', '.join(v.text for v in nexts)}")
         self.scopes.pop()
-        outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.reach}, {a.block_name}):")
+        if looped:
+            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.reach}, {a.block_name}):")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
+        for st, name in zip(state, names):
+            self.results[st.slot] = _Value(name, frozenset(st.axes), outer.depth)
 
     def _arrive(self, st: Arrive) -> None:
         """Count the arrival (after a barrier, so the program's stores precede it, and with
@@ -416,7 +446,7 @@ class _Printer:
         fl = r.acc_dtype.is_float
         red, comb = (REDUCE_FLOAT, COMBINE_FLOAT) if fl else (REDUCE_INT, COMBINE_INT)
         init = literal(r.init, r.acc_dtype)
-        if not a.looped:
+        if not a.looped or a.name in self.scope.bound:     # whole, or this chunk of an enclosing loop
             tile = self._padded(self._typed(r), a, init, r.acc_dtype)
             out = self.emit(_typed_reduction(red[r.combiner].format(v=tile.text, d=d), r.acc_dtype), deps=[tile],
                             reduced=(a.name,))
@@ -448,7 +478,13 @@ class _Printer:
         k = self.axis_by_name[d.k]
         prec = ', input_precision="ieee"' if d.in_dtype is DType.float32 else ""
         acc_axes = frozenset({d.m, d.n})
-        looped = k.looped
+        looped = k.looped and k.name not in self.scope.bound     # else one chunk: an enclosing loop's
+        start = None
+        if d.init is not None:
+            start = self.value(d.init)
+            if self.tiled(start) != acc_axes:
+                start = self.emit(f"tl.broadcast_to({start.text}, {self.shape(acc_axes)})", axes=acc_axes,
+                                  deps=[start])
         outer = self.scope
         if looped:
             inner = _Scope(outer, outer.bound | self.binds[k.name], outer.indent + "    ")
@@ -459,12 +495,15 @@ class _Printer:
             acc = f"acc{d.slot}"
             self.scope.lines.append(f"{self.scope.indent}{acc} = tl.dot({a.text}, {b.text}, {acc}{prec})")
             body = self.scopes.pop().lines
-            outer.lines.append(f"{outer.indent}{acc} = tl.zeros({self.shape(acc_axes)}, dtype=tl.float32)")
+            first = start.text if start is not None else f"tl.zeros({self.shape(acc_axes)}, dtype=tl.float32)"
+            outer.lines.append(f"{outer.indent}{acc} = {first}")
             outer.lines.append(f"{outer.indent}for {k.name}_start in range(0, {k.extent}, {k.block_name}):")
             outer.lines.extend(body)
-            out = _Value(acc, acc_axes, outer.depth)
+            out = _Value(acc, acc_axes, max(outer.depth, start.depth if start is not None else 0))
         else:
-            out = self.emit(f"tl.dot({a.text}, {b.text}{prec})", axes=acc_axes, deps=[a, b],
+            into = f", {start.text}" if start is not None else ""
+            out = self.emit(f"tl.dot({a.text}, {b.text}{into}{prec})", axes=acc_axes,
+                            deps=[a, b] + ([start] if start is not None else []),
                             reduced=(d.k, d.ka), name=f"acc{d.slot}")
         if d.out_dtype is not DType.float32:
             out = self.emit(f"{out.text}.to({TL[d.out_dtype]})", deps=[out])
@@ -479,7 +518,7 @@ class _Printer:
         if ka.masked and not (isinstance(e, Load) and kaxis in v.axes):
             m = self.mask(ka)
             v = self.emit(f"tl.where({m.text}, {v.text}, 0.0).to({TL[dt]})", deps=[v, m])
-        if v.axes != frozenset(axes):
+        if self.tiled(v) != frozenset(axes):
             v = self.emit(f"tl.broadcast_to({v.text}, {self.shape(axes)})", axes=axes, deps=[v])
         return v
 
@@ -508,7 +547,7 @@ class _Printer:
         axes = off.axes | val.axes | frozenset().union(*(g.axes for g in guards))
         conds = self.masks(axes) + guards
         ptr = f"out{s.output} + {_paren(off.text)}"
-        if off.axes != axes:
+        if self.tiled(off) != axes - self.scalar:
             ptr = f"out{s.output} + tl.broadcast_to({off.text}, {self.shape(axes)})"
         text = val.text if s.value.dtype is t.dtype else f"{val.text}.to({TL[t.dtype]})"
         mask = f", mask={' & '.join(c.text for c in conds)}" if conds else ""

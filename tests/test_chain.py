@@ -1,0 +1,184 @@
+"""The chain family (MCFuser): attention and GEMM → elementwise → GEMM chains in one kernel, the
+intermediate on chip, under the interpreter against the reference executor and eager torch.
+
+Forced tiles cover ragged shapes (rows and keys that do not divide the tile, several key chunks,
+the value head dim split across programs, the first product's K looped); the planner tests check
+that h100 plans choose the chain kernel for attention.
+"""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tilefuse.families.chain import ChainTile, chain_body
+
+from gemm_eval import HALF_TOL, compile_h100, forced, gemm_kernels, run_cpu, whole  # noqa: F401
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def tile(bm=16, bn=16, bk=16, bh=16, warps=4, stages=2):
+    return ChainTile(bm, bn, bk, bh, warps, stages)
+
+
+def qkv(b=2, h=3, lq=20, lk=24, e=16, ev=None, dtype=torch.float32, hk=None):
+    ev = ev or e
+    hk = hk or h
+    return (torch.randn(b, h, lq, e).to(dtype), torch.randn(b, hk, lk, e).to(dtype),
+            torch.randn(b, hk, lk, ev).to(dtype))
+
+
+def sdpa(**kw):
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+# ---------------------------------------------------------------- attention
+
+@pytest.mark.parametrize("t", [tile(), tile(32, 16, 16, 16), tile(16, 32, 16, 8), tile(16, 16, 8, 16)],
+                         ids=["ragged", "taller", "h-split", "k-looped"])
+def test_attention_without_mask(t):
+    """20 queries, 24 keys (ragged in tiles of 16 and 32), two key chunks: the online softmax's
+    rescaling across chunks; H split across programs; K looped inside the key loop."""
+    built, body = forced(sdpa(), t, *qkv(), tol=TOL, family="chain")
+    assert body.softmax is not None and "tl.dot" in built.source
+
+
+def test_attention_additive_mask_and_alibi_bias():
+    """A float mask is added to the scaled scores; an ALiBi bias (slope per head times the key's
+    distance) computed in the graph from an input is too."""
+    q, k, v = qkv()
+    mask = torch.randn(20, 24)
+    forced(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), tile(), q, k, v, mask,
+           tol=TOL, family="chain")
+
+    def alibi(q, k, v, slopes):
+        dist = torch.arange(24)[None, :] - torch.arange(20)[:, None]
+        bias = slopes[:, None, None] * dist.to(q.dtype)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    forced(alibi, tile(), q, k, v, torch.rand(3), tol=TOL, family="chain")
+
+
+def test_attention_boolean_mask_with_fully_masked_rows():
+    """A boolean mask (keep where True) in which some query rows see no key: those rows are zero
+    (the reference's guard), never NaN, through the online softmax."""
+    q, k, v = qkv()
+    keep = torch.rand(2, 1, 20, 24) > 0.4
+    keep[:, :, 3] = False               # row 3 sees nothing
+    keep[1, :, 17] = False
+    keep[:, :, 5, :16] = False          # row 5's first key chunk is all masked
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+    want = fn(q, k, v, keep)
+    assert not torch.isnan(want).any() and torch.count_nonzero(want[:, :, 3]) == 0
+    forced(fn, tile(), q, k, v, keep, tol=TOL, family="chain")     # NaN would not compare equal to 0
+
+
+def test_causal_attention_from_the_index_predicate():
+    """is_causal: the mask is an index predicate (query l sees keys s <= l); no mask tensor is read."""
+    q, k, v = qkv(lq=24, lk=24)
+    built, body = forced(sdpa(is_causal=True), tile(), q, k, v, tol=TOL, family="chain")
+    assert len(body.inputs) == 3
+
+
+def test_grouped_query_attention_reads_shared_kv_heads():
+    """GQA: 6 query heads over 2 kv heads; each program reads its kv head through the index map."""
+    q, k, v = qkv(h=6, hk=2)
+    built, body = forced(sdpa(enable_gqa=True), tile(), q, k, v, tol=TOL, family="chain")
+    assert body.group.types[body.inputs[1]].shape[1] == 2
+
+
+@pytest.mark.parametrize("e", [24, 40, 80])
+def test_odd_head_dims(e):
+    """Head dims that are not powers of two: the head dim is padded to the next power of two in
+    the tile and masked."""
+    forced(sdpa(), tile(16, 16, 128 if e > 64 else 64, 128 if e > 64 else 64), *qkv(e=e), tol=TOL, family="chain")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_attention_accumulates_in_fp32(dtype):
+    """16-bit Q, K, V: the scores' product runs on 16-bit operands (exact) accumulating in fp32,
+    the probabilities are rounded to the values' type for the second product (FlashAttention)."""
+    built, body = forced(sdpa(), tile(), *qkv(dtype=dtype), tol=HALF_TOL[dtype], family="chain")
+    assert body.in1 is body.in2 and body.in1.value == str(dtype).split(".")[1]
+
+
+def test_attention_with_head_transposes_in_prologue_and_epilogue():
+    """BERT's shape: Q, K, V are reshaped and transposed into heads on the way in (operand loads),
+    the output is transposed and reshaped back on the way out (a store order)."""
+    def fn(x, wq, wk, wv):
+        b, s, _ = x.shape
+        heads = lambda t: t.view(b, s, 2, 8).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(x @ wq), heads(x @ wk), heads(x @ wv)
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, 16)
+    args = torch.randn(1, 20, 16), torch.randn(16, 16), torch.randn(16, 16), torch.randn(16, 16)
+    cm = compile_h100(fn, *args)
+    fams = [k.family for k in cm.report.kernels]
+    assert "chain" in fams
+    torch.testing.assert_close(run_cpu(cm, *args)[0], fn(*args), **TOL)
+
+
+# ---------------------------------------------------------------- GEMM chains
+
+@pytest.mark.parametrize("act", [torch.relu, F.gelu], ids=["relu", "gelu"])
+@pytest.mark.parametrize("t", [tile(16, 16, 16, 16), tile(32, 16, 16, 8)], ids=["whole-k", "h-split"])
+def test_gemm_activation_gemm_chain_with_tails(act, t):
+    """(A @ B) -> activation -> @ D with M, N, K, H not multiples of the tiles (MCFuser's G
+    benchmarks, shrunk)."""
+    fn = lambda a, b, d: act(a @ b) @ d  # noqa: E731
+    built, body = forced(fn, t, torch.randn(20, 12), torch.randn(12, 40), torch.randn(40, 10),
+                         tol=TOL, family="chain")
+    assert body.softmax is None
+
+
+def test_batched_gemm_chain_in_half_precision():
+    fn = lambda a, b, d: torch.relu(a @ b) @ d  # noqa: E731
+    args = (torch.randn(3, 20, 32).half(), torch.randn(3, 32, 24).half(), torch.randn(3, 24, 16).half())
+    forced(fn, tile(), *args, tol=HALF_TOL[torch.float16], family="chain")
+
+
+# ---------------------------------------------------------------- what is not a chain
+
+def test_a_reduction_other_than_the_softmax_rejects_the_chain():
+    """LayerNorm between two GEMMs is no softmax: no chain kernel (it would need whole rows)."""
+    ln = torch.nn.LayerNorm(24).eval()
+    cm = compile_h100(lambda a, b, d: ln(a @ b) @ d, torch.randn(8, 12), torch.randn(12, 24), torch.randn(24, 8))
+    assert chain_body(whole(cm.primgraph)) is None
+
+
+def test_scores_written_out_reject_the_chain():
+    """When the probabilities are an output too, they cannot stay on chip."""
+    def fn(q, k, v):
+        p = torch.softmax(q @ k.transpose(-1, -2), -1)
+        return p @ v, p
+    cm = compile_h100(fn, *qkv())
+    assert chain_body(whole(cm.primgraph)) is None
+
+
+def test_planner_fuses_attention_into_one_chain_kernel():
+    """Planned for h100, scaled dot-product attention (8 heads of 64 over 256 positions, fp16) is
+    one chain kernel; it runs right under the interpreter."""
+    q, k, v = qkv(b=1, h=2, lq=64, lk=64, e=64, dtype=torch.float16)
+    cm = compile_h100(sdpa(), q, k, v)
+    assert [k_.family for k_ in cm.kernels] == ["chain"]
+    torch.testing.assert_close(run_cpu(cm, q, k, v)[0].float(), sdpa()(q, k, v).float(), **HALF_TOL[torch.float16])
+
+
+def test_chain_kernel_source_keeps_the_query_tile_out_of_the_key_loop():
+    """K whole: the query tile is loaded once, before the key loop (MCFuser's redundant-access
+    elimination); the loop carries the running max, sum and accumulator."""
+    built, _ = forced(sdpa(), tile(), *qkv(), tol=TOL, family="chain")
+    src = built.source
+    loop = src.index("for n_start")
+    assert src.index("tl.load(in0") < loop
+    assert src.count("tl.load(in0") == 1
+    assert re.search(r"^\s+st\d+, st\d+, st\d+ = \w+, \w+, \w+$", src, re.M)

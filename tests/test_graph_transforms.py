@@ -1,0 +1,173 @@
+"""Souffle's semantic-preserving graph transformations: vertical (layout prims composed into their
+readers, transform/vertical.py) and horizontal (contractions sharing an activation merged over
+concatenated weights, transform/horizontal.py), checked on the notes' §7 cases and on real
+blocks, each graph evaluated by the reference executor before and after."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilefuse
+from tilefuse.analysis.classify import Category, classify
+from tilefuse.api import choose_graph
+from tilefuse.cost.target import Target
+from tilefuse.fission import fission
+from tilefuse.frontend.torch import import_torch
+from tilefuse.ir.evaluate import run_reference
+from tilefuse.ir.expr import Load
+from tilefuse.transform.fold import fold_constants
+from tilefuse.transform.horizontal import horizontal
+from tilefuse.transform.simplify import simplify_graph
+from tilefuse.transform.vertical import vertical
+
+H100 = Target.get("h100")
+
+
+def prims_of(fn, *args):
+    """(PrimGraph as the pipeline has it before the transformations, feeds)."""
+    imported = import_torch(fn, args)
+    pg = fold_constants(simplify_graph(fission(imported.graph)))
+    feeds = dict(zip([d.name for d in pg.inputs], imported.flatten_inputs(args, {})))
+    return pg, feeds
+
+
+def same_values(a, b, feeds):
+    for x, y in zip(run_reference(a, feeds), run_reference(b, feeds)):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def ops(pg):
+    return [p.origin.op for p in pg.prims]
+
+
+# ---------------------------------------------------------------- vertical
+
+def test_figure_4_composes_consumer_first():
+    """B = relu(A) (4, 8); C[i, j] = B[2i, j] (2, 4); D[i, j] = C[j, i] (4, 2): the layouts
+    collapse into one map, D[i, j] = B[2j, i] (the notes' correction of the paper's A[j, 2i])."""
+    fn = lambda a: torch.relu(a)[0:4:2, 0:4].transpose(0, 1)  # noqa: E731
+    pg, feeds = prims_of(fn, torch.randn(4, 8))
+    v = simplify_graph(vertical(pg))
+    assert len(v.prims) == 2 and classify(v.prims[0]) is Category.elementwise
+    d = v.prims[1]
+    assert d.inputs == (v.prims[0].name,)
+    (ld,) = [n for n in [d.body] if isinstance(n, Load)]
+    i, j = d.axes
+    assert ld.index == (j * 2, i)
+    same_values(pg, v, feeds)
+
+
+def test_a_chain_of_layouts_collapses_into_its_reader():
+    """reshape -> transpose -> slice -> exp: the three layouts vanish into exp's load."""
+    fn = lambda x: torch.exp(x.reshape(4, 6, 5).transpose(0, 2)[1:4])  # noqa: E731
+    pg, feeds = prims_of(fn, torch.randn(120))
+    v = simplify_graph(vertical(pg))
+    assert ops(v) == ["Exp"] and len(pg.prims) >= 3
+    same_values(pg, v, feeds)
+
+
+def test_concat_composes_into_elementwise_readers():
+    fn = lambda a, b: torch.cat([a, b], 1) * 2.0  # noqa: E731
+    pg, feeds = prims_of(fn, torch.randn(3, 4), torch.randn(3, 5))
+    v = vertical(pg)
+    assert len(v.prims) == 1 and {d.name for d in pg.inputs} <= set(v.prims[0].inputs)
+    same_values(pg, v, feeds)
+
+
+def test_a_contraction_keeps_reading_a_select():
+    """Padding (a select) composed into a convolution would make it no contraction: the pad prim
+    stays; a transpose composes into a matmul's operand and the matmul stays a contraction."""
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1).eval()
+    pg, feeds = prims_of(lambda x: conv(x), torch.randn(1, 2, 5, 5))
+    v = vertical(pg)
+    assert any(classify(p) is Category.layout for p in v.prims)
+    assert sum(classify(p) is Category.contraction for p in v.prims) == 1
+    same_values(pg, v, feeds)
+    pg, feeds = prims_of(lambda x, w: x.transpose(0, 1) @ w, torch.randn(6, 4), torch.randn(6, 5))
+    v = vertical(pg)
+    assert [classify(p) for p in v.prims] == [Category.contraction]
+    same_values(pg, v, feeds)
+
+
+def test_graph_outputs_and_opaque_readers_keep_their_layouts():
+    """A layout that is a graph output stays (its readers still read through it, composed); an
+    opaque prim (TopK) reads tensors, so the layout feeding it stays."""
+    fn = lambda x: (x.transpose(0, 1), x.transpose(0, 1) + 1.0)  # noqa: E731
+    pg, feeds = prims_of(fn, torch.randn(3, 4))
+    v = vertical(pg)
+    assert "Transpose" in ops(v) and len(v.prims) == 2
+    same_values(pg, v, feeds)
+    pg, feeds = prims_of(lambda x: torch.topk(x.transpose(0, 1), 2).values, torch.randn(5, 4))
+    v = vertical(pg)
+    assert "Transpose" in ops(v)
+    same_values(pg, v, feeds)
+
+
+def test_vertical_leaves_a_graph_without_layouts_alone():
+    pg, _ = prims_of(lambda x: torch.relu(x) + 1.0, torch.randn(4))
+    assert vertical(pg) is pg
+
+
+# ---------------------------------------------------------------- horizontal
+
+class QKV(torch.nn.Module):
+    def __init__(self, d=32, kv=None):
+        super().__init__()
+        kv = kv or d
+        self.q, self.k, self.v = torch.nn.Linear(d, d), torch.nn.Linear(d, kv), torch.nn.Linear(d, kv)
+
+    def forward(self, x):
+        return self.q(x), self.k(x) * 2.0, torch.relu(self.v(x))
+
+
+@pytest.mark.parametrize("kv", [32, 16], ids=["mha", "gqa"])
+def test_projections_sharing_an_input_are_merged(kv):
+    """Q, K, V projections (K and V narrower under grouped-query attention) become one contraction
+    over the weights concatenated at compile time, each projection a slice of it; the old weights
+    are dropped and the values are exactly the same."""
+    model = QKV(kv=kv).eval()
+    pg, feeds = prims_of(model, torch.randn(2, 5, 32))
+    h = horizontal(pg)
+    conts = [p for p in h.prims if classify(p) is Category.contraction]
+    assert len(conts) == 1 and conts[0].out.shape == (2, 5, 32 + 2 * kv)
+    cat = next(c for c in h.constants if c.name in conts[0].inputs)
+    olds = [c for c in pg.constants if c.name not in {x.name for x in h.constants}]
+    assert len(olds) == 3 and cat.data.shape[-1] == 32 + 2 * kv
+    assert torch.equal(cat.data, torch.cat([c.data for c in olds], dim=-1))
+    same_values(pg, h, feeds)
+    v = simplify_graph(vertical(h))            # the slices vanish into their readers
+    assert not any(p.origin.op == "MatMul" and classify(p) is Category.layout for p in v.prims)
+    same_values(pg, v, feeds)
+
+
+def test_contractions_that_are_no_siblings_are_left_alone():
+    """Different activations, a weight that is an input (not a constant), or a different index map
+    on the shared input: nothing to merge."""
+    w1, w2 = torch.randn(8, 6), torch.randn(8, 6)
+    for fn, args in [(lambda a, b: (a @ w1, b @ w2), (torch.randn(3, 8), torch.randn(3, 8))),
+                     (lambda a, u, v: (a @ u, a @ v), (torch.randn(3, 8), torch.randn(8, 6), torch.randn(8, 6))),
+                     (lambda a: (a @ w1, a.flip(0) @ w2), (torch.randn(8, 8),))]:
+        pg, _ = prims_of(fn, *args)
+        assert horizontal(pg) is pg
+
+
+def test_the_planner_keeps_the_merge_when_it_is_cheaper():
+    """For a BERT layer planned for h100 the merged Q/K/V projection plans cheaper, so the
+    compiled graph has it, and it computes what the model does."""
+    from tilefuse import zoo
+    model, sets = zoo.build("bert", "tiny")
+    imported = import_torch(model, sets[0])
+    pg = simplify_graph(vertical(fold_constants(simplify_graph(fission(imported.graph)))))
+    chosen, plans, _ = choose_graph(pg, H100, time_limit=5.0)
+    assert chosen is not pg and any(p.name.endswith(".h") for p in chosen.prims)
+    cm = tilefuse.compile(model, sets[0], target="h100", backend="reference")
+    assert any(p.name.endswith(".h") for p in cm.primgraph.prims)
+    assert cm.report.est_total_us == pytest.approx(plans["optimal"].cost * 1e6, abs=1e-3)
+    feeds = dict(zip([d.name for d in pg.inputs], imported.flatten_inputs(sets[0], {})))
+    for x, y in zip(run_reference(pg, feeds), run_reference(chosen, feeds)):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+def test_choose_graph_without_siblings_plans_once():
+    pg, _ = prims_of(lambda x: F.gelu(x @ torch.ones(4, 4)), torch.randn(2, 4))
+    chosen, plans, _ = choose_graph(pg, H100, time_limit=2.0)
+    assert chosen is pg and plans["optimal"].kernels

@@ -1,0 +1,158 @@
+"""A contraction as the anchor of a kernel (Hidet §2.5): what the gemm and chain families share.
+
+The members a contraction reads through (its prologue) are inlined into its body, which splits
+into the two operand expressions of a matrix product (``split_operands``); 16-bit operands widened
+to fp32 only for the product run as 16-bit dot operands with fp32 accumulation, which is exact
+(``dot_operands``).  The members that read the contraction (its epilogue) are inlined at the
+accumulator's coordinates, and each output is stored through the inverse of the map it reads the
+accumulator by (``epilogue_store``: the attention heads' transpose becomes a store order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..analysis.index import linear_form
+from ..analysis.inline import Inliner
+from ..ir.dtypes import DType
+from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
+
+HALF = (DType.float16, DType.bfloat16)
+
+
+@dataclass(frozen=True)
+class AccStore:
+    """An output of an anchored kernel, stored from the accumulator's coordinates."""
+    tensor: str
+    index: tuple[Expr, ...]       # over the accumulator's variables
+    value: Expr                   # over them; the contraction read as Load(acc slot, ())
+
+
+def upstream(c, members) -> set[str]:
+    """Members the contraction reads through (transitively)."""
+    seen: set[str] = set()
+    stack = [c]
+    while stack:
+        for n in stack.pop().inputs:
+            if n in members and n not in seen:
+                seen.add(n)
+                stack.append(members[n])
+    return seen
+
+
+def downstream(c, members) -> set[str]:
+    """Members that read the contraction (transitively)."""
+    down = {c.name}
+    for p in members.values():           # members are in topological order
+        if any(n in down for n in p.inputs):
+            down.add(p.name)
+    return down - {c.name}
+
+
+def split_operands(body: Expr, a_vars: set, b_vars: set, m: set, n: set) -> tuple[Expr, Expr] | None:
+    """Split the contraction's body (a product, perhaps rounded per product: the dot rounds its
+    sum once instead) into the A and B operand expressions: factors reading M go to A, factors
+    reading N to B; a factor reading neither (a scale, a K-only vector, or the second operand of a
+    contraction without N axes) goes to B when B has none, else to A."""
+    while isinstance(body, Cast):
+        body = body.x
+    facs: list[Expr] = []
+    stack = [body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Binary) and e.op == "mul":
+            stack += [e.b, e.a]
+        else:
+            facs.append(e)
+    a = [f for f in facs if free_vars(f) & m]
+    b = [f for f in facs if free_vars(f) & n and f not in a]
+    rest = [f for f in facs if f not in a and f not in b]
+    if not b:
+        loaded = [f for f in rest if any(isinstance(x, Load) for x in walk(f))]
+        if not loaded:
+            return None
+        b = [loaded[-1]]
+        rest.remove(loaded[-1])
+    a += rest
+    if not a:
+        return None
+    fa, fb = a[0], b[0]
+    for f in a[1:]:
+        fa = binary("mul", fa, f)
+    for f in b[1:]:
+        fb = binary("mul", fb, f)
+    if not (free_vars(fa) <= a_vars and free_vars(fb) <= b_vars):
+        return None
+    return fa, fb
+
+
+def dot_operands(a: Expr, b: Expr, dtype: DType) -> tuple[Expr, Expr, DType]:
+    """(A, B, operand type) of the dot: two 16-bit values of one type widened to fp32 for their
+    product (attention's scores) multiply exactly as 16-bit tensor-core operands accumulating in
+    fp32; otherwise the operands are the contraction's type."""
+    if (dtype is DType.float32 and isinstance(a, Cast) and isinstance(b, Cast) and a.x.dtype in HALF
+            and a.x.dtype is b.x.dtype):
+        return a.x, b.x, a.x.dtype
+    return a, b, dtype
+
+
+def epilogue_store(o, einl: Inliner, acc: int, c, avars, ext) -> AccStore | None:
+    """Output ``o`` of the epilogue, stored at the accumulator's coordinates: where it has the
+    accumulator's shape and reads it at the same position, directly (row reductions allowed);
+    otherwise through the inverse of the map it reads the accumulator by (no reductions)."""
+    dt = c.out.dtype
+    if o.out.shape == c.out.shape:
+        value = einl.value_at(o.name, avars)
+        if acc_reads(value, acc) <= {avars} and not (isinstance(value, Load) and value.tensor > acc):
+            return AccStore(o.name, avars, acc_at(value, acc, avars, dt, {}))
+    ovars = tuple(Var(f"o{j}") for j in range(o.out.rank))
+    value = einl.value_at(o.name, ovars)
+    reads = acc_reads(value, acc)
+    if einl.instances or len(reads) != 1 or o.out.numel != c.out.numel:
+        return None
+    (index,) = reads
+    store = inverse_store(index, ovars, o.out.shape, avars, c.out.shape)
+    if store is None:
+        return None
+    return AccStore(o.name, store, acc_at(value, acc, index, dt, dict(zip(ovars, store))))
+
+
+def acc_reads(value: Expr, acc: int) -> set:
+    """The indices ``value`` reads the accumulator (input slot ``acc``) at."""
+    return {ld.index for ld in walk(value) if isinstance(ld, Load) and ld.tensor == acc}
+
+
+def acc_at(value: Expr, acc: int, index, dtype: DType, mapping) -> Expr:
+    """``value`` with its reads of the accumulator at ``index`` made the Dot's result, and its
+    variables replaced by ``mapping``."""
+    tile = Load(acc, (), dtype)
+    out = transform(value, lambda e: tile if isinstance(e, Load) and e.tensor == acc and e.index == index else None)
+    return substitute(out, mapping)
+
+
+def inverse_store(index, ovars, oshape, avars, ashape) -> tuple[Expr, ...] | None:
+    """The output position of each accumulator element, when the output reads the accumulator at
+    ``index`` (over ``ovars``) and every accumulator dim is a row-major number in some output
+    variables (a permutation and reshape: heads split, merged or transposed), else None."""
+    where: dict[Var, Expr] = {}
+    for e, a, n in zip(index, avars, ashape):
+        lin = linear_form(e)
+        if lin.const != 0:
+            return None
+        stride = 1
+        for atom, coeff in sorted(lin.terms.items(), key=lambda t: t[1]):
+            if atom not in ovars or coeff != stride or atom in where:
+                return None
+            size = oshape[ovars.index(atom)]
+            digit = a if stride == 1 else binary("floordiv", a, stride)
+            where[atom] = digit if stride * size == n else binary("mod", digit, size)
+            stride *= size
+        if stride != n:
+            return None
+    out = []
+    for v, size in zip(ovars, oshape):
+        if v not in where:
+            if size != 1:
+                return None
+            where[v] = Const(0, v.dtype)
+        out.append(where[v])
+    return tuple(out)

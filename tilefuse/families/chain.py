@@ -1,0 +1,479 @@
+"""The chain family (MCFuser): two contractions in one kernel, the intermediate kept on chip.
+
+``E = g(f(A·B))·D``: the first contraction's tile (attention's scores ``Q·Kᵀ``, or a GEMM's output)
+goes through the members between the two contractions, ``f`` (scale, additive or boolean masks,
+causal predicates on the indices, ALiBi-style biases, activations), and, optionally, ``g``, the
+softmax over its N axis, into the second contraction, whose reduction runs over that N axis
+(attention's keys).  One program owns a row tile (and a column tile of the second contraction's N
+when it is split: MCFuser's deep ``nk`` sub-tiling, the scores recomputed per column tile) and
+walks N in chunks; K, the first contraction's reduction, is whole (the A tile loaded once: the
+redundant-access elimination of MCFuser §2.5) or looped inside.
+
+The softmax that fission produces (max, ``exp(x - max)``, sum, divide, and SDPA's guard of a fully
+masked row) is recognized and rewritten to the online softmax (``OnlineSoftmax``): a running max
+and sum per row, the accumulator rescaled by ``exp(old max - new max)`` each chunk and divided by
+the sum at the end; a fully masked row keeps a running max of -inf, and its guard makes it zero,
+as the reference does.  Recognition is structural: the second contraction's operand must be
+``exp(score - max) × G`` with ``G`` row-only (``1/sum``, or the guard's select of it), the max must
+reduce ``score`` and the sum ``exp(score - max)``.  Any other reduction between the contractions
+rejects the group.
+
+Prologues of the three operands (bias adds, head transposes, rotary embeddings, grouped-query
+heads' broadcasts) are inlined into their loads, and the second contraction's epilogue is stored
+through the inverse of its index map (``families/anchor.py``), as in the gemm family.
+
+Cost: tensor-core flops of the padded tiles (the scores once per column tile) at the rate the two
+products' tiles sustain (``schedule/search.tile_rate``), the softmax's arithmetic on CUDA cores,
+every operand load site's box per program (``schedule/tiles.py``) through L2, from DRAM once when
+the heads the resident programs work on fit in L2 (``_memory``), the output once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..analysis.classify import Category, contraction_operands
+from ..analysis.inline import Inliner, Instance
+from ..cost.model import OP_WEIGHT, Resources, Work, estimate, expr_flops, occupancy
+from ..cost.target import Target
+from ..ir.dtypes import DType
+from ..ir.expr import Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
+    transform, walk
+from ..schedule import tiling
+from ..schedule.search import GemmShape, GemmTile, tile_rate
+from ..schedule.tiling import ChainShape
+from ..schedule.tiles import load_sites, site_elems, tile_box
+from .anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
+from .base import Built, Family, Group, Schedule
+
+DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
+TOP_K = 3
+MAX_EXPR_NODES = 4000
+# Per score, the online softmax's own arithmetic: row max, subtract, exp (SFU: 4), row sum.
+ONLINE_FLOPS = 1 + 1 + OP_WEIGHT["exp"] + 1
+RANKED = 8                 # tiles of the cached ranking costed with a group's own prologue/epilogue
+WARPS = (4, 8)
+STAGES = (1, 2, 3)
+BASE_REGS = 48
+
+
+@dataclass(frozen=True)
+class OnlineSoftmax:
+    """The softmax between the contractions, as the online rewrite needs it: the second
+    contraction's operand is ``exp_term × coeff``; ``exp_term = exp(score - max)``."""
+    score: Expr          # over the tile: the first contraction read as Load(S, ())
+    exp_term: Expr       # exp(score - Load(max slot)), as written in the operand
+    coeff: Expr          # row-only: reads Load(max slot) and Load(sum slot)
+    max_slot: int
+    sum_slot: int
+
+
+@dataclass(frozen=True)
+class ChainBody:
+    """What a chain kernel computes, before tile sizes are chosen."""
+    group: Group
+    first: str                           # the first contraction (its N axis is the second's K)
+    second: str
+    inputs: tuple[str, ...]              # kernel input slots
+    avars: tuple[Var, ...]               # the second contraction's output variables
+    bvars: tuple[Var, ...]               # batch (one program per position)
+    mvars: tuple[Var, ...]               # rows of both contractions
+    nvars: tuple[Var, ...]               # the first's columns, the second's reduction (keys)
+    kvars: tuple[Var, ...]               # the first's reduction (a head dim)
+    hvars: tuple[Var, ...]               # the second's columns (the value head dim)
+    ext: dict                            # Var -> extent
+    a: Expr                              # over b, m, k
+    b: Expr                              # over b, k, n
+    d: Expr                              # over b, n, h
+    p: Expr                              # the second's operand over b, m, n: reads the first's tile as
+                                         # Load(S, ()) and the softmax's instances (when ``softmax``)
+    softmax: OnlineSoftmax | None
+    in1: DType                           # the first dot's operand type
+    s_dtype: DType                       # the first contraction's type (its tile is rounded to it)
+    in2: DType                           # the second dot's operand type
+    c_dtype: DType                       # the second contraction's type
+    instances: tuple[Instance, ...]      # the softmax's max and sum (bodies over the tile)
+    stores: tuple[AccStore, ...]         # read the second contraction as Load(S, ()) (its own slot)
+
+    @property
+    def slot(self) -> int:
+        """The slot the first contraction's tile (and, in the stores, the second's value) is read from."""
+        return len(self.inputs)
+
+    def extent(self, vs) -> int:
+        return math.prod(self.ext[v] for v in vs)
+
+
+@dataclass(frozen=True)
+class ChainTile:
+    bm: int
+    bn: int
+    bk: int                              # >= K: K whole (one chunk)
+    bh: int                              # >= H: H whole in the program
+    warps: int
+    stages: int
+
+    def key(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages)
+
+    def __str__(self) -> str:
+        return f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
+
+
+@dataclass(frozen=True)
+class ChainSchedule(Schedule):
+    body: ChainBody
+    tile: ChainTile
+
+    def tile_key(self) -> tuple:
+        return self.tile.key()
+
+
+class ChainFamily(Family):
+    name = "chain"
+
+    def schedules(self, group: Group, target: Target) -> list[ChainSchedule]:
+        if group.categories.count(Category.contraction) != 2 or Category.opaque in group.categories:
+            return []
+        body = chain_body(group)
+        if body is None:
+            return []
+        return _best([_schedule(body, t, target) for t in ranked_tiles(body, target)[:RANKED]], target)[:TOP_K]
+
+    def build(self, schedule: ChainSchedule, name: str) -> Built:
+        from ..codegen.chain import chain_kernel
+        from ..codegen.triton import compile_kernel
+        b = schedule.body
+        run, source = compile_kernel(chain_kernel(schedule, name))
+        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
+
+
+# ---------------------------------------------------------------- the body
+
+def chain_body(group: Group) -> ChainBody | None:
+    """The group as a chain of two contractions (see the module docstring), or None."""
+    members = group.members
+    conts = [p for p, cat in zip(group.prims, group.categories) if cat is Category.contraction]
+    if len(conts) != 2:
+        return None
+    c1, c2 = conts
+    if c1.name not in upstream(c2, members):
+        return None
+    if any(c.out.dtype not in DOT_DTYPES or c.out.numel == 0 for c in (c1, c2)):
+        return None
+    ops1, ops2 = contraction_operands(c1), contraction_operands(c2)
+    if ops1 is None or ops2 is None or not ops2[1] or not ops2[2]:
+        return None
+    after = downstream(c2, members)
+    between = downstream(c1, members) & upstream(c2, members)
+    pro1 = upstream(c1, members)
+    # the scores and what the first contraction reads stay on chip: only the second contraction
+    # and its epilogue are written; reductions only between the contractions (the softmax)
+    if any(o != c2.name and o not in after for o in group.outputs):
+        return None
+    if any(p.reduce is not None and p.name not in between for p in group.prims if p not in (c1, c2)):
+        return None
+    nin = len(group.inputs)
+    avars = tuple(Var(f"a{j}") for j in range(c2.out.rank))
+    nvars = tuple(Var(f"n{j}") for j in range(len(c2.reduce.axes)))
+    pos = {v: j for j, v in enumerate(c2.axes)}
+    bvars, mvars, hvars = (tuple(avars[pos[v]] for v in vs) for vs in ops2)
+    ext = dict(zip(avars, c2.out.shape)) | dict(zip(nvars, c2.reduce.extents))
+
+    # the second contraction's operands, the first read as an input slot (the score tile)
+    inl = Inliner({p.name: p for p in group.prims if p not in (c1, c2) and p.name not in after},
+                  group.inputs + (c1.name,))
+    body2 = inl.resolve(c2, dict(zip(c2.axes, avars)) | dict(zip(c2.reduce.axes, nvars)))
+    bs, ms, ns, hs = set(bvars), set(mvars), set(nvars), set(hvars)
+    operands = split_operands(body2, bs | ms | ns, bs | ns | hs, ms, hs)
+    if operands is None:
+        return None
+    p, d = operands
+    instances = [_keyed(i, nvars, bs | ms) for i in inl.instances]
+    if any(i is None for i in instances) or _reads(d, nin) or any(_reads(d, i.slot) for i in instances):
+        return None
+    # where the score tile is read: one index, a permutation of the first contraction's axes
+    reads = {ld.index for e in [p] + [i.body for i in instances] for ld in walk(e)
+             if isinstance(ld, Load) and ld.tensor == nin}
+    if len(reads) != 1:
+        return None
+    (sidx,) = reads
+    if not all(isinstance(v, Var) for v in sidx) or len(set(sidx)) != len(sidx):
+        return None
+    cmap = dict(zip(c1.axes, sidx))
+    ones = {v for v, n in ext.items() if n == 1}     # always 0: whichever role they take
+    b1, m1, n1 = ({cmap[v] for v in vs} - ones for vs in ops1)
+    if m1 != ms - ones or n1 != ns - ones or not b1 <= bs or tuple(cmap[v] for v in ops1[2]
+                                                                 if cmap[v] not in ones) != tuple(
+                                                                     v for v in nvars if v not in ones):
+        return None
+    s_dtype = c1.out.dtype
+    tile = Load(nin, (), s_dtype)
+    on_tile = lambda e: transform(e, lambda n: tile if isinstance(n, Load) and n.tensor == nin else None)  # noqa: E731
+    p = on_tile(p)
+    instances = tuple(Instance(i.slot, i.prim, i.index, on_tile(i.body), nvars, i.rext, i.combiner, i.dtype)
+                      for i in instances)
+
+    # the first contraction's operands
+    kvars = tuple(Var(f"k{j}") for j in range(len(c1.reduce.axes)))
+    ext |= dict(zip(kvars, c1.reduce.extents))
+    inl1 = Inliner({n: members[n] for n in pro1}, group.inputs)
+    body1 = inl1.resolve(c1, cmap | dict(zip(c1.reduce.axes, kvars)))
+    if inl1.instances or any(n in group.outputs for n in pro1):
+        return None
+    ks = set(kvars)
+    ab = split_operands(body1, bs | ms | ks, bs | ks | ns, ms, ns)
+    if ab is None:
+        return None
+    a, b, in1 = dot_operands(*ab, s_dtype)
+
+    softmax = None
+    if instances:
+        softmax = _online_softmax(p, instances, nvars)
+        if softmax is None:
+            return None
+    # the second dot multiplies the probabilities in the values' 16-bit type (FlashAttention's
+    # choice: p in [0, 1] rounded once) when the values are 16-bit widened for the product
+    in2 = d.x.dtype if isinstance(d, Cast) and d.x.dtype in HALF else d.dtype
+    if isinstance(d, Cast) and d.x.dtype in HALF:
+        d = d.x
+    if in2 not in DOT_DTYPES:
+        return None
+
+    # the epilogue: every output at the second contraction's coordinates
+    # (it may recompute members that need neither contraction, not read the scores' chain)
+    onchip = between | {c1.name}
+    if any(n in onchip for q in group.prims if q.name in after for n in q.inputs):
+        return None
+    einl = Inliner({q.name: q for q in group.prims if q not in (c1, c2) and q.name not in onchip},
+                   group.inputs + (c2.name,))
+    stores: list[AccStore] = []
+    for o in group.outputs:
+        if o == c2.name:
+            stores.append(AccStore(o, avars, Load(nin, (), c2.out.dtype)))
+            continue
+        st = epilogue_store(members[o], einl, nin, c2, avars, ext)
+        if st is None:
+            return None
+        stores.append(st)
+    if einl.instances:
+        return None
+    size = sum(1 for e in [a, b, d, p] + [st.value for st in stores] for _ in walk(e))
+    if size > MAX_EXPR_NODES:
+        return None
+    return ChainBody(group, c1.name, c2.name, group.inputs, avars, bvars, mvars, nvars, kvars, hvars, ext,
+                     a, b, d, p, softmax, in1, s_dtype, in2, c2.out.dtype, instances, tuple(stores))
+
+
+def _reads(e: Expr, slot: int) -> bool:
+    return any(isinstance(n, Load) and n.tensor == slot for n in walk(e))
+
+
+def _keyed(inst: Instance, nvars, rows: set) -> Instance | None:
+    """An instance reducing over the keys for one row (its index over batch and row variables),
+    with its reduced variables renamed to the keys'."""
+    if len(inst.rvars) != len(nvars) or any(free_vars(e) - rows for e in inst.index):
+        return None
+    body = substitute(inst.body, dict(zip(inst.rvars, nvars)))
+    return Instance(inst.slot, inst.prim, inst.index, body, nvars, inst.rext, inst.combiner, inst.dtype)
+
+
+def _strip(e: Expr) -> Expr:
+    while isinstance(e, Cast):
+        e = e.x
+    return e
+
+
+def _online_softmax(p: Expr, instances, nvars) -> OnlineSoftmax | None:
+    """The softmax of the module docstring, or None."""
+    if len(instances) != 2:
+        return None
+    mx, sm = instances
+    if mx.combiner != "max" or sm.combiner != "sum":
+        return None
+    top = Load(mx.slot, (), mx.dtype)
+    exps = {e for e in walk(p) if isinstance(e, Unary) and e.op == "exp" and _minus(e.x, top)}
+    if len(exps) != 1:
+        return None
+    (term,) = exps
+    score = term.x.a
+    if _strip(mx.body) is not _strip(score) or _strip(sm.body) is not _strip(term):
+        return None
+    mark = Load(-1, (), term.dtype)
+    coeff = _coefficient(transform(p, lambda n: mark if n is term else None), mark)
+    if coeff is None or free_vars(coeff) & set(nvars) or _reads(coeff, -1):
+        return None
+    if any(isinstance(n, Load) and n.index for n in walk(coeff)):
+        return None      # row-only means the reductions' values and constants only
+    return OnlineSoftmax(score, term, coeff, mx.slot, sm.slot)
+
+
+def _minus(e: Expr, top: Expr) -> bool:
+    return getattr(e, "op", None) == "sub" and _strip(e.b) is top
+
+
+def _coefficient(e: Expr, t: Expr) -> Expr | None:
+    """``c`` with ``e = c · t`` (``t`` occurring linearly: through products and quotients by
+    expressions free of it, negation, casts, and selects on conditions free of it whose other
+    branch is zero), else None."""
+    def has(x: Expr) -> bool:
+        return any(n is t for n in walk(x))
+
+    def zero(x: Expr) -> bool:
+        return isinstance(_strip(x), Const) and _strip(x).value == 0
+
+    if e is t:
+        return Const(1.0, t.dtype)
+    if isinstance(e, Cast):
+        return _coefficient(e.x, t)
+    if isinstance(e, Unary) and e.op == "neg":
+        c = _coefficient(e.x, t)
+        return None if c is None else binary("sub", Const(0.0, c.dtype), c)
+    if isinstance(e, Select):
+        if has(e.cond):
+            return None
+        ca = _coefficient(e.a, t) if has(e.a) else (Const(0.0, t.dtype) if zero(e.a) else None)
+        cb = _coefficient(e.b, t) if has(e.b) else (Const(0.0, t.dtype) if zero(e.b) else None)
+        return None if ca is None or cb is None else select(e.cond, ca, cast(cb, ca.dtype))
+    if getattr(e, "op", None) in ("mul", "div"):
+        if e.op == "mul" and has(e.b) and not has(e.a):
+            c = _coefficient(e.b, t)
+            return None if c is None else binary("mul", cast(e.a, c.dtype), c)
+        if has(e.a) and not has(e.b):
+            c = _coefficient(e.a, t)
+            return None if c is None else binary(e.op, c, cast(e.b, c.dtype))
+    return None
+
+
+# ---------------------------------------------------------------- tiles and cost
+
+def chain_shape(b: ChainBody) -> ChainShape:
+    return ChainShape(*(b.extent(vs) for vs in (b.bvars, b.mvars, b.nvars, b.kvars, b.hvars)),
+                      max(b.in1.itemsize, b.in2.itemsize))
+
+
+def chain_tiles(b: ChainBody, target: Target) -> list[ChainTile]:
+    """MCFuser's space for the Triton template (``schedule/tiling.chain_tiles``: the ``nk``
+    sub-tiling, power-of-two tiles within Rules 3 and 4) × warps × pipeline stages."""
+    return [ChainTile(t.bm, t.bn, t.bk, t.bh, w, st) for t in tiling.chain_tiles(chain_shape(b), target)
+            for w in WARPS for st in STAGES]
+
+
+_RANKED: dict[tuple, tuple[Target, tuple[ChainTile, ...]]] = {}
+
+
+def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
+    """Every tile of the space, fastest first as the cost model times it on this body; cached per
+    chain shape, operand types, softmax and target (a group's other members change its
+    prologue's and epilogue's traffic, not the ranking of the tiles)."""
+    key = (chain_shape(b), b.in1, b.in2, b.softmax is not None, target.name, id(target))
+    got = _RANKED.get(key)
+    if got is None:
+        got = _RANKED[key] = (target, tuple(s.tile for s in _best([_schedule(b, t, target)
+                                                                     for t in chain_tiles(b, target)], target)))
+    return got[1]
+
+
+def _best(scheds: list["ChainSchedule"], target: Target) -> list["ChainSchedule"]:
+    """Feasible schedules, fastest first; ties go to K whole, fewer column tiles, larger tiles,
+    fewer warps and stages."""
+    scored = []
+    for s in scheds:
+        sec = estimate(s.work, target).seconds
+        t = s.tile
+        if math.isfinite(sec):
+            kc, ht = -(-s.body.extent(s.body.kvars) // t.bk), -(-s.body.extent(s.body.hvars) // t.bh)
+            scored.append(((sec, kc, ht, -t.bm * t.bn, t.warps, t.stages), s))
+    scored.sort(key=lambda kv: kv[0])
+    return [s for _, s in scored]
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def tile_resources(b: ChainBody, t: ChainTile, target: Target) -> Resources:
+    """Registers: the fp32 accumulator (BM × BH), the score tile and its probabilities (BM × BN),
+    the A tile when K is whole; shared memory: the pipelined B and D chunks and the A tile."""
+    threads = t.warps * target.warp_size
+    regs = BASE_REGS + -(-t.bm * t.bh // threads) + 2 * -(-t.bm * t.bn // threads)
+    item1, item2 = max(b.in1.itemsize, 1), max(b.in2.itemsize, 1)
+    smem = max(t.stages, 1) * (min(t.bk, _pow2(b.extent(b.kvars))) * t.bn * item1 + t.bn * t.bh * item2)
+    smem += t.bm * min(t.bk, _pow2(b.extent(b.kvars))) * item1
+    return Resources(t.warps, regs, smem)
+
+
+def _schedule(b: ChainBody, t: ChainTile, target: Target) -> ChainSchedule:
+    """The work of one tile (module docstring)."""
+    g = b.group
+    batch, m, n, k, h = (b.extent(vs) for vs in (b.bvars, b.mvars, b.nvars, b.kvars, b.hvars))
+    mt, ht, nt = -(-m // t.bm), -(-h // t.bh), -(-n // t.bn)
+    kc = -(-k // t.bk)
+    programs = batch * mt * ht
+    kpad = kc * t.bk
+    flops1 = 2 * programs * nt * t.bm * t.bn * kpad
+    flops2 = 2 * programs * nt * t.bm * t.bn * t.bh
+    rate1 = tile_rate(GemmTile(t.bm, t.bn, t.bk, t.warps, max(t.stages, 2)), GemmShape(batch, m, n, k, b.in1), target)
+    rate2 = tile_rate(GemmTile(t.bm, t.bh, t.bn, t.warps, max(t.stages, 2)), GemmShape(batch, m, h, n, b.in2), target)
+    cuda = target.peak(DType.float32, False)
+    # the score tile's arithmetic on CUDA cores, once per column tile: the scale and masks, and,
+    # online, the chunk's max, ``exp(score - max)`` and its sum (what the kernel computes per
+    # score; the division by the sum happens once per output row)
+    middle = expr_flops(b.softmax.score) + ONLINE_FLOPS if b.softmax else expr_flops(b.p)
+    flops_mid = programs * nt * t.bm * t.bn * middle
+    seconds = flops1 / rate1 + flops2 / rate2 + flops_mid / cuda
+    rate = (flops1 + flops2) / seconds if seconds else rate1
+    flops = flops1 + flops2 + flops_mid * rate / cuda
+    # traffic: each load site's box over one program's tile, loops included
+    full = {v: (0, n_ - 1) for v, n_ in b.ext.items()}
+    rows = {v: (0, n_ - 1) for v, n_ in tile_box(b.mvars, [b.ext[v] for v in b.mvars], t.bm).items()}
+    cols = {v: (0, n_ - 1) for v, n_ in tile_box(b.hvars, [b.ext[v] for v in b.hvars], t.bh).items()}
+    batch1 = {v: (0, 0) for v in b.bvars}
+    keys = {v: full[v] for v in b.nvars}
+    ks_ = {v: full[v] for v in b.kvars}
+    types = [g.types[x] for x in b.inputs]
+    per_input = [0.0] * len(b.inputs)
+    reps_a = nt if kc > 1 else 1          # K looped inside the N loop: A reloaded per key chunk
+    for exprs, ranges, reps in (([b.a], batch1 | rows | ks_, reps_a), ([b.b], batch1 | ks_ | keys, 1),
+                                ([b.p] + [i.body for i in b.instances], batch1 | rows | keys, 1),
+                                ([b.d], batch1 | keys | cols, 1)):
+        for site in load_sites(exprs, len(b.inputs)):
+            tt = types[site.load.tensor]
+            per_input[site.load.tensor] += reps * site_elems(site, ranges, tt, target, full) * tt.dtype.itemsize
+    res = tile_resources(b, t, target)
+    concurrent = min(programs, target.sm_count * max(1, occupancy(res, target)))
+    dram, l2 = _memory(b, per_input, programs, concurrent, mt * ht, types, target)
+    stores = sum(g.types[st.tensor].nbytes for st in b.stores)
+    item1, item2 = b.in1.itemsize, b.in2.itemsize
+    inflight = max(t.stages - 1, 1) * (min(t.bk, kpad) * t.bn * item1 + t.bn * t.bh * item2)
+    requested = sum(per_input) * programs + stores
+    work = Work(programs, dram + stores, l2 + stores, flops, rate, inflight, res, nt * kc, requested)
+    return ChainSchedule("chain", g, programs, work, b, t)
+
+
+def _memory(b: ChainBody, per_input, programs: int, concurrent: int, per_batch: int, types,
+            target: Target) -> tuple[float, float]:
+    """(DRAM, L2) bytes of the loads.  Programs run batch position by batch position (the batch
+    is the slowest program-id dimension), so the ``concurrent`` resident programs cover
+    ceil(concurrent / per_batch) positions: the keys and values of those heads (a tensor's share
+    of its batch positions; all of a tensor not indexed by the batch) are what the programs
+    re-read.  If the shares of every input fit in half of L2 they come from DRAM once, else every
+    request is DRAM traffic."""
+    batch = b.extent(b.bvars)
+    window = min(1.0, -(-concurrent // max(per_batch, 1)) / max(batch, 1))
+    bset = set(b.bvars)
+    by_batch = set()
+    for e in [b.a, b.b, b.d, b.p] + [i.body for i in b.instances]:
+        for ld in walk(e):
+            if isinstance(ld, Load) and ld.tensor < len(b.inputs) and any(free_vars(i) & bset for i in ld.index):
+                by_batch.add(ld.tensor)
+    requested = [r * programs for r in per_input]
+    footprint = sum(t.nbytes * (window if k in by_batch else 1.0) for k, t in enumerate(types) if per_input[k])
+    if footprint <= target.l2_bytes // 2:
+        dram = sum(min(r, t.nbytes) for r, t in zip(requested, types))
+    else:
+        dram = sum(requested)
+    return dram, sum(requested)
+
+
+__all__ = ["ChainFamily", "ChainSchedule", "ChainBody", "ChainTile", "chain_body"]
