@@ -83,11 +83,30 @@ def test_attention_boolean_mask_with_fully_masked_rows():
     forced(fn, tile(), q, k, v, keep, tol=TOL, family="chain")     # NaN would not compare equal to 0
 
 
-def test_causal_attention_from_the_index_predicate():
-    """is_causal: the mask is an index predicate (query l sees keys s <= l); no mask tensor is read."""
-    q, k, v = qkv(lq=24, lk=24)
+@pytest.mark.parametrize("lq,lk", [(40, 40), (20, 40), (40, 24)])
+def test_causal_attention_from_the_index_predicate(lq, lk):
+    """is_causal: the mask is an index predicate (query l sees keys s <= l); no mask tensor is
+    read, and each row tile's key loop stops after its last row (rows past the keys, or keys
+    past the rows, in the ragged cases)."""
+    q, k, v = qkv(lq=lq, lk=lk)
     built, body = forced(sdpa(is_causal=True), tile(), q, k, v, tol=TOL, family="chain")
-    assert len(body.inputs) == 3
+    assert len(body.inputs) == 3 and body.causal == 0
+    assert f"range(0, tl.minimum({lk}, (tl.program_id(0) + 1) * BLOCK_M + 0), BLOCK_N)" in built.source
+
+
+def test_causal_attention_is_modelled_at_about_half_the_work():
+    """The key loops of a causal plan walk half the keys on average: about half the flops and
+    key/value traffic of the same attention without the mask."""
+    from tilefuse.families.chain import _schedule
+    from gemm_eval import H100
+    q, k, v = qkv(b=1, h=8, lq=1024, lk=1024, e=64, dtype=torch.float16)
+    works = []
+    for causal in (False, True):
+        cm = compile_h100(sdpa(is_causal=causal), q, k, v)
+        b = chain_body(whole(cm.primgraph))
+        works.append(_schedule(b, tile(64, 64, 64, 64), H100).work)
+    full, half = works
+    assert 0.45 < half.flops / full.flops < 0.6 and half.l2_bytes < 0.75 * full.l2_bytes
 
 
 def test_grouped_query_attention_reads_shared_kv_heads():

@@ -99,4 +99,5 @@ def chain_kernel(s, name: str) -> Kernel:
                 f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
                 f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), tuple(axes),
-                  (Loop("n", body, state),) + stores, t.warps, t.stages, comments)
+                  (Loop("n", body, state, None if b.causal is None else ("m", b.causal)),) + stores, t.warps,
+                  t.stages, comments)

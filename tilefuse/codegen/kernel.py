@@ -124,6 +124,8 @@ class Loop:
     axis: str
     body: tuple["Stmt", ...]
     state: tuple[State, ...] = ()
+    stop: tuple[str, int] | None = None    # (axis, k): stop after the position k past the last of
+                                           # this program's tile of that axis (a causal key loop)
 
 
 @dataclass(frozen=True)

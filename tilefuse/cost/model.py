@@ -168,23 +168,37 @@ def _rate(bandwidth: float, latency: float, inflight: float) -> float:
     return max(min(bandwidth, inflight / latency), 1.0)
 
 
-def coalesced_elems(sub: tuple[int, ...], full: tuple[int, ...], elem_bytes: int, target: Target) -> float:
+def coalesced_elems(sub: tuple[int, ...], full: tuple[int, ...], elem_bytes: int, target: Target,
+                    start: int = 0) -> float:
     """Elements actually transferred to read a sub-box of a row-major tensor (Welder's rule).
 
     A transaction moves ``transaction_bytes``; the contiguous run of a box is the product of its
     trailing dims while they equal the tensor's, times the first dim that differs.  Each run takes
     whole transactions: runs shorter than a transaction, and a run's last partial one, waste the
-    rest of it.
+    rest of it.  A run need not start on a transaction boundary: the box starts at element
+    ``start`` of the tensor and the next run a row stride further, so when those offsets are not
+    multiples of a transaction a run straddles one more on average (a row of 17 floats; a slice
+    at +4 elements); the expected count over the runs' starting offsets is charged.
     """
     n = 1
     for s in sub:
         n *= s
     if n == 0:
         return 0.0
-    run = 1
-    for s, f in zip(reversed(sub), reversed(full)):
-        run *= s
-        if s != f:
+    run, first = 1, 0
+    for d in range(len(sub) - 1, -1, -1):
+        run *= sub[d]
+        if sub[d] != full[d]:
+            first = d
             break
     per_tx = max(target.transaction_bytes // max(elem_bytes, 1), 1)
-    return n / run * math.ceil(run / per_tx) * per_tx     # whole transactions per contiguous run
+    tx = per_tx * elem_bytes
+    # the runs start at ``start`` plus multiples of the strides of the dims outside the run
+    grain = math.gcd(tx, start * elem_bytes)
+    for d in range(first):
+        if sub[d] > 1:
+            grain = math.gcd(grain, math.prod(full[d + 1:]) * elem_bytes)
+    length = run * elem_bytes
+    offsets = [(start * elem_bytes + k * grain) % tx for k in range(tx // grain)] if grain else [0]
+    per_run = sum(-(-(o + length) // tx) for o in offsets) / len(offsets)
+    return n / run * per_run * per_tx

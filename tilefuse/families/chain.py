@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 
 from ..analysis.classify import Category, contraction_operands
+from ..analysis.index import linear_form
 from ..analysis.inline import Inliner, Instance
 from ..cost.model import OP_WEIGHT, Resources, Work, estimate, expr_flops, occupancy
 from ..cost.target import Target
@@ -94,6 +95,8 @@ class ChainBody:
     c_dtype: DType                       # the second contraction's type
     instances: tuple[Instance, ...]      # the softmax's max and sum (bodies over the tile)
     stores: tuple[AccStore, ...]         # read the second contraction as Load(S, ()) (its own slot)
+    causal: int | None = None            # keys beyond row + causal score -inf (an index predicate):
+                                         # a row tile's key loop stops at its last row + causal
 
     @property
     def slot(self) -> int:
@@ -261,8 +264,55 @@ def chain_body(group: Group) -> ChainBody | None:
     size = sum(1 for e in [a, b, d, p] + [st.value for st in stores] for _ in walk(e))
     if size > MAX_EXPR_NODES:
         return None
+    causal = _causal(softmax.score, mvars, nvars, ext) if softmax else None
     return ChainBody(group, c1.name, c2.name, group.inputs, avars, bvars, mvars, nvars, kvars, hvars, ext,
-                     a, b, d, p, softmax, in1, s_dtype, in2, c2.out.dtype, instances, tuple(stores))
+                     a, b, d, p, softmax, in1, s_dtype, in2, c2.out.dtype, instances, tuple(stores), causal)
+
+
+def _causal(score: Expr, mvars, nvars, ext) -> int | None:
+    """``c`` when the score is -inf wherever key > row + c: the score is a select of -inf on an
+    index comparison of the one varying key and the one varying row variable (is_causal, or a
+    mask built from their positions), perhaps under other such selects (a boolean mask)."""
+    rows, keys = [v for v in mvars if ext[v] > 1], [v for v in nvars if ext[v] > 1]
+    if len(rows) != 1 or len(keys) != 1:
+        return None
+    best = None
+    e = _strip(score)
+    while isinstance(e, Select):
+        if _is_neg_inf(e.b):
+            conds, e = _conjuncts(e.cond), _strip(e.a)
+        else:
+            break
+        for c in conds:
+            bound = _key_bound(c, rows[0], keys[0], ext)
+            if bound is not None:
+                best = bound if best is None else min(best, bound)
+    return best
+
+
+def _is_neg_inf(e: Expr) -> bool:
+    e = _strip(e)
+    return isinstance(e, Const) and e.value == -math.inf
+
+
+def _conjuncts(c: Expr) -> list[Expr]:
+    if getattr(c, "op", None) == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _key_bound(c: Expr, m: Var, n: Var, ext) -> int | None:
+    """``k`` when condition ``c`` implies key n <= row m + k (n - m + const compared with 0)."""
+    op = getattr(c, "op", None)
+    if op not in ("le", "lt", "ge", "gt"):
+        return None
+    lhs, rhs = (c.a, c.b) if op in ("le", "lt") else (c.b, c.a)      # lhs <(=) rhs
+    form = linear_form(binary("sub", lhs, rhs))
+    terms = {v: k for v, k in form.terms.items() if not (isinstance(v, Var) and ext.get(v) == 1)}
+    if terms != {n: 1, m: -1}:
+        return None
+    # n - m + const <= 0 (or < 0): n <= m - const (- 1)
+    return -form.const - (1 if op in ("lt", "gt") else 0)
 
 
 def _reads(e: Expr, slot: int) -> bool:
@@ -411,6 +461,8 @@ def _schedule(b: ChainBody, t: ChainTile, target: Target) -> ChainSchedule:
     kc = -(-k // t.bk)
     programs = batch * mt * ht
     kpad = kc * t.bk
+    if b.causal is not None:      # a row tile's key loop stops after its last row (+ the offset)
+        nt = sum(min(nt, max(0, -(-((i + 1) * t.bm + b.causal) // t.bn))) for i in range(mt)) / mt
     flops1 = 2 * programs * nt * t.bm * t.bn * kpad
     flops2 = 2 * programs * nt * t.bm * t.bn * t.bh
     rate1 = tile_rate(GemmTile(t.bm, t.bn, t.bk, t.warps, max(t.stages, 2)), GemmShape(batch, m, n, k, b.in1), target)
@@ -434,9 +486,10 @@ def _schedule(b: ChainBody, t: ChainTile, target: Target) -> ChainSchedule:
     types = [g.types[x] for x in b.inputs]
     per_input = [0.0] * len(b.inputs)
     reps_a = nt if kc > 1 else 1          # K looped inside the N loop: A reloaded per key chunk
-    for exprs, ranges, reps in (([b.a], batch1 | rows | ks_, reps_a), ([b.b], batch1 | ks_ | keys, 1),
-                                ([b.p] + [i.body for i in b.instances], batch1 | rows | keys, 1),
-                                ([b.d], batch1 | keys | cols, 1)):
+    share = nt / -(-n // t.bn)            # of the keys a program walks (causal: fewer)
+    for exprs, ranges, reps in (([b.a], batch1 | rows | ks_, reps_a), ([b.b], batch1 | ks_ | keys, share),
+                                ([b.p] + [i.body for i in b.instances], batch1 | rows | keys, share),
+                                ([b.d], batch1 | keys | cols, share)):
         for site in load_sites(exprs, len(b.inputs)):
             tt = types[site.load.tensor]
             per_input[site.load.tensor] += reps * site_elems(site, ranges, tt, target, full) * tt.dtype.itemsize
@@ -447,7 +500,7 @@ def _schedule(b: ChainBody, t: ChainTile, target: Target) -> ChainSchedule:
     item1, item2 = b.in1.itemsize, b.in2.itemsize
     inflight = max(t.stages - 1, 1) * (min(t.bk, kpad) * t.bn * item1 + t.bn * t.bh * item2)
     requested = sum(per_input) * programs + stores
-    work = Work(programs, dram + stores, l2 + stores, flops, rate, inflight, res, nt * kc, requested)
+    work = Work(programs, dram + stores, l2 + stores, flops, rate, inflight, res, math.ceil(nt * kc), requested)
     return ChainSchedule("chain", g, programs, work, b, t)
 
 

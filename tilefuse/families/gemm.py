@@ -44,7 +44,7 @@ from ..ir.dtypes import DType
 from ..ir.expr import Cast, Expr, Load, Var, free_vars, substitute, transform, walk
 from ..schedule.search import (GemmShape, GemmTile, core_work, dram_rereads, fixup_work, ranked_tiles,
                                split_reduction)
-from ..schedule.tiles import inside_share, load_sites
+from ..schedule.tiles import inside_share, load_sites, site_elems
 from .anchor import AccStore, acc_at, acc_reads, dot_operands, downstream, epilogue_store, split_operands, upstream
 from .base import Built, Cost, Family, Group, Schedule
 
@@ -356,7 +356,7 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
                      a_panel=_panel_bytes(body.a, body, body.mvars, s.m / -(-s.m // tile.bm)),
                      b_panel=_panel_bytes(body.b, body, body.nvars, s.n / -(-s.n // tile.bn)),
                      rereads=dram_rereads(s, tile, a_in + b_in, target),
-                     extra_dram=_read_bytes(values, body) + _written(stores, g), extra_flops=flops,
+                     extra_dram=_read_bytes(values, body, target) + _written(stores, g), extra_flops=flops,
                      scratch=pre if ph and ph.source < 0 else 0)
     tail = None
     if ph:
@@ -366,7 +366,7 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
                   for v in [st.value for st in late] + [i.body for i in body.instances]]
         groups = s.batch * -(-s.m // tile.bm)
         tail = fixup_work(s, tile, target, read=pre, written=_written(late, g),
-                          inputs=_read_bytes(values, body, per_row_block=groups),
+                          inputs=_read_bytes(values, body, target, per_row_block=groups),
                           flops=(sum(expr_flops(v) for v in values) + len(body.instances)) * elems)
     return GemmSchedule("gemm", g, work.programs, work, body, tile, tail)
 
@@ -398,21 +398,22 @@ def _input_bytes(operand: Expr, g: Group) -> int:
     return sum(g.types[g.inputs[t]].nbytes for t in slots if t < len(g.inputs))
 
 
-def _read_bytes(values, body: GemmBody, per_row_block: int = 0) -> float:
-    """Bytes of the inputs the epilogue ``values`` read, each once; with ``per_row_block``
-    (row blocks), what one row block reads: an input indexed by M rows its share, any other all."""
+def _read_bytes(values, body: GemmBody, target: Target, per_row_block: int = 0) -> float:
+    """Bytes the loads of the epilogue ``values`` move over the accumulator's whole range (each
+    load site's box, coalesced: a bias its N elements, a gathered embedding the rows gathered);
+    with ``per_row_block`` (row blocks), what one row block moves: a load indexed by M rows its
+    share, any other all of its box."""
     g = body.group
-    reads: dict[int, bool] = {}
+    full = {v: (0, n - 1) for v, n in body.ext.items()}
     mset = set(body.mvars)
-    for v in values:
-        for ld in walk(v):
-            if isinstance(ld, Load) and ld.tensor < len(g.inputs):
-                rows = any(free_vars(i) & mset for i in ld.index)
-                reads[ld.tensor] = reads.get(ld.tensor, False) or rows
-    nbytes = lambda t: g.types[g.inputs[t]].nbytes  # noqa: E731
-    if not per_row_block:
-        return sum(nbytes(t) for t in reads)
-    return sum(nbytes(t) / per_row_block if rows else nbytes(t) for t, rows in reads.items())
+    total = 0.0
+    for site in load_sites(values, len(g.inputs)):
+        t = g.types[g.inputs[site.load.tensor]]
+        moved = site_elems(site, full, t, target, full) * t.dtype.itemsize
+        if per_row_block and any(free_vars(i) & mset for i in site.load.index):
+            moved /= per_row_block
+        total += moved
+    return total
 
 
 def _written(stores, g: Group) -> int:

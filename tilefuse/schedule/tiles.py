@@ -69,11 +69,14 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
     charged the in-bounds share of the whole image: programs slide over the whole range, so on
     average that fraction of each box is read."""
     sub = []
-    for (kind, what), n in zip(site.dims, t.shape):
+    start = 0             # the box's first element (its alignment decides how runs straddle sectors)
+    for d, ((kind, what), n) in enumerate(zip(site.dims, t.shape)):
         if kind == "affine":
             # exact extent of an affine map over a box: 1 + sum |c|·(extent - 1), clipped to the dim
             coeffs, const = what
             ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in coeffs.items())
+            lo = const + sum(min(c * ranges[v][0], c * ranges[v][1]) for v, c in coeffs.items())
+            start += min(max(lo, 0), n - 1) * math.prod(t.shape[d + 1:])
             if full is not None:
                 ext = min(ext, n) * inside_share(coeffs, const, full, n)
         elif kind == "data":
@@ -83,7 +86,7 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
             lo, hi = bounds(what, ranges)
             ext = max(min(hi, n - 1) - max(lo, 0) + 1, 0)
         sub.append(max(min(ext, n), 0))
-    return coalesced_elems(tuple(sub), tuple(t.shape), t.dtype.itemsize, target)
+    return coalesced_elems(tuple(sub), tuple(t.shape), t.dtype.itemsize, target, start)
 
 
 def inside_share(coeffs: Mapping[Var, int], const: int, full: Mapping[Var, tuple[int, int]], n: int) -> float:

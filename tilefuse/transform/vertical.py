@@ -1,14 +1,15 @@
 """The vertical transformation (Souffle §6.2): pure layout prims are composed into their
-consumers' index maps, so no reshape, transpose, permute, slice, expand, concat or pad survives
-as a copy between kernels.
+consumers' index maps, so no reshape, transpose, permute, slice, expand, concat, pad or gather
+survives as a copy between kernels.
 
 A prim is a pure layout when its value is a load, or a select among loads and constants on index
 conditions (concat, pad): no arithmetic, no type change.  Each consumer's load of it becomes its
 body at the consumer's index (consumer-first composition: the producer's map applied to the
 consumer's index, the order the notes correct in Souffle's Eq. 2), its loads renumbered into the
 consumer's inputs.  Composition stops where it would change what a consumer is: opaque prims
-read tensors, and a contraction must stay a sum of a product of loads (a select of loads would
-not be), so those keep reading the layout prim, which then stays.  A layout prim nothing reads
+read tensors, and a contraction must stay a sum of a product of plain loads (a select of loads
+would not be; a gather would make its operand a gathered copy), so those keep reading the
+layout prim, which then stays.  A layout prim nothing reads
 any more, and that is no graph output, is dropped.  The composed index expressions are
 simplified afterwards (``transform/simplify.py``).
 """
@@ -72,7 +73,7 @@ def _compose(c: Prim, layouts: dict[str, Prim]) -> Prim:
         if not isinstance(e, Load):
             return None
         lay = layouts.get(c.inputs[e.tensor]) if e.tensor < len(c.inputs) else None
-        if lay is None or (contraction and not isinstance(lay.body, Load)):
+        if lay is None or (contraction and not _plain(lay.body)):
             return None
         own = transform(lay.body, lambda n: Load(slot(lay.inputs[n.tensor]), n.index, n.dtype)
                         if isinstance(n, Load) else None)
@@ -85,6 +86,12 @@ def _compose(c: Prim, layouts: dict[str, Prim]) -> Prim:
     if contraction and classify(q) is not Category.contraction:
         return c
     return q
+
+
+def _plain(e: Expr) -> bool:
+    """A load through an index that loads nothing (no gather): what a contraction's operand may
+    read through and stay a GEMM operand (strided for the library, an affine panel for gemm)."""
+    return isinstance(e, Load) and not any(isinstance(n, Load) for i in e.index for n in walk(i))
 
 
 def _compact(p: Prim) -> Prim:

@@ -368,7 +368,7 @@ class _Printer:
     def statements(self, body) -> None:
         for st in body:
             if isinstance(st, Loop):
-                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state)
+                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop)
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -380,10 +380,11 @@ class _Printer:
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
-    def _loop(self, a: TileAxis, body, state=()) -> None:
+    def _loop(self, a: TileAxis, body, state=(), stop=None) -> None:
         """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
         ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
-        by all the states' next values at once at the end of every iteration."""
+        by all the states' next values at once at the end of every iteration; ``stop`` ends the
+        loop early (``Loop.stop``)."""
         looped = a.looped and a.name not in self.scope.bound
         if not looped and not state:
             body()
@@ -413,7 +414,11 @@ class _Printer:
             inner.lines.append(f"{inner.indent}{', '.join(names)} = {', '.join(v.text for v in nexts)}")
         self.scopes.pop()
         if looped:
-            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.reach}, {a.block_name}):")
+            end = str(a.reach)
+            if stop is not None:
+                p = self.axis_by_name[stop[0]]
+                end = f"tl.minimum({a.reach}, ({self._pid(p)} + 1) * {p.block_name} + {stop[1]})"
+            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {end}, {a.block_name}):")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
             self.results[st.slot] = _Value(name, frozenset(st.axes), outer.depth)
