@@ -140,14 +140,31 @@ def test_projections_sharing_an_input_are_merged(kv):
 
 
 def test_contractions_that_are_no_siblings_are_left_alone():
-    """Different activations, a weight that is an input (not a constant), or a different index map
-    on the shared input: nothing to merge."""
+    """Different activations, or a different index map on the shared input: nothing to merge."""
     w1, w2 = torch.randn(8, 6), torch.randn(8, 6)
     for fn, args in [(lambda a, b: (a @ w1, b @ w2), (torch.randn(3, 8), torch.randn(3, 8))),
-                     (lambda a, u, v: (a @ u, a @ v), (torch.randn(3, 8), torch.randn(8, 6), torch.randn(8, 6))),
                      (lambda a: (a @ w1, a.flip(0) @ w2), (torch.randn(8, 8),))]:
         pg, _ = prims_of(fn, *args)
         assert horizontal(pg) is pg
+
+
+def test_weights_that_are_inputs_are_concatenated_by_a_layout_prim():
+    """Weights that are not constants (graph inputs here) are concatenated by a select over the N
+    ranges, no copy at compile time; the merged contraction reads it, and planned for h100 the
+    select is the gemm kernel's operand load: one launch over both problems."""
+    fn = lambda a, u, v: (torch.relu(a @ u), a @ v)  # noqa: E731
+    args = torch.randn(20, 8), torch.randn(8, 16), torch.randn(8, 32)
+    pg, feeds = prims_of(fn, *args)
+    h = horizontal(pg)
+    cat = next(p for p in h.prims if p.origin.op == "Concat")
+    assert cat.out.shape == (8, 48) and len(h.constants) == len(pg.constants)
+    same_values(pg, h, feeds)
+    cm = tilefuse.compile(fn, args, target="h100", backend="triton")
+    if any(p.origin.op == "Concat" for p in cm.primgraph.prims):     # the planner kept the merge
+        assert len(cm.kernels) == 1 and cm.kernels[0].family == "gemm"
+    from gemm_eval import run_cpu
+    for got, want in zip(run_cpu(cm, *args), fn(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_the_planner_keeps_the_merge_when_it_is_cheaper():

@@ -1,14 +1,17 @@
 """The horizontal transformation (Souffle §6.1): contractions that read one activation the same
-way and multiply it by constant weights become one contraction over the weights concatenated at
-compile time (attention's Q, K and V projections; LLaMA's gate and up projections).
+way become one contraction (attention's Q, K and V projections; LLaMA's gate and up
+projections; several heads of a block).
 
 Siblings are contraction prims with the same body (interned: the same expression in their own
 slots), the same activation input, the same output type but for the extent of their one N axis,
-and a constant weight of one type whose N dim is the only one that differs.  The merged prim
-takes the first sibling's place in the topological order and reads the concatenated weight; each
-sibling becomes a slice of it (a layout prim: ``out[..., n] = merged[..., n + offset]``), which
-the inliner turns into index arithmetic in the slice's consumers, so no copy is made.  Weights no
-other prim reads are dropped.
+and a weight of one type whose N dim is the only one that differs.  The merged prim takes the
+first sibling's place in the topological order.  Constant weights are concatenated at compile
+time (a new constant; weights no other prim reads are dropped).  Other weights (graph inputs,
+computed tensors: an ONNX model whose initializers are inputs) are concatenated by a layout prim,
+a select over the N ranges, which the gemm family reads in its operand loads: one launch over
+several problems, each tile's loads from one weight (the others masked off), no copy.  Each
+sibling becomes a slice of the merged prim (``out[..., n] = merged[..., n + offset]``), which the
+vertical transformation composes into the slice's readers.
 
 One launch instead of several, the activation read once, and a wider grid; what it costs is that
 the siblings' own epilogues (bias adds, head transposes) move into their consumers' operand
@@ -21,19 +24,23 @@ import torch
 
 from ..analysis.classify import Category, classify, contraction_operands
 from ..ir.dtypes import TensorType
-from ..ir.expr import Cast, Load, Var, binary
+from ..ir.expr import Cast, Load, Var, binary, select
 from ..ir.prim import Constant, Origin, Prim, PrimGraph
 
 
 def horizontal(pg: PrimGraph) -> PrimGraph:
     """``pg`` with every set of sibling contractions merged (the same object when there is none)."""
     consts = pg.constant_map
+    made = {p.name: k for k, p in enumerate(pg.prims)}
     sets: dict[tuple, list[tuple[Prim, int, int]]] = {}
     for p in pg.prims:
-        got = _sibling(p, consts)
+        got = _sibling(p, pg.types)
         if got is not None:
             key, wslot, ndim = got
-            sets.setdefault(key, []).append((p, wslot, ndim))
+            siblings = sets.setdefault(key, [])
+            # the merged prim sits at the first sibling: every weight must exist by then
+            if not siblings or made.get(p.inputs[wslot], -1) < made[siblings[0][0].name]:
+                siblings.append((p, wslot, ndim))
     sets = {k: v for k, v in sets.items() if len(v) > 1}
     if not sets:
         return pg
@@ -45,18 +52,21 @@ def horizontal(pg: PrimGraph) -> PrimGraph:
         first, wslot, ndim = members[0]
         axis = _n_axis(first)
         wdim = _weight_dim(first, wslot, axis)
-        weights = [consts[p.inputs[wslot]] for p, _, _ in members]
-        cat = Constant(_fresh("+".join(w.name for w in weights), taken),
-                       torch.cat([w.data for w in weights], dim=wdim))
-        new_consts.append(cat)
+        names = [p.inputs[wslot] for p, _, _ in members]
+        wname = _fresh("+".join(names), taken)
+        if all(n in consts for n in names):
+            new_consts.append(Constant(wname, torch.cat([consts[n].data for n in names], dim=wdim)))
+            before = []
+        else:
+            before = [_concat(wname, names, [pg.types[n] for n in names], wdim, first.origin)]
         shape = list(first.out.shape)
         shape[ndim] = sum(p.out.shape[ndim] for p, _, _ in members)
         name = _fresh(f"{first.name}.h", taken)
-        inputs = tuple(cat.name if j == wslot else n for j, n in enumerate(first.inputs))
+        inputs = tuple(wname if j == wslot else n for j, n in enumerate(first.inputs))
         origin = Origin(first.origin.op, "+".join(p.origin.name for p, _, _ in members), first.origin.location)
         merged = Prim(name, inputs, first.axes, first.body, TensorType(tuple(shape), first.out.dtype),
                       first.reduce, origin)
-        merged_at[first.name] = [merged]
+        merged_at[first.name] = before + [merged]
         offset = 0
         for p, _, _ in members:
             index = tuple(binary("add", v, offset) if k == ndim and offset else v for k, v in enumerate(p.axes))
@@ -71,9 +81,24 @@ def horizontal(pg: PrimGraph) -> PrimGraph:
     return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
 
 
-def _sibling(p: Prim, consts) -> tuple[tuple, int, int] | None:
+def _concat(name: str, parts, types, dim: int, origin: Origin) -> Prim:
+    """The layout prim concatenating tensors ``parts`` along ``dim`` (a select over the ranges)."""
+    shape = list(types[0].shape)
+    shape[dim] = sum(t.shape[dim] for t in types)
+    axes = tuple(Var(f"i{k}") for k in range(len(shape)))
+    body, end = None, sum(t.shape[dim] for t in types)
+    for j in range(len(parts) - 1, -1, -1):
+        end -= types[j].shape[dim]
+        index = tuple(binary("sub", v, end) if k == dim and end else v for k, v in enumerate(axes))
+        load = Load(j, index, types[j].dtype)
+        body = load if body is None else select(binary("lt", axes[dim], end + types[j].shape[dim]), load, body)
+    return Prim(name, tuple(parts), axes, body, TensorType(tuple(shape), types[0].dtype), None,
+                Origin("Concat", name, origin.location))
+
+
+def _sibling(p: Prim, types) -> tuple[tuple, int, int] | None:
     """(sibling key, weight slot, output dim of N) of a contraction eligible for merging, or None:
-    two loads (perhaps widened), one of a constant weight reading one N axis and reduced axes."""
+    two loads (perhaps widened), one of the weight, reading one N axis and reduced axes."""
     if p.is_opaque or classify(p) is not Category.contraction:
         return None
     ops = contraction_operands(p)
@@ -84,13 +109,13 @@ def _sibling(p: Prim, consts) -> tuple[tuple, int, int] | None:
         return None
     (n,) = ops[2]
     wslots = [ld.tensor for ld in factors if n in ld.index]
-    if len(wslots) != 1 or p.inputs[wslots[0]] not in consts:
+    if len(wslots) != 1:
         return None
     wslot = wslots[0]
     wload = next(ld for ld in factors if ld.tensor == wslot)
     if not all(isinstance(e, Var) for e in wload.index):
         return None                   # a plain permutation of N and reduced axes
-    w = consts[p.inputs[wslot]].type
+    w = types[p.inputs[wslot]]
     wdim = list(wload.index).index(n)
     ndim = p.axes.index(n)
     others = tuple(name for j, name in enumerate(p.inputs) if j != wslot)
