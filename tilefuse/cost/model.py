@@ -194,11 +194,11 @@ def coalesced_elems(sub: tuple[int, ...], full: tuple[int, ...], elem_bytes: int
     per_tx = max(target.transaction_bytes // max(elem_bytes, 1), 1)
     tx = per_tx * elem_bytes
     # the runs start at ``start`` plus multiples of the strides of the dims outside the run
-    grain = math.gcd(tx, start * elem_bytes)
+    grain = tx
     for d in range(first):
         if sub[d] > 1:
             grain = math.gcd(grain, math.prod(full[d + 1:]) * elem_bytes)
     length = run * elem_bytes
-    offsets = [(start * elem_bytes + k * grain) % tx for k in range(tx // grain)] if grain else [0]
+    offsets = [(start * elem_bytes + k * grain) % tx for k in range(tx // grain)]
     per_run = sum(-(-(o + length) // tx) for o in offsets) / len(offsets)
     return n / run * per_run * per_tx

@@ -487,12 +487,19 @@ def _schedule(b: ChainBody, t: ChainTile, target: Target) -> ChainSchedule:
     per_input = [0.0] * len(b.inputs)
     reps_a = nt if kc > 1 else 1          # K looped inside the N loop: A reloaded per key chunk
     share = nt / -(-n // t.bn)            # of the keys a program walks (causal: fewer)
+    # a box of rows (columns) holds the in-bounds rows of a program on average (a ragged last
+    # tile's masked rows move nothing)
+    row_share = m / mt / min(t.bm, m)
+    col_share = h / ht / min(t.bh, h)
+    ms, hs = set(b.mvars), set(b.hvars)
     for exprs, ranges, reps in (([b.a], batch1 | rows | ks_, reps_a), ([b.b], batch1 | ks_ | keys, share),
                                 ([b.p] + [i.body for i in b.instances], batch1 | rows | keys, share),
                                 ([b.d], batch1 | keys | cols, share)):
         for site in load_sites(exprs, len(b.inputs)):
             tt = types[site.load.tensor]
-            per_input[site.load.tensor] += reps * site_elems(site, ranges, tt, target, full) * tt.dtype.itemsize
+            used = set().union(*(free_vars(i) for i in site.load.index)) if site.load.index else set()
+            scale = (row_share if used & ms else 1.0) * (col_share if used & hs else 1.0)
+            per_input[site.load.tensor] += reps * scale * site_elems(site, ranges, tt, target, full) * tt.dtype.itemsize
     res = tile_resources(b, t, target)
     concurrent = min(programs, target.sm_count * max(1, occupancy(res, target)))
     dram, l2 = _memory(b, per_input, programs, concurrent, mt * ht, types, target)

@@ -44,7 +44,7 @@ from ..ir.dtypes import DType
 from ..ir.expr import Cast, Expr, Load, Var, free_vars, substitute, transform, walk
 from ..schedule.search import (GemmShape, GemmTile, core_work, dram_rereads, fixup_work, ranked_tiles,
                                split_reduction)
-from ..schedule.tiles import inside_share, load_sites, site_elems
+from ..schedule.tiles import load_sites, site_elems, tile_box
 from .anchor import AccStore, acc_at, acc_reads, dot_operands, downstream, epilogue_store, split_operands, upstream
 from .base import Built, Cost, Family, Group, Schedule
 
@@ -353,8 +353,10 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
     flops += expr_flops(body.b) * s.batch * s.n * s.k * -(-s.m // tile.bm)
     pre = elems * ph.pre.dtype.itemsize if ph else 0
     work = core_work(s, tile, target, a_bytes=a_in, b_bytes=b_in,
-                     a_panel=_panel_bytes(body.a, body, body.mvars, s.m / -(-s.m // tile.bm)),
-                     b_panel=_panel_bytes(body.b, body, body.nvars, s.n / -(-s.n // tile.bn)),
+                     a_panel=_panel_bytes(body.a, body, body.mvars, tile.bm, s.m / -(-s.m // tile.bm), tile.bk,
+                                          target),
+                     b_panel=_panel_bytes(body.b, body, body.nvars, tile.bn, s.n / -(-s.n // tile.bn), tile.bk,
+                                          target),
                      rereads=dram_rereads(s, tile, a_in + b_in, target),
                      extra_dram=_read_bytes(values, body, target) + _written(stores, g), extra_flops=flops,
                      scratch=pre if ph and ph.source < 0 else 0)
@@ -371,25 +373,35 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target) -> GemmSchedule:
     return GemmSchedule("gemm", g, work.programs, work, body, tile, tail)
 
 
-def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, rows: float) -> float:
-    """Bytes one program's loads of an operand move over the whole K loop: each load site covers
-    the in-bounds extents of the variables its index uses (``rows`` of its own M or N axis on
-    average over the programs, all of K: masked positions past an extent move nothing), times the
-    share of a padded window that lies inside its tensor (a guarded load reads nothing outside)."""
-    total = 0.0
-    kset = set(body.kvars)
-    k = math.prod(body.ext[v] for v in body.kvars)
-    full = {v: (0, n - 1) for v, n in body.ext.items()}
+def _panel_bytes(operand: Expr, body: GemmBody, own: tuple, block: int, rows: float, bk: int,
+                 target: Target) -> float:
+    """Bytes one program's loads of an operand move over its K loop: each load site's box
+    (Welder's propagation through the site's index map, coalesced into sectors, a padded window
+    at its in-bounds share) over one K chunk (``bk`` positions of K, row-major over its variables)
+    and the program's ``block`` of its own M or N positions, times the K chunks; a box of rows is
+    scaled to ``rows``, the in-bounds rows of a program on average (masked rows move nothing).
+    A convolution's window is the union of its taps (a 3×3 tile reads each input row once, not
+    three times) and a strided one's box spans the gaps between the elements it reads."""
     types = body.group.types
+    ext = body.ext
+    kext = [ext[v] for v in body.kvars]
+    k = math.prod(kext)
+    full = {v: (0, n - 1) for v, n in ext.items()}
+    ranges = dict(full) | {v: (0, 0) for v in body.bvars}
+    for vs, n in ((own, block), (body.kvars, min(bk, k))):
+        ranges |= {v: (0, e - 1) for v, e in tile_box(vs, [ext[v] for v in vs], n).items()}
+    own_rows = min(block, math.prod(ext[v] for v in own))
+    # the K positions one chunk's box covers (whole rows of K's inner variables: at least BK);
+    # the loop covers K of them, so the boxes are charged K / covered times (a ragged last chunk)
+    covered = math.prod(ranges[v][1] + 1 for v in body.kvars)
+    kset, oset = set(body.kvars), set(own)
+    total = 0.0
     for site in load_sites([operand], body.acc):
-        ld = site.load
-        used = set().union(*(free_vars(i) for i in ld.index)) if ld.index else set()
-        elems = (k if used & kset else 1) * (rows if used & set(own) else 1)
-        shape = types[body.inputs[ld.tensor]].shape
-        for (kind, what), n in zip(site.dims, shape):
-            if kind == "affine":
-                elems *= inside_share(*what, full, n)
-        total += elems * ld.dtype.itemsize
+        used = set().union(*(free_vars(i) for i in site.load.index)) if site.load.index else set()
+        t = types[body.inputs[site.load.tensor]]
+        moved = site_elems(site, ranges, t, target, full) * t.dtype.itemsize
+        moved *= (k / covered if used & kset else 1) * (rows / own_rows if used & oset else 1)
+        total += moved
     return total
 
 

@@ -70,11 +70,16 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
     average that fraction of each box is read."""
     sub = []
     start = 0             # the box's first element (its alignment decides how runs straddle sectors)
+    last = len(t.shape) - 1
     for d, ((kind, what), n) in enumerate(zip(site.dims, t.shape)):
         if kind == "affine":
-            # exact extent of an affine map over a box: 1 + sum |c|·(extent - 1), clipped to the dim
+            # the span of an affine map over a box, 1 + sum |c|·(extent - 1), clipped to the dim;
+            # along an outer dim only the positions it takes count (a strided window skips rows:
+            # each row is a run of its own), along the last the span (gaps inside a sector move)
             coeffs, const = what
             ext = 1 + sum(abs(c) * (ranges[v][1] - ranges[v][0]) for v, c in coeffs.items())
+            if d < last:
+                ext = min(ext, _distinct(coeffs, ranges))
             lo = const + sum(min(c * ranges[v][0], c * ranges[v][1]) for v, c in coeffs.items())
             start += min(max(lo, 0), n - 1) * math.prod(t.shape[d + 1:])
             if full is not None:
@@ -87,6 +92,17 @@ def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorT
             ext = max(min(hi, n - 1) - max(lo, 0) + 1, 0)
         sub.append(max(min(ext, n), 0))
     return coalesced_elems(tuple(sub), tuple(t.shape), t.dtype.itemsize, target, start)
+
+
+def _distinct(coeffs: Mapping[Var, int], ranges: Mapping[Var, tuple[int, int]], limit: int = 4096) -> int:
+    """How many values ``sum c·v`` takes over the box (enumerated while small, else unbounded)."""
+    values = {0}
+    for v, c in coeffs.items():
+        lo, hi = ranges[v]
+        if len(values) * (hi - lo + 1) > limit:
+            return limit * limit
+        values = {x + c * i for x in values for i in range(lo, hi + 1)}
+    return len(values)
 
 
 def inside_share(coeffs: Mapping[Var, int], const: int, full: Mapping[Var, tuple[int, int]], n: int) -> float:

@@ -108,11 +108,11 @@ def _sibling(p: Prim, types) -> tuple[tuple, int, int] | None:
     if factors is None:
         return None
     (n,) = ops[2]
-    wslots = [ld.tensor for ld in factors if n in ld.index]
-    if len(wslots) != 1:
+    wloads = [ld for ld in factors if n in ld.index]
+    if len(wloads) != 1 or factors[0].tensor == factors[1].tensor:
         return None
-    wslot = wslots[0]
-    wload = next(ld for ld in factors if ld.tensor == wslot)
+    (wload,) = wloads
+    wslot = wload.tensor
     if not all(isinstance(e, Var) for e in wload.index):
         return None                   # a plain permutation of N and reduced axes
     w = types[p.inputs[wslot]]
