@@ -170,7 +170,10 @@ class GemmFamily(Family):
     def _two_phase(self, kernel, b: GemmBody, outputs, name: str) -> Built:
         """The two-phase kernel's launcher: its pre-reduction values go to a workspace allocated
         per call (or are read back from the output holding them); its row-block counters are
-        zeroed once per device and left at zero by every launch (reset after a failed one)."""
+        zeroed once per device and calling thread (calls from two threads never share them) and
+        left at zero by every launch (reset after a failed one)."""
+        import threading
+
         import torch
 
         from ..codegen.triton import compile_kernel
@@ -182,17 +185,18 @@ class GemmFamily(Family):
 
         def run(ins, outs):
             dev = outs[0].device
-            if dev not in counters:
-                counters[dev] = torch.zeros(ngroups, dtype=torch.int32, device=dev)
+            key = (dev, threading.get_ident())
+            if key not in counters:
+                counters[key] = torch.zeros(ngroups, dtype=torch.int32, device=dev)
             if source_out < 0:
                 pre = torch.empty(ws.shape, dtype=ws.dtype.to_torch(), device=dev)
                 extra = [pre]
             else:
                 pre, extra = outs[source_out], []
             try:
-                launch(list(ins) + [pre], list(outs) + extra + [counters[dev]])
+                launch(list(ins) + [pre], list(outs) + extra + [counters[key]])
             except BaseException:
-                counters[dev].zero_()
+                counters[key].zero_()
                 raise
 
         return Built(name, self.name, b.inputs, outputs, run, source, "triton")

@@ -1,6 +1,7 @@
 """CompiledModel: a compiled program callable like the model it came from."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,7 +17,12 @@ from .memory import MemoryPlan
 
 
 class CompiledModel:
-    """Callable with the model's inputs (torch tensors); ``run`` takes ONNX-style numpy feeds."""
+    """Callable with the model's inputs (torch tensors); ``run`` takes ONNX-style numpy feeds.
+
+    Safe to call from several threads at once: each call takes a ``Program`` (the kernels with
+    their own arena of intermediates) from a pool and gives it back, making a new one when all
+    are busy (so as many arenas as calls ever ran at once); a CUDA-graph replay, whose static
+    buffers are shared, runs one call at a time."""
 
     def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target,
                  kernels: Sequence = (), cuda_graph: bool = False, memory: MemoryPlan | None = None):
@@ -35,7 +41,10 @@ class CompiledModel:
         self.memory = memory      # the plan's buffer layout, when the pipeline already made it
         self.device = torch.device(target.device)
         self._program = None    # the kernels with their buffers on the device, made at the first call
+        self._idle: list[Program] = []         # programs no call is running
+        self._lock = threading.Lock()          # guards the pool and the replay's creation
         self._replay = None
+        self._replay_lock = threading.Lock()
 
     @property
     def input_names(self) -> list[str]:
@@ -69,10 +78,25 @@ class CompiledModel:
 
     @property
     def program(self) -> Program:
-        """The runnable plan (buffers allocated on first use)."""
-        if self._program is None:
-            self._program = Program(self.plan, self.primgraph, self.device, self.kernels, self.memory)
-        return self._program
+        """The runnable plan (buffers allocated on first use); the first of the call pool's."""
+        with self._lock:
+            if self._program is None:
+                self._program = self._new_program()
+                self._idle.append(self._program)
+            return self._program
+
+    def _new_program(self) -> Program:
+        return Program(self.plan, self.primgraph, self.device, self.kernels, self.memory)
+
+    def _run_pooled(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        self.program                       # the first program, made once
+        with self._lock:
+            prog = self._idle.pop() if self._idle else self._new_program()
+        try:
+            return prog.run(feeds)
+        finally:
+            with self._lock:
+                self._idle.append(prog)
 
     def _require_present(self) -> None:
         if not self.target.is_present():
@@ -83,12 +107,13 @@ class CompiledModel:
     def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         if self.backend == "triton":
             if self.cuda_graph:
-                if self._replay is None:
-                    from .cudagraph import GraphReplay
-                    self._replay = GraphReplay(self.program)
-                outs = self._replay.run(feeds)
+                with self._replay_lock:        # one capture, one set of static buffers
+                    if self._replay is None:
+                        from .cudagraph import GraphReplay
+                        self._replay = GraphReplay(self.program)
+                    outs = self._replay.run(feeds)
             else:
-                outs = self.program.run(feeds)
+                outs = self._run_pooled(feeds)
         else:  # "reference": the plan's kernels one by one, each evaluated by the reference executor (CPU)
             cpu = {n: t.cpu() for n, t in feeds.items()}
             outs = [o.to(self.device) for o in execute_reference(self.plan, self.primgraph, cpu)]

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -118,6 +119,17 @@ def _bf16_dot_in_interpreter() -> None:
     InterpreterBuilder.create_dot = create_dot
 
 
+# The interpreter keeps its program index and patched builder in module globals: two threads
+# interpreting kernels at once would read each other's; kernels on a GPU need no lock.
+_INTERPRETING = threading.RLock()
+
+
+def _interpreter_lock():
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return _INTERPRETING
+    return contextlib.nullcontext()
+
+
 def _quiet_masked_lanes():
     """The interpreter evaluates masked-off lanes too (log(0), 0/0 on padding), and numpy warns
     about them; their values are never stored.  On a GPU there is nothing to silence."""
@@ -140,7 +152,7 @@ def compile_kernel(kernel: Kernel) -> tuple[Callable[[list[torch.Tensor], list[t
     def launch(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         if empty:
             return
-        with _quiet_masked_lanes():
+        with _interpreter_lock(), _quiet_masked_lanes():
             fn[grid](*(t.contiguous() for t in inputs), *outputs, **blocks, num_warps=warps, num_stages=stages)
 
     return launch, source
