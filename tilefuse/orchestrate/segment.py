@@ -7,8 +7,10 @@ segments or are graph outputs.  Tensors crossing a cut are always materialized, 
 is solved on its own and the plans stitch by name.
 
 ``split_segments`` works from the front: the next cut is the position, among the next
-``caps.max_prims``, where the fewest tensors are live (see ``crossing``), then the fewest bytes, then
-the latest.  If the piece's execution states or convex sets overflow the caps (``TooManyStates``)
+``caps.max_prims``, where the fewest tensors are live (see ``crossing``; a value live over more
+than ``max_prims`` prims, an attention mask every layer reads, is not counted: it crosses every
+cut), then the fewest bytes, then one where the values made in the segment and read after the cut
+feed contractions (``_Readers.fed``), then the latest.  If the piece's execution states or convex sets overflow the caps (``TooManyStates``)
 the window is halved and the cut chosen again; a single prim always fits, so splitting never fails.
 Preferring the latest of equal cuts packs segments full, and on a stack of identical layers the
 cuts settle into the same phase of every layer, so the segments repeat and are solved once.
@@ -136,13 +138,15 @@ def last_uses(pg: PrimGraph) -> dict[str, int]:
     return last
 
 
-def crossing(pg: PrimGraph) -> tuple[list[int], list[int]]:
+def crossing(pg: PrimGraph, longest: int | None = None) -> tuple[list[int], list[int]]:
     """For each cut k (between prims k-1 and k): how many tensors are live across it, and their bytes.
 
     A prim's value is live from its producer to its last reader.  Graph inputs and constants count
     from their first reader: cutting across them costs nothing, but counting them keeps the profile
     of a repeated layer the same whether its input is the graph input or the previous layer.
-    Graph outputs with no later reader do not count: they are written whatever the cut.
+    Graph outputs with no later reader do not count: they are written whatever the cut.  With
+    ``longest``, neither do values live over more than that many prims (an attention mask every
+    layer reads): they cross whichever cuts a segment of that size makes, so they decide none.
     """
     n = len(pg.prims)
     first: dict[str, int] = {p.name: k for k, p in enumerate(pg.prims)}
@@ -155,6 +159,8 @@ def crossing(pg: PrimGraph) -> tuple[list[int], list[int]]:
     nbytes = [0] * (n + 1)
     for name, j in last.items():
         i = first[name]
+        if longest is not None and j - i > longest:
+            continue
         size = pg.types[name].nbytes
         count[i + 1] += 1          # live over the cuts i+1..j
         count[j + 1] -= 1
@@ -169,14 +175,15 @@ def crossing(pg: PrimGraph) -> tuple[list[int], list[int]]:
 def split_segments(pg: PrimGraph, caps: Caps = DEFAULT_CAPS) -> list[Segment]:
     """Cut ``pg`` into segments that fit ``caps`` (see the module docstring)."""
     n = len(pg.prims)
-    count, nbytes = crossing(pg)
+    count, nbytes = crossing(pg, caps.max_prims)
+    readers = _Readers(pg)
     last_use = last_uses(pg)
     out: list[Segment] = []
     start = 0
     while start < n:
         span = caps.max_prims
         while True:
-            end = n if n - start <= span else _best_cut(start, start + span, count, nbytes)
+            end = n if n - start <= span else _best_cut(start, start + span, count, nbytes, readers)
             try:
                 out.append(make_segment(pg, start, end, caps=caps, last_use=last_use))
                 break
@@ -186,6 +193,35 @@ def split_segments(pg: PrimGraph, caps: Caps = DEFAULT_CAPS) -> list[Segment]:
     return out
 
 
-def _best_cut(lo: int, hi: int, count: list[int], nbytes: list[int]) -> int:
-    """The cut in (lo, hi] with the fewest live tensors, then the fewest bytes, then the latest."""
-    return min(range(lo + 1, hi + 1), key=lambda k: (count[k], nbytes[k], -k))
+class _Readers:
+    """Which prims read each prim's value, and which prims are contractions (for cut choice)."""
+
+    def __init__(self, pg: PrimGraph):
+        from ..analysis.classify import Category, classify
+        pos = {p.name: k for k, p in enumerate(pg.prims)}
+        self.readers: list[list[int]] = [[] for _ in pg.prims]
+        for k, p in enumerate(pg.prims):
+            for name in dict.fromkeys(p.inputs):
+                if name in pos:
+                    self.readers[pos[name]].append(k)
+        self.gemm = [classify(p) is Category.contraction for p in pg.prims]
+
+    def fed(self, lo: int, k: int, hi: int) -> bool:
+        """Whether every value made in [lo, k) and read after cut k is read there by a
+        contraction: a GEMM's or convolution's operand, which it loads from memory anyway.
+        Cutting elsewhere (between a GEMM's residual add and its LayerNorm) splits a kernel the
+        planner would fuse (a two-phase LayerNorm epilogue).  A value read over more than a
+        segment's span (``hi - lo``) after the cut, such as an attention mask every layer reads,
+        crosses later cuts anyway and does not count."""
+        for j in range(lo, k):
+            later = [r for r in self.readers[j] if r >= k]
+            if later and max(later) - k <= hi - lo and not any(self.gemm[r] for r in later):
+                return False
+        return True
+
+
+def _best_cut(lo: int, hi: int, count: list[int], nbytes: list[int], readers: _Readers) -> int:
+    """The cut in (lo, hi] with the fewest live tensors, then the fewest bytes, then one whose
+    values made in the segment all feed contractions after it (``_Readers.fed``), then the
+    latest."""
+    return min(range(lo + 1, hi + 1), key=lambda k: (count[k], nbytes[k], not readers.fed(lo, k, hi), -k))
