@@ -1,6 +1,8 @@
-"""Test helpers for the gemm family: plan a function for h100 and run its kernels on the CPU
-(under the interpreter), or build its whole graph as one gemm kernel with a forced tile, and
-compare with eager torch and the reference executor."""
+"""Test helpers for the gemm and chain families: plan a function for h100 and run its kernels on
+the CPU (under the interpreter), or build its whole graph as one kernel with a forced tile, and
+compare with eager torch and the reference executor; the modules using them import the autouse
+fixtures ``_cache`` (kernels in a temporary cache) and ``_seed``."""
+import pytest
 import torch
 
 import tilefuse
@@ -87,3 +89,13 @@ def forced(fn, t, *args, tol=F32_TOL, family="gemm"):
         torch.testing.assert_close(got[name].float(), want.float(), **tol,
                                    msg=lambda m: f"{name} vs eager: {m}")
     return built, body
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -13,19 +13,10 @@ import torch.nn.functional as F
 
 from tilefuse.families.chain import ChainTile, chain_body
 
-from gemm_eval import HALF_TOL, compile_h100, forced, gemm_kernels, run_cpu, whole  # noqa: F401
+from gemm_eval import _cache, _seed, HALF_TOL, compile_h100, forced, gemm_kernels, run_cpu, whole  # noqa: F401
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
 
 
 def tile(bm=16, bn=16, bk=16, bh=16, warps=4, stages=2):

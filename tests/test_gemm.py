@@ -16,18 +16,9 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.schedule.search import GemmShape, GemmTile, ranked_tiles
 
-from gemm_eval import (F32_TOL, H100, HALF_TOL, check_planned, compile_h100, eager, feeds_of, forced,
-                       gemm_kernels, run_cpu, tile, whole)
+from gemm_eval import (F32_TOL, H100, HALF_TOL, _cache, _seed, check_planned, compile_h100, eager,  # noqa: F401
+                       feeds_of, forced, gemm_kernels, run_cpu, tile, whole)
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
 
 
 # ---------------------------------------------------------------- dtypes

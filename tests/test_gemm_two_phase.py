@@ -12,19 +12,10 @@ from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType
 from tilefuse.schedule.search import GemmShape, GemmTile, fixup_rows, ranked_tiles, tile_space
 
-from gemm_eval import H100, HALF_TOL, compile_h100, eager, feeds_of, forced, run_cpu, whole
+from gemm_eval import _cache, _seed, H100, HALF_TOL, compile_h100, eager, feeds_of, forced, run_cpu, whole  # noqa: F401
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
 
 
 def two_phase(bm=16, bn=16, bk=16, fixup=4, warps=4):
