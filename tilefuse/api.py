@@ -21,6 +21,7 @@ from .analysis.classify import count_by_category
 from .codegen import build_kernels, kernel_names
 from .cost.roofline import roofline
 from .cost.target import Target
+from .errors import OptionError
 from .fission import fission
 from .frontend.common import Imported
 from .ir.prim import PrimGraph
@@ -38,11 +39,13 @@ from .transform.simplify import simplify_graph
 BACKENDS = ("reference", "triton")
 
 
-def _check_options(backend: str, strategy: str) -> None:
+def _check_options(backend: str, strategy: str, time_limit=10.0) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available; choose one of {BACKENDS}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        raise OptionError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
 
 
 def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda_graph: bool = False,
@@ -183,7 +186,7 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     target's GPU; results persist in the tuning cache); other options go to the torch frontend
     (``example_kwargs``).
     """
-    _check_options(backend, strategy)
+    _check_options(backend, strategy, time_limit)
     from .frontend.torch import import_torch
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):
@@ -202,7 +205,7 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     segments are planned; other options go to the ONNX frontend (``input_shapes``,
     ``initializers_as_inputs``).
     """
-    _check_options(backend, strategy)
+    _check_options(backend, strategy, time_limit)
     from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
     imported = import_onnx(model_or_path, **options)

@@ -35,6 +35,10 @@ class ModelLoadError(TilefuseError):
     """The model file or object could not be read (missing, truncated, malformed)."""
 
 
+class OptionError(TilefuseError, ValueError):
+    """A compile option of the wrong type or out of range (names the option and what it takes)."""
+
+
 class InputError(TilefuseError):
     """An input given at call time does not match what the model was compiled for."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
+from ..errors import OptionError
 from ..ir.dtypes import DType
 
 KiB = 1024
@@ -95,12 +96,14 @@ class Target:
     def get(name: str | "Target") -> "Target":
         if isinstance(name, Target):
             return name
-        if name == "auto":
+        if not isinstance(name, str):
+            raise OptionError(f"target must be a name or a Target, got {type(name).__name__}")
+        if name.lower() == "auto":
             return Target.detect()
         try:
-            return PRESETS[name]
+            return PRESETS[name.lower()]
         except KeyError:
-            raise ValueError(f"unknown target {name!r}; choose one of {sorted(PRESETS)} or 'auto'") from None
+            raise OptionError(f"unknown target {name!r}; choose one of {sorted(PRESETS)} or 'auto'") from None
 
     @staticmethod
     def detect() -> "Target":

@@ -130,6 +130,12 @@ class CompiledModel:
         """ONNX-Runtime-style call: numpy feeds by input name, outputs in graph output order."""
         self._require_present()
         names = self.input_names
+        if not isinstance(feeds, Mapping):
+            raise InputError(f"feeds must be a dict from input name to array ({', '.join(names)}), "
+                             f"got {type(feeds).__name__}")
+        unknown = [n for n in (output_names or ()) if n not in self.output_names]
+        if unknown:
+            raise InputError(f"no output named {', '.join(map(repr, unknown))}; the outputs are {self.output_names}")
         missing = [n for n in names if n not in feeds]
         extra = [n for n in feeds if n not in names]
         if missing or extra:
