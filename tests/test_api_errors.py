@@ -38,16 +38,62 @@ def test_keyword_inputs_to_a_positional_model_are_an_input_error():
         cm(x, extra=x)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_targets_are_case_blind_and_an_unknown_one_is_one_line(tmp_path):
     from tilefuse.cost.target import Target
     assert Target.get("H100") is Target.get("h100")
     with pytest.raises(OptionError, match="unknown target 'h800'"):
         Target.get("h800")
+    r = _cli("compile", _onnx(tmp_path), "--target", "h800")
+    assert r.returncode == 2 and "unknown target 'h800'" in r.stderr and "Traceback" not in r.stderr
+
+
+def _onnx(tmp_path):
+    path = tmp_path / "m.onnx"
+    model, x = _model()
+    torch.onnx.export(model, (x,), str(path), dynamo=False)
+    return path
+
+
+def _cli(*args):
     import subprocess
     import sys
-    onnx_path = tmp_path / "m.onnx"
+    return subprocess.run([sys.executable, "-m", "tilefuse.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_cli_input_files_and_report_paths_that_cannot_be_used_are_one_line(tmp_path):
+    m = _onnx(tmp_path)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip file")
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    for args, words in [(("run", m, "--inputs", tmp_path / "missing.npz"), "no such file"),
+                        (("run", m, "--inputs", tmp_path / "junk.npz"), "not a readable .npz file"),
+                        (("run", m, "--inputs", tmp_path / "one.npy"), "an .npy file"),
+                        (("compile", m, "--target", "h100", "--json", tmp_path / "no" / "r.json"),
+                         "cannot write the report")]:
+        r = _cli(*args)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr[-500:])
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_corrupt_cached_kernel_is_rewritten_and_an_unusable_cache_is_replaced(tmp_path, monkeypatch):
+    from tilefuse.codegen.triton import launch
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(launch, "_MODULES", {})
     model, x = _model()
-    torch.onnx.export(model, (x,), str(onnx_path), dynamo=False)
-    r = subprocess.run([sys.executable, "-m", "tilefuse.cli", "compile", str(onnx_path), "--target", "h800"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "unknown target 'h800'" in r.stderr and "Traceback" not in r.stderr
+    tilefuse.compile(model, (x,))(x)
+    (kernel,) = (tmp_path / "cache" / "kernels").glob("*.py")
+    good = kernel.read_bytes()
+    kernel.write_bytes(good + b"\xff")                    # a damaged entry: not even UTF-8
+    monkeypatch.setattr(launch, "_MODULES", {})
+    with torch.no_grad():
+        torch.testing.assert_close(tilefuse.compile(model, (x,))(x), model(x))
+    assert kernel.read_bytes() == good
+    (tmp_path / "blocked").write_text("a file where the cache folder should be")
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path / "blocked"))
+    monkeypatch.setattr(launch, "_MODULES", {})
+    with pytest.warns(UserWarning, match="kernel cache .* cannot be used"):
+        y = tilefuse.compile(model, (x,))(x)
+    with torch.no_grad():
+        torch.testing.assert_close(y, model(x))

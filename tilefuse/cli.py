@@ -170,8 +170,12 @@ def cmd_compile(args, console: Console) -> int:
                   f"compiled in {r.compile_seconds:.1f} s")
     console.print(_memory_line(r.memory))
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(r.to_json())
+        try:
+            with open(args.json, "w") as f:
+                f.write(r.to_json())
+        except OSError as e:
+            raise TilefuseError(f"cannot write the report to {args.json}: {e.strerror or e}; "
+                                "give a path in an existing, writable folder") from None
         console.print(f"report written to {args.json}")
     if args.dump:
         console.print(f"stages and the source of all {r.num_kernels} kernels written to {args.dump}")
@@ -193,6 +197,24 @@ def _random_feeds(model, seed: int = 0) -> dict:
     return feeds
 
 
+def _load_inputs(path: str) -> dict:
+    """Arrays by input name from an .npz file (one array per model input)."""
+    import zipfile
+
+    import numpy as np
+    what = "an .npz file with one array per model input (numpy.savez(path, name=array, ...))"
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise TilefuseError(f"--inputs {path}: no such file; give {what}") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise TilefuseError(f"--inputs {path}: not a readable .npz file ({e}); give {what}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise TilefuseError(f"--inputs {path}: holds one unnamed array (an .npy file); give {what}")
+    with data:
+        return {k: data[k] for k in data.files}
+
+
 def cmd_run(args, console: Console) -> int:
     import numpy as np
 
@@ -204,11 +226,9 @@ def cmd_run(args, console: Console) -> int:
         except ImportError:
             raise TilefuseError("--check compares with onnxruntime, which is not installed: "
                                 "pip install onnxruntime (or drop --check)") from None
+    feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
     compiled = tilefuse.compile_onnx(args.model, backend=args.backend)
-    if args.inputs:
-        with np.load(args.inputs) as data:
-            feeds = {k: data[k] for k in data.files}
-    else:
+    if feeds is None:
         feeds = _random_feeds(compiled)
     outs = compiled.run(feeds)
     t = Table(title=f"outputs ({compiled.report.num_kernels} kernels, backend {args.backend})")

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -65,12 +66,7 @@ def load_kernel(source: str, name: str):
     if mod is None:
         if not torch.cuda.is_available():
             _require_interpreter()
-        path = cache_dir() / "kernels" / f"{digest}.py"
-        if not path.exists() or path.read_text() != source:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)  # atomic: concurrent writers never expose a partial file
+        path = _cached(source, digest)
         modname = f"tilefuse_kernel_{digest}"
         spec = importlib.util.spec_from_file_location(modname, path)
         mod = importlib.util.module_from_spec(spec)
@@ -80,6 +76,43 @@ def load_kernel(source: str, name: str):
             mod.libdevice = _InterpretedLibdevice()
         _MODULES[digest] = mod
     return getattr(mod, name)
+
+
+def _cached(source: str, digest: str) -> Path:
+    """The kernel's file under the cache, written (atomically: concurrent writers never expose a
+    partial file) unless an identical one is there; a corrupt or unreadable entry is rewritten.
+    A cache directory that cannot be used (a file, unwritable) is replaced by a temporary one,
+    with a warning, rather than failing the compile."""
+    data = source.encode()
+    for root in (cache_dir(), None):
+        if root is None:
+            root = _fallback_cache()
+        path = root / "kernels" / f"{digest}.py"
+        try:
+            if path.is_file() and path.read_bytes() == data:
+                return path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            return path
+        except OSError as e:
+            if root != cache_dir():
+                raise
+            warnings.warn(f"tilefuse: the kernel cache {root} cannot be used ({e.strerror or e}); kernels go to "
+                          f"a temporary directory this run (set TILEFUSE_CACHE_DIR to a writable folder)",
+                          stacklevel=3)
+    raise AssertionError("unreachable")
+
+
+_FALLBACK: list[Path] = []
+
+
+def _fallback_cache() -> Path:
+    if not _FALLBACK:
+        import tempfile
+        _FALLBACK.append(Path(tempfile.mkdtemp(prefix="tilefuse-cache-")))
+    return _FALLBACK[0]
 
 
 def _require_interpreter() -> None:
