@@ -97,3 +97,14 @@ def test_a_corrupt_cached_kernel_is_rewritten_and_an_unusable_cache_is_replaced(
         y = tilefuse.compile(model, (x,))(x)
     with torch.no_grad():
         torch.testing.assert_close(y, model(x))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_debug_is_accepted_after_the_subcommand(tmp_path):
+    """--debug before or after the subcommand shows the traceback instead of the one line."""
+    m = _onnx(tmp_path)
+    for args in (("--debug", "compile", m, "--target", "h800"), ("compile", m, "--target", "h800", "--debug")):
+        r = _cli(*args)
+        assert r.returncode != 2 and "Traceback" in r.stderr and "unknown target 'h800'" in r.stderr, args
+    r = _cli("compile", m, "--target", "h800")
+    assert r.returncode == 2 and "Traceback" not in r.stderr

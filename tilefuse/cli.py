@@ -258,12 +258,18 @@ def cmd_run(args, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    # global flags are accepted after the subcommand too (a default of SUPPRESS leaves the
+    # value given before it alone)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="compile a small BERT-style block and check it against eager")
-    p = sub.add_parser("inspect", help="operators and prims of an ONNX model; unsupported operators by node")
+    sub.add_parser("demo", help="compile a small BERT-style block and check it against eager", parents=[common])
+    p = sub.add_parser("inspect", help="operators and prims of an ONNX model; unsupported operators by node",
+                       parents=[common])
     p.add_argument("model")
     p.add_argument("--prims", action="store_true", help="print every prim")
-    p = sub.add_parser("compile", help="plan an ONNX model's kernels for a target; table of kernels")
+    p = sub.add_parser("compile", help="plan an ONNX model's kernels for a target; table of kernels",
+                       parents=[common])
     p.add_argument("model")
     p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
     p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
@@ -274,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="time the chosen kernels on this machine's GPU and re-plan with measured times")
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
-    p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime")
+    p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime",
+                       parents=[common])
     p.add_argument("model")
     p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")
     p.add_argument("--backend", default="triton", choices=["triton", "reference"])
