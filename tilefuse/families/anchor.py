@@ -129,30 +129,53 @@ def acc_at(value: Expr, acc: int, index, dtype: DType, mapping) -> Expr:
     return substitute(out, mapping)
 
 
+def _digit(atom: Expr, ovars, oshape) -> tuple[Var, int, int] | None:
+    """``(v, weight, size)`` when ``atom`` is a digit of output variable v: ``v``, ``v // s``,
+    ``v % n`` or ``v // s % n`` (weight s, size n or what the floordiv leaves of v's extent)."""
+    n = None
+    if isinstance(atom, Binary) and atom.op == "mod" and isinstance(atom.b, Const):
+        atom, n = atom.a, atom.b.value
+    s = 1
+    if isinstance(atom, Binary) and atom.op == "floordiv" and isinstance(atom.b, Const):
+        atom, s = atom.a, atom.b.value
+    if atom not in ovars:
+        return None
+    extent = oshape[ovars.index(atom)]
+    if n is None and extent % s:
+        return None
+    return atom, s, extent // s if n is None else n
+
+
 def inverse_store(index, ovars, oshape, avars, ashape) -> tuple[Expr, ...] | None:
     """The output position of each accumulator element, when the output reads the accumulator at
-    ``index`` (over ``ovars``) and every accumulator dim is a row-major number in some output
-    variables (a permutation and reshape: heads split, merged or transposed), else None."""
-    where: dict[Var, Expr] = {}
+    ``index`` (over ``ovars``), every accumulator dim is a row-major number in digits of output
+    variables (``_digit``) and each output variable's digits make it up exactly (a permutation
+    and reshape: heads split, merged or transposed; a grouped conv's ``[N, G, F]`` read as
+    ``[N, G*F]``), else None."""
+    digits: dict[Var, list[tuple[int, int, Expr]]] = {}   # v: (weight in v, size, value) per digit
     for e, a, n in zip(index, avars, ashape):
         lin = linear_form(e)
         if lin.const != 0:
             return None
         stride = 1
         for atom, coeff in sorted(lin.terms.items(), key=lambda t: t[1]):
-            if atom not in ovars or coeff != stride or atom in where:
+            d = _digit(atom, ovars, oshape)
+            if d is None or coeff != stride:
                 return None
-            size = oshape[ovars.index(atom)]
+            v, weight, size = d
             digit = a if stride == 1 else binary("floordiv", a, stride)
-            where[atom] = digit if stride * size == n else binary("mod", digit, size)
+            digits.setdefault(v, []).append((weight, size, digit if stride * size == n else binary("mod", digit, size)))
             stride *= size
         if stride != n:
             return None
     out = []
     for v, size in zip(ovars, oshape):
-        if v not in where:
-            if size != 1:
-                return None
-            where[v] = Const(0, v.dtype)
-        out.append(where[v])
+        value, weight = Const(0, v.dtype), 1
+        for w, k, digit in sorted(digits.get(v, ()), key=lambda t: t[0]):
+            if w != weight:
+                return None   # a gap or an overlap between v's digits
+            value, weight = value + digit * w, weight * k
+        if weight != size and (size != 1 or v in digits):
+            return None
+        out.append(value)
     return tuple(out)

@@ -4,6 +4,9 @@ Conv is a zero-padding layout prim (only when the window leaves the input), ONE 
 whose loads are affine in the output and kernel axes (``o*stride + k*dilation``), and a bias
 broadcast-add.  Keeping the contraction body a plain product of two loads lets the reference
 executor evaluate it as an einsum (im2col-like) and the gemm family treat it as an implicit GEMM.
+A grouped convolution with several output channels per group computes ``[N, G, m_out, ...]``
+(the group its own axis: the GEMM's batch, the group's channels its N) and reshapes it to
+``[N, G*m_out, ...]`` in a layout prim; see ``conv_contraction``.
 
 ConvTranspose is one contraction over (input channels of the group, kernel): output position
 ``o`` receives input ``i`` through kernel tap ``k`` when ``o + pad = i*stride + k*dilation``, so
@@ -13,11 +16,13 @@ zero-stuffed intermediate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import UnsupportedAttribute
-from ..ir.expr import Const, Expr, cast, logical_and, select
+from ..ir.dtypes import DType
+from ..ir.expr import INDEX, Const, Expr, cast, logical_and, select
 from ..ir.graph import Node
+from .layout import reshape
 from .registry import Fission, TensorRef, rule
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -144,6 +149,33 @@ def add_bias(fx: Fission, y: TensorRef, b: TensorRef | None) -> TensorRef:
     return fx.compute(y.shape, lambda i: y[i] + cast(b[(i[1],)], y.dtype))
 
 
+def conv_contraction(fx: Fission, batch: int, group: int, m_out: int, sizes: Sequence[int],
+                     reduced: Sequence[int], tap: Callable[..., Expr]) -> TensorRef:
+    """A convolution's ``[batch, group*m_out, sizes...]`` output: the sum over ``reduced`` (input
+    channel of the group, kernel...) of ``tap(n, g, f, o, r)``, the product for output channel f of
+    group g at spatial position o.
+
+    With one flat channel axis m, a grouped convolution's input load reads m (through its group
+    ``m // m_out``), so in the GEMM view (``contraction_operands``) every output channel is a batch
+    of N = 1.  With several output channels per group it is therefore computed as ``[batch, group,
+    m_out, sizes...]``, the group an axis both operands read (the batch) and f one only the weight
+    reads (N), and reshaped.  That includes a depthwise convolution with a channel multiplier (one
+    input channel per group): K is only the kernel window, but N = m_out instead of 1, so each
+    input window is read once for its m_out outputs.  One group needs no split, and one output
+    channel per group (depthwise, or several input channels) would give N = 1 anyway: those keep
+    the flat axis (a depthwise convolution stays a row reduction per output, which the fused
+    family takes too).
+    """
+    if group > 1 and m_out > 1:
+        y = fx.reduce((batch, group, m_out) + tuple(sizes), tuple(reduced), "sum",
+                      lambda i, r: tap(i[0], i[1], i[2], i[3:], r))
+        return reshape(fx, y, (batch, group * m_out) + tuple(sizes))
+    zero = Const(0, INDEX)
+    split = (lambda m: (zero, m)) if group == 1 else (lambda m: (m, zero))   # (group, channel in it)
+    return fx.reduce((batch, group * m_out) + tuple(sizes), tuple(reduced), "sum",
+                     lambda i, r: tap(i[0], *split(i[1]), i[2:], r))
+
+
 def _operands(node: Node, ins: list) -> tuple:
     """(x, w, bias or None, spatial rank, kernel, group, input channels per group), checked."""
     x, w, b = (list(ins) + [None])[:3]
@@ -156,7 +188,7 @@ def _operands(node: Node, ins: list) -> tuple:
 
 
 @rule("Conv")
-def conv(fx: Fission, node: Node, ins: list) -> TensorRef:
+def conv(fx: Fission, node: Node, ins: list, dtype: DType | None = None) -> TensorRef:
     """N-D convolution (strides, dilations, pads/auto_pad, groups): pad prim, contraction, bias add."""
     x, w, b, nsp, kernel, group, c_in = _operands(node, ins)
     m_out = group_split(node, w.shape[0], group, "output channels")
@@ -165,17 +197,14 @@ def conv(fx: Fission, node: Node, ins: list) -> TensorRef:
                                    f"input has {c_in}")
     win = window(node, x.shape[2:], kernel)
     src = pad_input(fx, x, win) if win.padded else x
-    dtype = fx.out_type().dtype
-    out_shape = (x.shape[0], w.shape[0]) + win.out_sizes
+    dtype = dtype or fx.out_type().dtype      # (QLinearConv contracts in int32)
 
-    def body(i, r):
-        n, m, o = i[0], i[1], i[2:]
+    def tap(n, g, f, o, r):
         c, k = r[0], r[1:]
-        ch = c if group == 1 else (m // m_out) * c_in + c
         pos = tuple(o[d] * win.strides[d] + k[d] * win.dilations[d] for d in range(nsp))
-        return cast(src[(n, ch) + pos], dtype) * cast(w[(m, c) + tuple(k)], dtype)
+        return cast(src[(n, g * c_in + c) + pos], dtype) * cast(w[(g * m_out + f, c) + tuple(k)], dtype)
 
-    y = fx.reduce(out_shape, (c_in,) + kernel, "sum", body)
+    y = conv_contraction(fx, x.shape[0], group, m_out, win.out_sizes, (c_in,) + kernel, tap)
     return add_bias(fx, y, b)
 
 
@@ -216,13 +245,11 @@ def conv_transpose(fx: Fission, node: Node, ins: list) -> TensorRef:
     if min(out_sizes) < 1:
         raise UnsupportedAttribute(node, "pads", node.attrs.get("pads"), f"empty output {out_sizes}")
     dtype = fx.out_type().dtype
-    out_shape = (x.shape[0], m_out * group) + tuple(out_sizes)
     zero = Const(0, x.dtype)
 
-    def body(i, r):
-        n, m, o = i[0], i[1], i[2:]
+    def tap(n, g, f, o, r):
         c, k = r[0], r[1:]
-        ch, mg = (c, m) if group == 1 else ((m // m_out) * c_in + c, m % m_out)
+        ch = g * c_in + c
         conds, pos = [], []
         for d in range(nsp):
             t = o[d] + pb[d] - k[d] * dilations[d]   # = input position * stride
@@ -230,7 +257,7 @@ def conv_transpose(fx: Fission, node: Node, ins: list) -> TensorRef:
             conds += [t.ge(0), (t % s).eq(0), (t // s).lt(x.shape[2 + d])]
             pos.append(t // s)
         xv = select(logical_and(*conds), x[(n, ch) + tuple(pos)], zero)
-        return cast(xv, dtype) * cast(w[(ch, mg) + tuple(k)], dtype)
+        return cast(xv, dtype) * cast(w[(ch, f) + tuple(k)], dtype)
 
-    y = fx.reduce(out_shape, (c_in,) + kernel, "sum", body)
+    y = conv_contraction(fx, x.shape[0], group, m_out, out_sizes, (c_in,) + kernel, tap)
     return add_bias(fx, y, b)

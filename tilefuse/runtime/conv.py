@@ -2,7 +2,8 @@
 
 A match gives strided views of the input (``[N, groups*C, span...]`` at the constant offsets) and
 of the weight, and the stride, dilation and groups to call ``torch.nn.functional.conv{N}d`` with
-(cuDNN on a GPU).  The forms accepted are described in library.py.
+(cuDNN on a GPU).  The forms accepted are described in library.py; fission's grouped form, output
+``[N, G, F, spatial...]`` with the group its own axis, is matched with (g, f) as the output channel.
 """
 from __future__ import annotations
 
@@ -28,13 +29,15 @@ _UNIT_K = tuple(Var(f"~conv.k{j}") for j in range(3))
 @dataclass(frozen=True)
 class Conv:
     """``conv(x, w, stride, dilation, groups)`` on strided views of the input and the weight;
-    ``which`` is the input factor's position in the body."""
+    ``which`` is the input factor's position in the body.  ``grouped``: the output is ``[N, G, F,
+    spatial...]`` and the weight view ``[G, F, C, K...]``, its first two dims the conv's channels."""
     x: Strided
     w: Strided
     which: int
     stride: tuple[int, ...]
     dilation: tuple[int, ...]
     groups: int
+    grouped: bool = False
 
 
 def _real_affine(e: Expr, ext: dict[Var, int]) -> tuple[dict[Var, int], int] | None:
@@ -63,7 +66,8 @@ def _spatial(e: Expr, o: Var, free: set[Var], ext: dict[Var, int]):
 
 
 def _group_of(atom: Expr, f: Var, ext: dict[Var, int]) -> int | None:
-    """Number of groups if ``atom`` is output channel f's group: ``f`` (depthwise) or ``f // fpg``."""
+    """Number of groups if ``atom`` is output channel f's group: ``f`` (depthwise, or f is the
+    grouped form's group axis) or ``f // fpg``."""
     if atom == f:
         return ext[f]
     if (isinstance(atom, Binary) and atom.op == "floordiv" and atom.a == f and isinstance(atom.b, Const)
@@ -101,13 +105,15 @@ def _channel(e: Expr, f: Var, free: set[Var], ext: dict[Var, int]):
     return (c[0] if c else None), u, groups, lin.const
 
 
-def _match_conv(p: Prim, xf: Expr, wf: Expr, which: int) -> Conv | None:
+def _match_conv(p: Prim, xf: Expr, wf: Expr, which: int, grouped: bool) -> Conv | None:
     """``out[n, f, o...] = sum_{c, k...} x[n, chan(f, c), o*s + k*d + const] * w[f, c, k...]``
     with ``x`` = factor ``xf`` (a Load under Casts), ``w`` = ``wf`` (any Load a strided view of
-    which is indexed by f, c, k... only: layouts are free); None if the prim is not that."""
-    nsp = p.out.rank - 2
+    which is indexed by f, c, k... only: layouts are free); None if the prim is not that.
+    ``grouped``: ``out[n, g, f, o...]`` with ``chan(g, c)`` and ``w[g, f, c, k...]`` instead."""
+    lead = 3 if grouped else 2
+    nsp = p.out.rank - lead
     ext = p.extents
-    n, f, outs = p.axes[0], p.axes[1], p.axes[2:]
+    n, chans, outs = p.axes[0], p.axes[1:lead], p.axes[lead:]
     xl, casts = unwrap(xf)
     if not isinstance(xl, Load) or len(xl.index) != nsp + 2 or any(v in ext for v in _UNIT_K + (_UNIT_C,)):
         return None
@@ -116,12 +122,12 @@ def _match_conv(p: Prim, xf: Expr, wf: Expr, which: int) -> Conv | None:
     batch = _real_affine(xl.index[0], ext)
     if None in spatial or batch is None or not set(batch[0]) <= {n} or batch[1] < 0 or batch[0].get(n, 1) <= 0:
         return None
-    chan = _channel(xl.index[1], f, free, ext)
+    chan = _channel(xl.index[1], chans[0], free, ext)
     if chan is None or free:
         return None  # every reduced variable must be the channel or a kernel axis
     c, u, groups, c_const = chan
     ks = [_UNIT_K[j] if k is None else k for j, (k, *_) in enumerate(spatial)]
-    order = [f, _UNIT_C if c is None else c] + ks
+    order = [*chans, _UNIT_C if c is None else c] + ks
     wext = {**ext, _UNIT_C: 1, **{k: 1 for k in _UNIT_K}}
     if not {v for v in free_vars(wf) if ext[v] != 1} <= set(order):
         return None
@@ -129,9 +135,9 @@ def _match_conv(p: Prim, xf: Expr, wf: Expr, which: int) -> Conv | None:
     if w is None:
         return None
     spans = [s * (ext[o] - 1) + d * (wext[k] - 1) + 1 for o, k, (_, s, d, _) in zip(outs, ks, spatial)]
-    x = _conv_input(xl, casts, (ext[n], batch[0].get(n), batch[1]), (groups * wext[order[1]], u, c_const),
+    x = _conv_input(xl, casts, (ext[n], batch[0].get(n), batch[1]), (groups * wext[order[lead - 1]], u, c_const),
                     [(z, sp[1], sp[3]) for z, sp in zip(spans, spatial)])
-    return Conv(x, w, which, tuple(sp[1] for sp in spatial), tuple(sp[2] for sp in spatial), groups)
+    return Conv(x, w, which, tuple(sp[1] for sp in spatial), tuple(sp[2] for sp in spatial), groups, grouped)
 
 
 def _conv_input(xl: Load, casts: tuple[DType, ...], batch: tuple, chan: tuple, spatial: list[tuple]) -> Strided:
@@ -162,7 +168,14 @@ def ieee_fp32(conv: Callable[[], torch.Tensor]) -> torch.Tensor:
 
 
 def conv_plan(p: Prim, terms: list[Expr]) -> Conv | None:
-    """The convolution a two-factor float contraction computes, trying either factor as the input."""
-    if p.out.rank - 2 not in CONV or len(terms) != 2:
+    """The convolution a two-factor float contraction computes, trying either factor as the input
+    and the output as ``[N, F, spatial...]`` or grouped ``[N, G, F, spatial...]`` (the input's
+    rank tells them apart)."""
+    if len(terms) != 2:
         return None
-    return _match_conv(p, terms[0], terms[1], 0) or _match_conv(p, terms[1], terms[0], 1)
+    for grouped in (False, True):
+        if p.out.rank - 2 - grouped in CONV:
+            got = _match_conv(p, terms[0], terms[1], 0, grouped) or _match_conv(p, terms[1], terms[0], 1, grouped)
+            if got is not None:
+                return got
+    return None

@@ -26,8 +26,12 @@ Paths (``run.path``; ``conv`` is tried before ``gemm`` and ``einsum``):
   const_j]`` (a Load under Casts; s, d > 0, const >= 0) and weight any Load indexed by f, c, k only
   that is a strided view (any layout: ``w[f, c, k]``, ``w[c, f, k]``, ... are views of one
   ``[F, C, K...]`` tensor).  The channel map ``chan`` is ``c`` (one group), ``f`` (depthwise, as
-  simplify leaves it) or ``(f // fpg) * C + c`` (grouped).  Extent-1 variables are ignored wherever
-  they appear (always 0), so axes simplify dropped or turned into constants still match.  It runs
+  simplify leaves it) or ``(f // fpg) * C + c`` (grouped).  Fission's grouped form, output axes
+  ``(n, g, f, o_1..o_N)`` with ``chan = g * C + c`` and the weight indexed by g, f, c, k only, is
+  the same conv with output channel ``(g, f)``: the weight view ``[G, F, C, K...]`` is flattened
+  to ``[G*F, C, K...]`` and the conv's ``[N, G*F, ...]`` output copied as ``[N, G, F, ...]``.
+  Extent-1 variables are ignored wherever they appear (always 0), so axes simplify dropped or
+  turned into constants still match.  It runs
   ``torch.nn.functional.conv{N}d(x_view, w_view, stride=s, dilation=d, groups=G)`` (cuDNN on a
   GPU, no im2col) with ``x_view`` a strided view ``[N, G*C, span...]`` of the input at the
   constant offsets (a slice), then scales and ``out.copy_()``s (conv has no ``out=``).  Any
@@ -228,13 +232,15 @@ class LibraryKernel:
     def _conv(self, ts: list[torch.Tensor], out: torch.Tensor) -> None:
         c = self.conv
         x, w = ts[c.which], ts[1 - c.which]
+        if c.grouped:
+            w = w.flatten(0, 1)  # [G, F, C, K...] -> the conv's [G*F, C, K...] (a view unless permuted)
         if x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
             x, w = x.float(), w.float()  # CPU: accumulate in fp32 like the reference, round once below
         conv = functools.partial(CONV[len(c.stride)], x, w, stride=c.stride, dilation=c.dilation, groups=c.groups)
         res = ieee_fp32(conv) if x.is_cuda and x.dtype == torch.float32 else conv()
         if self.scale != 1:
             res.mul_(self.scale)
-        out.copy_(res)
+        out.copy_(res.reshape(out.shape))  # grouped: [N, G*F, ...] is [N, G, F, ...]
 
     def _gemm(self, ts: list[torch.Tensor], out: torch.Tensor) -> None:
         left, right = (ts[i] for i in self._order)
