@@ -1,215 +1,402 @@
-"""Chains of two contractions in one kernel (the chain family, MCFuser): planned, and measured on a GPU.
+"""GEMM chains ``act(A @ B) @ D`` in one chain kernel against two GEMMs: planned (MODELLED) for a
+GPU target on any machine, MCFuser's own analytic model beside tilefuse's, and MEASURED against
+eager and torch.compile where CUDA is present.
 
-    python bench/chains.py attention [--target h100] [--json bench/results/attention_h100.json]
-    python bench/chains.py gemm      [--target h100] [--act relu|gelu] [--json bench/results/chains_h100.json]
+    python bench/chains.py [--target h100] [--act relu|gelu] [--json bench/results/chains_h100.json]
+        [--shapes G1,G2,...|tiny] [--device cuda|cpu|none] [--variants eager,torch_compile_max_autotune,tilefuse]
+        [--warmup 10] [--runs 50] [--budget-s 540]
+    python bench/chains.py attention ...      # the attention benchmark: bench/attention.py (same options)
 
-``attention``: MCFuser's self-attention shapes S1-S9 (mcfuser-notes §4.2 Table III: heads as the
-batch, M queries, N keys, K = H head dim) and LLM shapes (prefill at 512-4096 positions, head dim
-128, 32 query heads over 8 KV heads, causal; decode: one query token against 4096 keys), fp16,
-``scaled_dot_product_attention``.  ``gemm``: MCFuser's GEMM chains G1-G12 (Table II), fp16,
-``act(A @ B) @ D``.
+Shapes: MCFuser's Table II, G1-G12 (shared/papers/mcfuser-notes.md §4.2: GEMM1 (b, M, K) x (b, K, N),
+GEMM2 (b, M, N) x (b, N, H)), fp16, ``act`` ReLU (default) or GELU (erf).
 
-For each shape, planned for the target on this machine (MODELLED, no kernel runs): the chain plan
-(tilefuse's optimal plan: kernels, families, modelled µs), the same graph planned without the
-chain family (the kernels a compiler that stops at each contraction would use: QKᵀ, softmax, PV),
-the speedup of one over the other, the model's roofline bound and the modelled time over it;
-for GEMM chains also the tile MCFuser's own analytic model (Eq. 2-5, block-aware trip counts)
-ranks first in its pruned space beside the tile tilefuse's model chose.  Launch overheads are
-excluded from the compared times (``est_us`` minus one launch per kernel), so the comparison is
-of the kernels' bodies; the totals with launches are recorded too.
+MODELLED, per shape, planned for ``--target`` (no kernel runs; empty CPU tensors): the chain plan
+(``tilefuse.compile(fn, (a, b, d), target=..., backend="reference")``) and the same PrimGraph planned
+without the chain family (two GEMMs, the activation in the first one's epilogue), with the same
+figures as bench/attention.py (kernels, family, name, modelled µs per launch and as kernel bodies,
+grid, tile, DRAM traffic, useful TFLOP/s = 2·b·M·N·(K+H) / time, the roofline bound
+``report.roofline_us`` and time / roofline, speedups).
 
-With CUDA present (a lent GPU machine: torch 2.11, Triton 3.6) each shape is also MEASURED with
-CUDA events (cost.measure.cuda_timer: warm-up, L2 flush, median): eager torch (cuBLAS products
-and torch's softmax), SDPA with the flash backend (attention), torch.compile(mode="max-autotune"),
-and tilefuse compiled for the device; each variant's output is checked against an fp32 reference
-(relative L2 error), and the JSON records the GPU, driver and versions.  Without CUDA the JSON
-says ``measured: null`` with the reason.
+MCFuser's model beside tilefuse's (``tilefuse/schedule/tiling.py``; ``ModelParams.of(target)``: the
+target's peak DRAM bandwidth and fp16 tensor-core peak; the block-aware trip-count convention):
 
-Exit status 0 iff every chain plan is one chain kernel (what the optimizer picks, launches
-included); shapes whose chain kernel's body models slower than the kernels without it are
-flagged (one-token decode: see bench/README.md).
+- ``mcfuser_space``: the tile MCFuser's analytic model (Eq. 2-5: (bytes/𝒲 + flops/𝒫)·α) ranks
+  first over its whole pruned space (``pruned_space``: Rules 1-4, tiles multiples of 16, both
+  tilings ``mh|nk`` and ``m|n(k,h)``), and what its evolutionary search (``search``, Alg. 1, seed 0,
+  the model itself standing in for the device measurements, as no device runs here) returns;
+- ``template_space``: the same model over the Triton template's space (``chain_tiles``: the ``nk``
+  tiling, power-of-two tiles), where tilefuse's chain family searches too; beside it the tile
+  tilefuse's cost model chose for the chain kernel (``plan.kernels[0].schedule.tile``), each
+  tile's rank and time under the other model, and whether the two models agree (same BM, BN,
+  BK, BH; tilefuse also picks warps and stages, which MCFuser's model does not see).
+
+MEASURED (only where CUDA is available): ``eager`` (the two matmuls and the activation in torch,
+cuBLAS), ``torch_compile_max_autotune`` and ``tilefuse`` (``target="auto"``, called once to JIT),
+timed and checked against an fp32 reference exactly as in bench/attention.py.  Without CUDA the
+JSON says ``measured: null`` with the reason.
+
+Exit status 0 iff every chain plan is one chain kernel.  Shapes whose chain models slower than
+the two GEMMs (kernel bodies) are listed, not failed.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
-import json
-import platform
+import math
 import sys
 import time
+from pathlib import Path
 
-# MCFuser Table III: (name, heads, M, N, K=H)
-ATTENTION = [("S1", 8, 512, 512, 64), ("S2", 12, 512, 512, 64), ("S3", 16, 512, 512, 64),
-             ("S4", 12, 256, 256, 64), ("S5", 16, 256, 256, 64), ("S6", 16, 256, 256, 80),
-             ("S7", 1, 512, 256, 64), ("S8", 1, 768, 384, 64), ("S9", 1, 1024, 512, 64)]
-LLM = [(f"prefill-{s}", s, s, True) for s in (512, 1024, 2048, 4096)] + [("decode-4096", 1, 4096, False)]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import attention as att  # noqa: E402  (bench/attention.py: the shared helpers)
+
 # MCFuser Table II: (name, batch, M, N, K, H)
 GEMM = [("G1", 1, 512, 256, 64, 64), ("G2", 1, 512, 256, 64, 128), ("G3", 1, 512, 256, 64, 256),
         ("G4", 1, 512, 512, 256, 256), ("G5", 1, 512, 512, 512, 256), ("G6", 1, 512, 512, 1024, 256),
         ("G7", 1, 512, 512, 128, 128), ("G8", 1, 1024, 512, 128, 128), ("G9", 1, 2048, 512, 128, 128),
         ("G10", 1, 1024, 1024, 128, 128), ("G11", 4, 1024, 1024, 128, 128), ("G12", 8, 1024, 1024, 128, 128)]
+TINY = [("tiny", 1, 32, 32, 16, 16), ("tiny-batch2", 2, 32, 64, 32, 16)]
+VARIANTS = ("eager", "torch_compile_max_autotune", "tilefuse")
+TIE = 1e-9               # relative: model times this close are ties
 
 
-def attention_cases():
-    import torch
-    import torch.nn.functional as F
-    out = []
-    for name, heads, m, n, d in ATTENTION:
-        q, k, v = (torch.empty(1, heads, x, d, dtype=torch.float16) for x in (m, n, n))
-        out.append((name, lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (q, k, v),
-                    4 * heads * m * n * d, {"heads": heads, "M": m, "N": n, "K": d, "H": d}))
-    for name, m, n, causal in LLM:
-        q = torch.empty(1, 32, m, 128, dtype=torch.float16)
-        k, v = (torch.empty(1, 8, n, 128, dtype=torch.float16) for _ in range(2))
-        fn = (lambda causal: lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                                          enable_gqa=True))(causal)
-        scores = m * n / 2 if causal else m * n
-        out.append((name, fn, (q, k, v), 4 * 32 * scores * 128,
-                    {"heads": 32, "kv_heads": 8, "M": m, "N": n, "K": 128, "H": 128, "causal": causal}))
-    return out
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    group: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    h: int
+    act: str
+
+    @property
+    def shapes(self):
+        return ((self.batch, self.m, self.k), (self.batch, self.k, self.n), (self.batch, self.n, self.h))
+
+    @property
+    def useful_flops(self) -> float:
+        return 2 * self.batch * self.m * self.n * (self.k + self.h)
+
+    def meta(self) -> dict:
+        return {"batch": self.batch, "M": self.m, "N": self.n, "K": self.k, "H": self.h, "act": self.act,
+                "dtype": "float16", "fn": f"{self.act}(A @ B) @ D"}
 
 
-def gemm_cases(act: str):
+def cases(act: str) -> list[Case]:
+    return ([Case(n, "mcfuser", b, m, nn, k, h, act) for n, b, m, nn, k, h in GEMM]
+            + [Case(n, "tiny", b, m, nn, k, h, act) for n, b, m, nn, k, h in TINY])
+
+
+def chain_fn(act: str):
     import torch
     f = torch.relu if act == "relu" else torch.nn.functional.gelu
-    out = []
-    for name, b, m, n, k, h in GEMM:
-        a, bb, d = (torch.empty(b, *s, dtype=torch.float16) for s in ((m, k), (k, n), (n, h)))
-        out.append((name, (lambda f: lambda a, b, d: f(a @ b) @ d)(f), (a, bb, d), 2 * b * m * n * (k + h),
-                    {"batch": b, "M": m, "N": n, "K": k, "H": h, "act": act}))
-    return out
+    return lambda a, b, d: f(a @ b) @ d
 
 
-def _plan_figures(plan, coster, target) -> dict:
-    kernels = []
-    body = 0.0
-    for k in plan.kernels:
-        cost, sched = coster.best(k.candidate)
-        kernels.append({"family": sched.family, "us": round(cost.seconds * 1e6, 3),
-                        "tile": str(getattr(sched, "tile", "")) or None, "bound": cost.bound})
-        body += cost.seconds - target.launch_s
-    return {"kernels": len(plan.kernels), "families": [k["family"] for k in kernels],
-            "modelled_us": round(plan.cost * 1e6, 3), "modelled_body_us": round(body * 1e6, 3),
-            "detail": kernels}
+# ---------------------------------------------------------------------------------------------
+# MCFuser's model beside tilefuse's
+
+def _tile4(t) -> tuple[int, int, int, int]:
+    return (t.bm, t.bn, t.bk, t.bh)
 
 
-def plan_case(fn, args, flops, target_name: str) -> dict:
-    """The chain plan and the plan without the chain family, modelled on the target."""
-    import tilefuse
-    from tilefuse.cost.target import Target
-    from tilefuse.families import FAMILIES
-    from tilefuse.orchestrate.costing import Coster
-    from tilefuse.orchestrate.strategies import plan_strategies
-    target = Target.get(target_name)
-    cm = tilefuse.compile(fn, args, target=target_name, backend="reference")
-    pg = cm.primgraph
-    with_chain = Coster(pg.types, target)
-    chain = _plan_figures(plan_strategies(pg, with_chain)["optimal"], with_chain, target)
-    without = Coster(pg.types, target, families=[f for f in FAMILIES if f.name != "chain"])
-    split = _plan_figures(plan_strategies(pg, without)["optimal"], without, target)
-    roof = cm.report.roofline_us
-    return {"chain": chain, "without_chain": split,
-            "speedup_modelled": round(split["modelled_body_us"] / chain["modelled_body_us"], 3),
-            "speedup_modelled_with_launches": round(split["modelled_us"] / chain["modelled_us"], 3),
-            "chain_tflops_modelled": round(flops / (chain["modelled_body_us"] * 1e-6) / 1e12, 1),
-            "roofline_us": roof, "chain_over_roofline": round(chain["modelled_body_us"] / roof, 2) if roof else None}
-
-
-def mcfuser_choice(meta: dict, target_name: str) -> dict:
-    """The tile MCFuser's analytic model ranks first in its pruned space (block-aware counts)."""
+def model_comparison(case: Case, chain_sched, target_name: str) -> dict:
+    """MCFuser's analytic model over its pruned space and over the Triton template's, and tilefuse's
+    choice; ``chain_sched``: the chain plan's chain kernel schedule (None if the plan has none)."""
     from tilefuse.cost.target import Target
     from tilefuse.schedule import tiling
     target = Target.get(target_name)
-    shape = tiling.ChainShape(meta["batch"], meta["M"], meta["N"], meta["K"], meta["H"], 2)
     params = tiling.ModelParams.of(target)
-    best = None
-    for c in tiling.pruned_space(shape, target.smem_per_block, convention="block"):
-        est = tiling.estimate(shape, c, params, convention="block")
-        if best is None or est.seconds < best[0]:
-            best = (est.seconds, c)
-    if best is None:
-        return {"tile": None}
-    return {"tiling": str(best[1].tiling), "tile": str(best[1].tile), "model_us": round(best[0] * 1e6, 3)}
+    smem = target.smem_per_block
+    if chain_sched is not None:
+        from tilefuse.families.chain import chain_shape
+        shape = chain_shape(chain_sched.body)
+    else:
+        shape = tiling.ChainShape(case.batch, case.m, case.n, case.k, case.h, 2)
+    out: dict = {"shape": dataclasses.asdict(shape), "params": dataclasses.asdict(params), "convention": "block",
+                 "smem_per_block": smem}
+
+    def est(c):
+        return tiling.estimate(shape, c, params, convention="block")
+
+    # MCFuser's whole pruned space
+    space = tiling.pruned_space(shape, smem, convention="block")
+    scored = sorted(((est(c).seconds, str(c.tiling), _tile4(c.tile), c) for c in space), key=lambda x: x[:3])
+    if scored:
+        s, _, _, best = scored[0]
+        e = est(best)
+        out["mcfuser_space"] = {"candidates": len(space), "tiling": str(best.tiling), "tile": list(_tile4(best.tile)),
+                                "ties": sum(1 for x in scored if x[0] <= s * (1 + TIE)),
+                                "tie_note": "candidates within TIE of the best; the first by (tiling, tile) is shown",
+                                "model_us": round(s * 1e6, 3), "alpha": round(e.alpha, 3),
+                                "t_mem_us": round(e.t_mem * 1e6, 3), "t_comp_us": round(e.t_comp * 1e6, 3)}
+        t0 = time.perf_counter()
+        r = tiling.search(shape, lambda cands: [est(c).seconds for c in cands], params, smem, convention="block",
+                          seed=0)
+        out["mcfuser_space"]["search"] = {
+            "tiling": str(r.best.tiling), "tile": list(_tile4(r.best.tile)), "model_us": round(r.seconds * 1e6, 3),
+            "rounds": len(r.rounds), "converged": r.converged, "seconds": round(time.perf_counter() - t0, 2),
+            "finds_exhaustive_best": r.best == best or r.seconds <= s * (1 + 1e-12),
+            "measure": "the model itself (no device): the search's candidates are ranked and 'measured' by Eq. 2"}
+    else:
+        out["mcfuser_space"] = {"candidates": 0, "note": "Rules 3 and 4 leave no tile"}
+
+    # the Triton template's space (the nk tiling, power-of-two tiles): MCFuser's model vs tilefuse's.
+    # MCFuser's model often ties (BN changes neither its bytes nor its padded flops when the n loop
+    # runs inside the program): its choice is the set of tiles within TIE of its best, which MCFuser
+    # would leave to its device measurements.
+    tiles = tiling.chain_tiles(shape, target)
+    mc_time = {_tile4(t): est(tiling.Candidate(tiling.NK, t)).seconds for t in tiles}
+    tmpl: dict = {"tiles": len(tiles)}
+    if not mc_time:
+        out["template_space"] = tmpl
+        return out
+    mc_best_s = min(mc_time.values())
+    ties = sorted(t for t, x in mc_time.items() if x <= mc_best_s * (1 + TIE))
+    distinct = sorted(set(mc_time.values()))
+    tmpl["mcfuser_choice"] = {"best_tiles": [list(t) for t in ties], "ties": len(ties),
+                              "mcfuser_model_us": round(mc_best_s * 1e6, 3)}
+    if chain_sched is None:
+        out["template_space"] = tmpl
+        return out
+    from tilefuse.cost.model import estimate as kernel_estimate
+    from tilefuse.families import family
+    from tilefuse.families.chain import ranked_tiles
+    tf = chain_sched.tile
+    tf4 = _tile4(tf)
+    tf_mc = mc_time.get(tf4)
+    if tf_mc is None:
+        tf_mc = est(tiling.Candidate(tiling.NK, tiling.ChainTile(*tf4))).seconds
+    chosen_body = family("chain").cost(chain_sched, target).seconds - target.launch_s
+    tmpl["tilefuse_choice"] = {
+        "tile": list(tf4), "warps": tf.warps, "stages": tf.stages, "text": str(tf),
+        "tilefuse_body_us": round(chosen_body * 1e6, 3), "mcfuser_model_us": round(tf_mc * 1e6, 3),
+        "mcfuser_model_over_its_best": round(tf_mc / mc_best_s, 3),
+        "mcfuser_rank": 1 + sum(1 for x in distinct if x < tf_mc * (1 - TIE)),
+        "mcfuser_rank_note": "1 + the number of distinct MCFuser-model times below this tile's"}
+    tmpl["agree"] = tf4 in ties
+    # tilefuse's model of MCFuser's best tiles: each at tilefuse's best warps and stages for it
+    try:
+        from tilefuse.families.chain import _schedule    # private: the work of one tile on this body
+        body_of: dict = {}
+        for t in ranked_tiles(chain_sched.body, target):  # fastest first: the first per 4-tuple wins
+            if _tile4(t) not in body_of:
+                body_of[_tile4(t)] = (t, kernel_estimate(_schedule(chain_sched.body, t, target).work, target).body)
+    except Exception as e:               # the chain module changed: say what is missing
+        tmpl["tilefuse_model_note"] = f"tilefuse's times of other tiles unavailable: {type(e).__name__}: {e}"
+        out["template_space"] = tmpl
+        return out
+    order = sorted(b for _, b in body_of.values())
+    scored = sorted((body_of[t][1], t) for t in ties if t in body_of)
+    if scored:
+        (b_lo, t_lo), (b_hi, t_hi) = scored[0], scored[-1]
+        tmpl["mcfuser_choice"].update(
+            tilefuse_best_of_ties={"tile": list(t_lo), "warps_stages": [body_of[t_lo][0].warps, body_of[t_lo][0].stages],
+                                   "tilefuse_body_us": round(b_lo * 1e6, 3),
+                                   "over_tilefuse_choice": round(b_lo / chosen_body, 3),
+                                   "tilefuse_rank": 1 + sum(1 for x in order if x < b_lo * (1 - TIE))},
+            tilefuse_worst_of_ties={"tile": list(t_hi), "tilefuse_body_us": round(b_hi * 1e6, 3),
+                                    "over_tilefuse_choice": round(b_hi / chosen_body, 3)})
+    missing = [list(t) for t in ties if t not in body_of]
+    if missing:
+        tmpl["mcfuser_choice"]["infeasible_for_tilefuse"] = missing
+    out["template_space"] = tmpl
+    return out
 
 
-def measure_case(fn, args, kind: str) -> dict:
-    """Measured device times (CUDA only)."""
+def measure_case(case: Case, device: str, args) -> dict:
     import torch
-
-    import tilefuse
-    from tilefuse.cost.measure import cuda_timer
-    timer = cuda_timer()
-    real = tuple(torch.randn(a.shape, dtype=a.dtype, device="cuda") for a in args)
-    with torch.no_grad():
-        ref = fn(*(a.float() for a in real)).float()
-    variants = {"eager": fn, "torch_compile_max_autotune": torch.compile(fn, mode="max-autotune"),
-                "tilefuse": tilefuse.compile(fn, real, target="auto")}
-    if kind == "attention":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        def flash(*a):
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return fn(*a)
-        variants["sdpa_flash"] = flash
-    out = {}
-    for name, f in variants.items():
-        try:
-            with torch.no_grad():
-                y = f(*real).float()
-                err = float((y - ref).norm() / ref.norm())
-                t = timer(lambda: f(*real)).median_s
-            out[name] = {"us": round(t * 1e6, 2), "rel_l2_error": err}
-        except Exception as e:        # recorded, the run goes on
-            out[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    sys.path.insert(0, str(HERE))
+    import gpu_models as gm
+    gen = torch.Generator().manual_seed(0)
+    sa, sb, sd = case.shapes
+    a = torch.randn(sa, generator=gen)
+    b = torch.randn(sb, generator=gen) / math.sqrt(case.k)      # O(1) activations through both products
+    d = torch.randn(sd, generator=gen) / math.sqrt(case.n)
+    real = tuple(x.to(device=device, dtype=torch.float16) for x in (a, b, d))
+    fn = chain_fn(case.act)
+    with torch.no_grad(), gm.full_fp32(torch):
+        ref = fn(*(x.float() for x in real)).float()
+    prep = {"eager": lambda: (fn, {"what": f"{case.act}(a @ b) @ d in torch (cuBLAS)"}),
+            "torch_compile_max_autotune": att.torch_compile_variant(fn),
+            "tilefuse": att.tilefuse_variant(fn, real, device)}
+    timer = att.make_timer(device, args.warmup, args.runs)
+    out = att.run_variants({v: prep[v] for v in args.variants}, real, ref, timer, device, None, case.useful_flops)
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return out
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("kind", choices=["attention", "gemm"])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "attention":
+        return att.main(argv[1:])
+    if argv and argv[0] == "gemm":
+        argv = argv[1:]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="h100")
     ap.add_argument("--act", default="relu", choices=["relu", "gelu"])
     ap.add_argument("--json", default=None)
+    ap.add_argument("--shapes", default=None, help="comma-separated names or groups (mcfuser, tiny); default mcfuser")
+    ap.add_argument("--device", default=None, choices=["cuda", "cpu", "none"],
+                    help="where to measure (default: cuda when available, else nothing)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="measured variants, of " + ",".join(VARIANTS))
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--runs", type=int, default=None)
+    ap.add_argument("--budget-s", type=float, default=540.0)
     args = ap.parse_args(argv)
-    import tilefuse
+    sys.path[:0] = [str(att.ROOT)]
+    import tilefuse  # noqa: F401  (before triton loads)
     import torch
-    cases = attention_cases() if args.kind == "attention" else gemm_cases(args.act)
-    cuda = torch.cuda.is_available()
-    rows, ok = [], True
-    print(f"{args.kind} chains planned for {args.target} (MODELLED kernel bodies, launches excluded)")
-    print(f"{'shape':12s} {'chain k':>7s} {'chain us':>9s} {'w/o k':>6s} {'w/o us':>9s} {'speedup':>8s} "
-          f"{'TFLOP/s':>8s} {'/roofline':>9s}")
-    for name, fn, inputs, flops, meta in cases:
-        t0 = time.perf_counter()
-        rec = {"name": name, **meta, "flops": flops}
-        rec.update(plan_case(fn, inputs, flops, args.target))
-        if args.kind == "gemm":
-            rec["mcfuser_model_choice"] = mcfuser_choice(meta, args.target)
-        rec["measured"] = measure_case(fn, inputs, args.kind) if cuda else None
-        rec["plan_seconds"] = round(time.perf_counter() - t0, 2)
-        rows.append(rec)
-        c, w = rec["chain"], rec["without_chain"]
-        ok &= c["kernels"] == 1 and c["families"] == ["chain"]
-        flag = "" if rec["speedup_modelled"] > 1 else (
-            f"   <- body slower; chosen with launches ({rec['speedup_modelled_with_launches']:.2f}x)")
-        print(f"{name:12s} {c['kernels']:7d} {c['modelled_body_us']:9.2f} {w['kernels']:6d} {w['modelled_body_us']:9.2f} "
-              f"{rec['speedup_modelled']:8.2f} {rec['chain_tflops_modelled']:8.1f} {rec['chain_over_roofline']:9.2f}"
-              + flag)
-    out = {"what": f"{args.kind} chains: tilefuse plans MODELLED by its cost model"
-                   + ("" if cuda else "; no CUDA device: nothing measured"),
-           "command": " ".join(["python"] + sys.argv),
+    args.variants = tuple(v for v in args.variants.split(",") if v)
+    bad = [v for v in args.variants if v not in VARIANTS]
+    if bad:
+        raise SystemExit(f"unknown variant(s) {bad}; choose from {VARIANTS}")
+    device, why_not = att.resolve_device(args.device)
+    args.warmup = args.warmup if args.warmup is not None else (10 if device == "cuda" else 1)
+    args.runs = args.runs if args.runs is not None else (50 if device == "cuda" else 3)
+    todo = att.select(cases(args.act), args.shapes, default_groups=("mcfuser",))
+    started = time.perf_counter()
+    doc = {"what": f"GEMM chains {args.act}(A @ B) @ D: tilefuse's chain plan vs the same graph planned without "
+                   "the chain family, and MCFuser's analytic model's tile choice beside tilefuse's. Planned "
+                   "figures are MODELLED for the target (no kernel runs); 'measured' holds device timings "
+                   "where CUDA was available",
+           "command": att.command(),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"platform": platform.platform(), "cpus": __import__("os").cpu_count(),
-                       "gpu": torch.cuda.get_device_name(0) if cuda else None},
-           "versions": {"tilefuse": getattr(tilefuse, "__version__", "?"), "torch": torch.__version__,
-                        "triton": __import__("triton").__version__, "python": platform.python_version()},
-           "target": args.target,
-           "measured": None if cuda else "no CUDA device on this machine",
-           "ok": ok, "cases": rows}
+           **att.environment(device),
+           "target": att.target_figures(args.target),
+           "conventions": {
+               "modelled_us": "sum of the plan's kernels' modelled times, each including one launch "
+                              "(Target.launch_s; two for a split-K gemm): per-launch, what the planner minimizes",
+               "body_us": "the same without the launches (kernel bodies)",
+               "speedup_body / speedup": "without-chain / chain, on body_us / on modelled_us",
+               "speedup_graph_launches": "without-chain / chain on body_us + launch_graph_s per launch (derived)",
+               "tflops / tflops_body": "useful flops 2*b*M*N*(K+H) over modelled_us / body_us",
+               "traffic_bytes": "modelled DRAM bytes of the plan's kernels (report.traffic_bytes)",
+               "roofline": "report.roofline_us: max(compulsory bytes / peak DRAM bandwidth, every prim's flops "
+                           "at its peak: the products at the fp16 tensor-core peak, the activation at the fp32 "
+                           "CUDA-core peak)",
+               "mcfuser": "tilefuse/schedule/tiling.py: estimate() with ModelParams.of(target), block-aware "
+                          "trip counts; times in 'model_us' are MCFuser's model's, not tilefuse's"},
+           "measured": None if device is None else {"device": device, "variants": list(args.variants),
+                                                     "warmup": args.warmup, "runs": args.runs,
+                                                     "timer": "tilefuse.cost.measure.cuda_timer: CUDA events, "
+                                                              "256 MiB L2 flush before each timed call, median"
+                                                     if device == "cuda" else "perf_counter (cpu: script check)",
+                                                     "reference": "the same function in fp32, tf32 off",
+                                                     "tolerance_rel_l2": att.TOL_FP16},
+           "measured_reason": why_not,
+           "cases": []}
+    print(f"GEMM chains {args.act}(A@B)@D planned for {args.target}: MODELLED (no kernel runs)")
+    rows, failures, slower = [], [], []
+    for case in todo:
+        inputs = tuple(torch.empty(s, dtype=torch.float16) for s in case.shapes)
+        rec = {"name": case.name, **case.meta()}
+        objs: dict = {}
+        try:
+            rec.update(att.plan_pair(chain_fn(case.act), inputs, case.useful_flops, args.target, objs))
+        except Exception as e:
+            rec["error"] = f"planning: {type(e).__name__}: {e}"[:1500]
+        c = rec.get("chain")
+        one = bool(c) and c["num_kernels"] == 1 and c["families"] == ["chain"]
+        rec["checks"] = {"chain_is_one_chain_kernel": one,
+                         "chain_faster_body": bool(c) and (rec["speedup_body"] or 0) > 1,
+                         "chain_faster_per_launch": bool(c) and (rec["speedup"] or 0) > 1}
+        if not one:
+            failures.append(f"{case.name}: the chain plan is not one chain kernel"
+                            + (f" ({c['num_kernels']} kernels: {'+'.join(c['families'])})" if c else ""))
+        elif not rec["checks"]["chain_faster_body"]:
+            slower.append(case.name)
+        if c:
+            chains = [k.schedule for k in objs["compiled"].plan.kernels if k.schedule.family == "chain"]
+            try:
+                rec["models"] = model_comparison(case, chains[0] if chains else None, args.target)
+            except Exception as e:
+                rec["models"] = {"error": f"{type(e).__name__}: {e}"[:1500]}
+        rec["measured"] = None
+        if device is not None:
+            if time.perf_counter() - started > args.budget_s:
+                rec["measured"] = {"skipped": f"the {args.budget_s:.0f} s budget was spent"}
+            else:
+                print(f"  {case.name}: measuring on {device}", flush=True)
+                try:
+                    rec["measured"] = measure_case(case, device, args)
+                except Exception as e:
+                    rec["measured"] = {"error": f"{type(e).__name__}: {e}"[:1500]}
+        rows.append(rec)
+        doc["cases"] = rows
+        doc["total_s"] = round(time.perf_counter() - started, 1)
+        att.write_json(args.json, doc)
+        if c:
+            w = rec["without_chain"]
+            print(f"  {case.name:6s} chain {c['num_kernels']} k {c['body_us']:7.2f} / {c['modelled_us']:7.2f} us"
+                  f" | w/o {w['num_kernels']} k {w['body_us']:7.2f} / {w['modelled_us']:7.2f} us"
+                  f" | x{rec['speedup_body']:.2f} / x{rec['speedup']:.2f}", flush=True)
+        else:
+            print(f"  {case.name:6s} {rec['error'][:300]}", flush=True)
+
+    print(f"\nMODELLED for {args.target} (us; body = without launches, total = per launch)")
+    head = ["shape", "chain k", "body", "total", "w/o k", "w/o body", "w/o total", "x body", "x total",
+            "TFLOP/s body", "MB chain", "MB w/o", "roofline", "body/roof"]
+    table = []
+    for rec in rows:
+        c, w = rec.get("chain"), rec.get("without_chain")
+        if not c:
+            table.append([rec["name"], "ERROR"] + ["-"] * (len(head) - 2))
+            continue
+        table.append([rec["name"], str(c["num_kernels"]), f"{c['body_us']:.2f}", f"{c['modelled_us']:.2f}",
+                      f"{w['num_kernels']} {'+'.join(w['families'])}", f"{w['body_us']:.2f}", f"{w['modelled_us']:.2f}",
+                      f"{rec['speedup_body']:.2f}", f"{rec['speedup']:.2f}", att._f(c["tflops_body"], ".0f"),
+                      f"{c['traffic_bytes'] / 1e6:.2f}", f"{w['traffic_bytes'] / 1e6:.2f}",
+                      f"{rec['roofline']['us']:.2f}", att._f(c["body_over_roofline"], ".2f")])
+    att.print_table(head, table)
+
+    print("\nTile choices, BMxBNxBKxBH: tilefuse's cost model vs MCFuser's analytic model (Eq. 2, block-aware "
+          "trip counts) over the Triton template's space; 'MC best' = the tiles tied at MCFuser's best, "
+          "'tf of MC best' = tilefuse's time of the best of them over tilefuse's choice")
+    head = ["shape", "tilefuse tile", "MC best (ties)", "agree", "tf tile in MC model", "tf of MC best",
+            "MCFuser own space (ties)", "MC model us", "search=exh."]
+    table = []
+    for rec in rows:
+        m = rec.get("models") or {}
+        if "template_space" not in m:
+            table.append([rec["name"], (m.get("error") or "-")[:60]] + ["-"] * (len(head) - 2))
+            continue
+        t, ms = m["template_space"], m.get("mcfuser_space", {})
+        tfc, mcc = t.get("tilefuse_choice") or {}, t.get("mcfuser_choice") or {}
+
+        def x4(v):
+            return "x".join(map(str, v)) if v else "-"
+        lo = mcc.get("tilefuse_best_of_ties") or {}
+        table.append([rec["name"], f"{x4(tfc.get('tile'))} w{tfc.get('warps')} s{tfc.get('stages')}" if tfc else "-",
+                      f"{x4(lo.get('tile') or (mcc.get('best_tiles') or [None])[0])} ({mcc.get('ties', 0)})",
+                      "yes" if t.get("agree") else "no",
+                      f"x{att._f(tfc.get('mcfuser_model_over_its_best'), '.3f')} (rank {tfc.get('mcfuser_rank', '-')})",
+                      f"x{att._f(lo.get('over_tilefuse_choice'), '.2f')}",
+                      f"{ms.get('tiling', '-')} {x4(ms.get('tile'))} ({ms.get('ties', 0)})", att._f(ms.get("model_us"), ".2f"),
+                      str(ms.get("search", {}).get("finds_exhaustive_best", "-"))])
+    att.print_table(head, table)
+    att.measured_table(rows, args.variants, device)
+    doc["failures"] = failures
+    doc["chain_body_slower"] = slower
+    doc["ok"] = not failures
+    doc["total_s"] = round(time.perf_counter() - started, 1)
+    att.write_json(args.json, doc)
+    if why_not:
+        print(f"\nmeasured: null ({why_not})")
+    if slower:
+        print(f"\nchain kernel body models slower than the two GEMMs (chosen for the launch it saves): {', '.join(slower)}")
+    if failures:
+        print("\nFAILED checks (exit 1):")
+        for f in failures:
+            print("  " + f)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-    return 0 if ok else 1
+        print(f"\nwritten {args.json} ({doc['total_s']} s)")
+    return 0 if not failures else 1
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
-"""Plan full-size BERT-base for a GPU target on this (CPU) machine; record the modelled plans.
+"""Plan full-size BERT-base (or a LLaMA-style decoder) for a GPU target on this (CPU) machine;
+record the modelled plans.
 
-    python bench/plan_bert.py [--target h100] [--seq 128] [--dtype float16] [--label before|after]
-                              [--json bench/results/plan_bert_h100_after.json]
+    python bench/plan_bert.py [--model bert|llama] [--target h100] [--seq 128] [--dtype float16]
+                              [--label before|after] [--json bench/results/plan_bert_h100_after.json]
 
 Everything recorded is MODELLED by tilefuse's analytic cost model (docs/cost-model.md), not
-measured: no GPU is used and no kernel runs (backend "reference", plan only).  The transformers
-default BertConfig (12 layers, hidden 768, 12 heads, sdpa attention) with random weights; batch 1.
+measured: no GPU is used and no kernel runs (backend "reference", plan only).  ``--model bert``
+(default): the transformers default BertConfig (12 layers, hidden 768, 12 heads, sdpa attention)
+with random weights; batch 1.  ``--model llama``: tilefuse.zoo's base Llama
+(``zoo.build("llama", "base")``: LlamaForCausalLM, hidden 768, 12 layers, 12 query heads over 4 KV
+heads, FFN 2048, vocab 32000, use_cache=False, sdpa attention; random weights, seed 0), its
+input set 0 (token ids and an all-ones attention mask); batch 1.  Its layers are
+``model.layers.N`` in the module paths.
 
 For each strategy (unfused, greedy, optimal) and each launch mode (per-launch; CUDA graph) it
 records the number of kernels, the modelled total time, the modelled DRAM traffic, and per encoder
@@ -100,14 +106,17 @@ def _module_paths(ep) -> dict[str, str]:
 
 
 def _scope(path: str | None) -> str:
-    """'encoder.layer.3.attention.self' -> 'layer.3'; 'embeddings.LayerNorm' -> 'embeddings'; '' -> 'model'."""
+    """'encoder.layer.3.attention.self' -> 'layer.3'; 'embeddings.LayerNorm' -> 'embeddings'; '' -> 'model';
+    a causal LM's 'model.layers.3.mlp' -> 'layer.3', 'model.norm' -> 'norm', 'lm_head' -> 'lm_head'."""
     if path is None:
         return "unknown"
     m = _LAYER.search(path)
     if m:
         return f"layer.{int(m.group(1))}"
-    head = path.split(".")[0]
-    return head or "model"
+    parts = path.split(".")
+    if parts[0] == "model" and len(parts) > 1:     # LlamaForCausalLM wraps its LlamaModel as 'model'
+        parts = parts[1:]
+    return parts[0] or "model"
 
 
 def _scope_key(scope: str) -> tuple:
@@ -118,8 +127,10 @@ def _scope_key(scope: str) -> tuple:
 
 
 def _prim_scope(prim, paths: dict[str, str]) -> str:
-    base = re.split(r"[.:]", prim.origin.name, maxsplit=1)[0]   # 'linear_3.0' / 'x:1' -> fx node name
-    return _scope(paths.get(base))
+    # 'linear_3.0' / 'x:1' -> fx node name; a merged projection ('linear+linear_1+linear_2',
+    # transform/horizontal.py) has the scope its nodes share
+    scopes = {_scope(paths.get(re.split(r"[.:]", n, maxsplit=1)[0])) for n in prim.origin.name.split("+")}
+    return scopes.pop() if len(scopes) == 1 else "mixed:" + "+".join(sorted(scopes))
 
 
 def _is_contraction(prim):
@@ -251,6 +262,7 @@ def _graph_fallback(fig: dict, delta_s: float) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="bert", choices=["bert", "llama"])
     ap.add_argument("--target", default="h100")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
@@ -264,11 +276,17 @@ def main() -> int:
 
     t_start = time.perf_counter()
     torch.manual_seed(0)
-    config = transformers.BertConfig(attn_implementation="sdpa")
-    model = transformers.BertModel(config).eval().to(getattr(torch, args.dtype))
-    ids = torch.randint(0, config.vocab_size, (1, args.seq))
-    mask = torch.ones(1, args.seq, dtype=torch.int64)
-    inputs = (ids, mask)
+    if args.model == "bert":
+        config = transformers.BertConfig(attn_implementation="sdpa")
+        model = transformers.BertModel(config).eval().to(getattr(torch, args.dtype))
+        ids = torch.randint(0, config.vocab_size, (1, args.seq))
+        mask = torch.ones(1, args.seq, dtype=torch.int64)
+        inputs = (ids, mask)
+    else:
+        from tilefuse import zoo
+        model, input_sets = zoo.build("llama", "base", batch=1, seq=args.seq, attn="sdpa")
+        model = model.to(getattr(torch, args.dtype))
+        inputs = tuple(input_sets[0])
     built = time.perf_counter() - t_start
 
     notes: list[str] = []
@@ -305,7 +323,7 @@ def main() -> int:
             ep = torch.export.export(model, inputs).run_decompositions(torch.export.default_decompositions())
             how = "a separate torch.export of the model (tilefuse's export could not be captured)"
         paths = _module_paths(ep)
-        names = [re.split(r"[.:]", p.origin.name, maxsplit=1)[0] for p in pg.prims]
+        names = [re.split(r"[.:]", n, maxsplit=1)[0] for p in pg.prims for n in p.origin.name.split("+")]
         unmatched = sorted({n for n in names if n not in paths})
         layer_method = (
             "prim.origin is Origin(op, name, location): op the source operator type, name the torch.fx "
@@ -313,9 +331,15 @@ def main() -> int:
             "node emitted for one fx node), location the source line (e.g. 'modeling_bert.py:292 in "
             "forward'); none of them names the layer.  The script maps the fx node name (origin.name up "
             f"to the first '.' or ':') to the node's innermost nn_module_stack path, taken from {how}; "
-            "a path containing 'layer.N' ('encoder.layer.3.attention.self') is encoder layer N, others "
-            "are scoped by their first component ('embeddings', 'pooler', '' = 'model' for BertModel's "
-            "own ops such as the attention-mask preparation).  A kernel counts for layer N iff all its "
+            + ("a path containing 'layer.N' ('encoder.layer.3.attention.self') is encoder layer N, others "
+               "are scoped by their first component ('embeddings', 'pooler', '' = 'model' for BertModel's "
+               "own ops such as the attention-mask preparation)" if args.model == "bert" else
+               "a path containing 'layers.N' ('model.layers.3.self_attn') is decoder layer N, others are "
+               "scoped by their first component after LlamaForCausalLM's 'model.' ('embed_tokens', "
+               "'rotary_emb', 'norm', 'lm_head', '' = 'model' for the model's own ops such as the "
+               "attention-mask preparation); a prim of a merged projection (origin name "
+               "'linear+linear_1+linear_2') has the scope its fx nodes share")
+            + ".  A kernel counts for layer N iff all its "
             "prims are in layer N; kernels with prims from several scopes are counted under "
             "'mixed:<scopes>'.")
         if unmatched:
@@ -402,7 +426,8 @@ def main() -> int:
             f["traffic_over_compulsory_gather_rows_only"] = round(f["traffic_bytes"] / comp["gather_rows_only"], 3)
 
     # ---- print
-    print(f"BERT-base, seq {args.seq}, {args.dtype}, batch 1, target {args.target}"
+    title = "BERT-base" if args.model == "bert" else "LLaMA-style (tilefuse.zoo llama base: LlamaForCausalLM)"
+    print(f"{title}, seq {args.seq}, {args.dtype}, batch 1, target {args.target}"
           f"{' [' + args.label + ']' if args.label else ''} (MODELLED, not measured)")
     print(f"operators {r.num_ops}, prims {r.num_prims}; compulsory {compulsory['value'] / 1e6:.2f} MB "
           f"({compulsory['source'].split(':')[0]}), flops {flops['value'] / 1e9:.2f} G "
@@ -423,6 +448,26 @@ def main() -> int:
           f"{built:.1f} s; total {total_s:.1f} s")
     for n in notes:
         print("note:", n)
+    layer_kernels = None
+    if args.model != "bert" and paths is not None:
+        # LLaMA only (BERT's output stays as it was): every layer's kernel count per mode and the
+        # kernels of one middle layer (layer 1) of the per-launch optimal plan
+        layer_kernels = {"per_layer": {m: {s: figs[s].get("kernels_per_layer") for s in STRATEGIES}
+                                       for m, figs in modes.items()},
+                         "kernels_by_scope": {m: figs["optimal"].get("kernels_by_scope") for m, figs in modes.items()},
+                         "layer1_optimal_per_launch": []}
+        for k, info in zip(main_c.plan.kernels, r.kernels):
+            if {_prim_scope(p, paths) for p in k.prims} == {"layer.1"}:
+                layer_kernels["layer1_optimal_per_launch"].append(
+                    {"name": info.name, "family": info.family, "est_us": info.est_us,
+                     "ops": list(dict.fromkeys(o.split(":")[0] for o in info.ops))})
+        for m, figs in modes.items():
+            print(f"kernels per layer, optimal, {m}: {figs['optimal'].get('kernels_per_layer')}; other scopes: "
+                  + ", ".join(f"{k} {v}" for k, v in (figs["optimal"].get("kernels_by_scope") or {}).items()
+                              if not k.startswith("layer.")))
+        print("layer 1, optimal, per launch:")
+        for k in layer_kernels["layer1_optimal_per_launch"]:
+            print(f"  {k['name'][:48]:48s} {k['family']:8s} {k['est_us']:8.2f} us  {' '.join(k['ops'])}")
 
     ok_order = (per_fig["optimal"]["modelled_us"] <= per_fig["greedy"]["modelled_us"]
                 <= per_fig["unfused"]["modelled_us"])
@@ -433,7 +478,8 @@ def main() -> int:
         pkg_dir = os.path.dirname(os.path.abspath(tilefuse.__file__))
         status = _git(pkg_dir, "status", "--porcelain")
         out = {
-            "what": "tilefuse plans of BERT-base; times and traffic are MODELLED by the analytic cost "
+            "what": f"tilefuse plans of {'BERT-base' if args.model == 'bert' else 'a LLaMA-style decoder'}; "
+                    "times and traffic are MODELLED by the analytic cost "
                     "model, not measured",
             "label": args.label,
             "command": " ".join(([f"PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else [])
@@ -446,7 +492,12 @@ def main() -> int:
             "tilefuse_source": {"file": tilefuse.__file__,
                                 "git_commit": _git(pkg_dir, "rev-parse", "HEAD"),
                                 "git_dirty_files": None if status is None else len(status.splitlines())},
-            "config": {"model": "BertModel(BertConfig(attn_implementation='sdpa')), random weights, seed 0",
+            "config": {"model": "BertModel(BertConfig(attn_implementation='sdpa')), random weights, seed 0"
+                       if args.model == "bert" else
+                       "tilefuse.zoo.build('llama', 'base'): LlamaForCausalLM(LlamaConfig(vocab_size=32000, "
+                       "hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, "
+                       "num_key_value_heads=4, attn_implementation='sdpa', use_cache=False)), weights "
+                       "zoo.randomize (seed 0), inputs: input set 0 (token ids, all-ones attention mask)",
                        "target": args.target, "seq": args.seq, "dtype": args.dtype, "batch": 1,
                        "backend": "reference (plan only; no kernel runs)"},
             "target": tfig,
@@ -465,6 +516,8 @@ def main() -> int:
                        "optimal kernels < operators": ok_fewer, "ok": ok},
             "notes": notes,
         }
+        if layer_kernels is not None:
+            out["layers"] = layer_kernels
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
