@@ -90,11 +90,20 @@ def test_compile_measure_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
 
 
 def test_demo_runs_and_checks_against_eager(capsys):
+    """Without a GPU the demo plans for h100, says so in one sentence, and runs that plan's own
+    kernels in the interpreter (one target: the table's kernels are the ones checked)."""
+    import torch
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "modelled on h100" in out and "operators fused" in out and "LayerNormalization" in out
-    assert re.search(r"ran \d+ kernels \(generated Triton on the Triton interpreter.*match", out, re.S)
     assert "MISMATCH" not in out
+    if torch.cuda.is_available():
+        return
+    assert "No GPU here: the kernels are planned for an H100" in out
+    assert "target cpu" not in out and "target h100" in out
+    (n,) = re.findall(r"planned (\d+) kernels for h100", out)
+    assert re.search(rf"ran the {n} kernels on this CPU in Triton's interpreter.*match", out, re.S)
+    assert "chain" in out and "gemm" in out          # the h100 plan's families, as run here
 
 
 def test_run_checks_against_onnxruntime(tmp_path, capsys):

@@ -12,10 +12,13 @@ from .api import compile, compile_onnx
 from .cost.target import Target
 from .errors import (InputError, ModelLoadError, TargetAbsentError, TilefuseError, UnsupportedAttribute,
                      UnsupportedOperator)
+from .log import from_environment as _logs_from_environment, set_logs
 from .report.report import Report
 from .runtime.compiled import CompiledModel
 
 __version__ = "0.1.0"
 
-__all__ = ["compile", "compile_onnx", "CompiledModel", "Report", "TilefuseError", "UnsupportedOperator",
+_logs_from_environment()
+
+__all__ = ["compile", "compile_onnx", "set_logs", "CompiledModel", "Report", "TilefuseError", "UnsupportedOperator",
            "UnsupportedAttribute", "ModelLoadError", "InputError", "TargetAbsentError", "Target", "__version__"]

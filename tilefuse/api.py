@@ -12,8 +12,10 @@ stage produced.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,9 +27,11 @@ from .errors import OptionError
 from .fission import fission
 from .frontend.common import Imported
 from .ir.prim import PrimGraph
+from .log import logger
 from .orchestrate.costing import Coster
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
+from .progress import step
 from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.memory import MemoryPlan, plan_memory
@@ -37,6 +41,16 @@ from .transform.vertical import vertical
 from .transform.simplify import simplify_graph
 
 BACKENDS = ("reference", "triton")
+_log = logger("plan")
+
+
+@contextmanager
+def _stage(what: str):
+    """A pipeline stage: shown as progress, its time logged (channel ``plan``)."""
+    t0 = time.perf_counter()
+    with step(what):
+        yield
+    _log.info("%s: %.2f s", what, time.perf_counter() - t0)
 
 
 def _check_options(backend: str, strategy: str, time_limit=10.0) -> None:
@@ -67,7 +81,10 @@ def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[s
     if merged is not pg:
         merged = simplify_graph(vertical(merged))      # the slices compose into their readers
         plans_h, coster_h = orchestrate(merged, target, solved=solved, **kw)
-        if plans_h["optimal"].cost < plans["optimal"].cost:
+        keep = plans_h["optimal"].cost < plans["optimal"].cost
+        _log.info("horizontal: contractions sharing an input merged: optimal %.1f us vs %.1f us as they are: %s",
+                  plans_h["optimal"].cost * 1e6, plans["optimal"].cost * 1e6, "merged" if keep else "kept apart")
+        if keep:
             return merged, plans_h, coster_h
     return pg, plans, coster
 
@@ -134,15 +151,21 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False) -> CompiledModel:
     graph = imported.graph
-    primgraph = simplify_graph(vertical(fold_constants(simplify_graph(fission(graph)))))
     tgt = Target.get(target)
-    primgraph, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
-                                            progress=progress)
+    with _stage("splitting operators into prims"):
+        primgraph = simplify_graph(vertical(fold_constants(simplify_graph(fission(graph)))))
+    _log.info("%d operators -> %d prims (%s)", len(graph.nodes), len(primgraph.prims),
+              ", ".join(f"{k} {v}" for k, v in count_by_category(primgraph.prims).items() if v))
+    with _stage(f"planning for {tgt.name}"):
+        primgraph, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
+                                                progress=progress)
     if measure:
-        tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
+        with _stage("measuring kernels"):
+            tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
         plans, coster = tuning.plans, tuning.coster
     plan = plans[strategy]
-    kernels = build_kernels(plan, primgraph)
+    with _stage("generating kernels"):
+        kernels = build_kernels(plan, primgraph)
     if dump is not None:
         _dump(Path(dump), graph, primgraph, plan, kernels)
     memory = plan_memory(plan, primgraph)
@@ -151,8 +174,19 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         report.measurement = {"rounds": tuning.rounds, "stable": tuning.stable,
                               "schedules_measured": len(tuning.measured), "from_cache": tuning.from_cache}
     report.compile_seconds = round(time.perf_counter() - t0, 4)
+    _log_plan(report)
     return CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                          memory=memory)
+
+
+def _log_plan(report: Report) -> None:
+    if not _log.isEnabledFor(logging.INFO):
+        return
+    for name, s in report.strategies.items():
+        _log.info("strategy %s: %d kernels, %.1f us modelled", name, s["num_kernels"], s["est_total_us"])
+    for i, k in enumerate(report.kernels):
+        _log.info("kernel %d %s (%s, %d prims): %.2f us modelled, %s-bound, grid %s", i, k.name, k.family,
+                  len(k.prims), k.est_us, k.bound, k.grid)
 
 
 def _dump(d: Path, graph, primgraph: PrimGraph, plan: Plan, kernels) -> None:
@@ -191,7 +225,8 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    imported = import_torch(model, tuple(example_inputs), **options)
+    with _stage("importing the model (torch.export)"):
+        imported = import_torch(model, tuple(example_inputs), **options)
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                      time_limit=time_limit, cuda_graph=cuda_graph, measure=measure)
 
@@ -208,6 +243,7 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     _check_options(backend, strategy, time_limit)
     from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
-    imported = import_onnx(model_or_path, **options)
+    with _stage("importing the model"):
+        imported = import_onnx(model_or_path, **options)
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                      time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure)

@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import warnings
 from collections import Counter
+from contextlib import contextmanager
+from importlib import metadata
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from .errors import TilefuseError
+from .progress import reporting
 
 
 def _category_table(title: str, counts: dict[str, int]) -> Table:
@@ -26,38 +32,45 @@ def cmd_demo(args, console: Console) -> int:
     import torch
 
     import tilefuse
-    from .api import orchestrate, report_for
     from .cost.target import Target
     from .demo import demo_model
 
     model, inputs = demo_model()
-    device = Target.detect().device
-    model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
+    here = Target.detect()
     console.print("[bold]tilefuse demo[/]: a BERT-style encoder block (random weights), batch 2, sequence 16")
-    compiled = tilefuse.compile(model, inputs)
+    if here.device == "cuda":
+        target = here
+        console.print(f"Compiled for this machine's GPU ({here.name}), where its kernels run; kernel times are "
+                      "modelled by tilefuse's cost model.", soft_wrap=True)
+    else:
+        target = Target.get("h100")
+        console.print("No GPU here: the kernels are planned for an H100 (times modelled by tilefuse's cost "
+                      "model, not measured), and the same generated kernels run on this CPU in Triton's "
+                      "interpreter to check them against eager PyTorch.", soft_wrap=True)
+    model, inputs = model.to(here.device), tuple(t.to(here.device) for t in inputs)
+    with _progress(console):
+        compiled = tilefuse.compile(model, inputs, target=target)
     r = compiled.report
     console.print(f"imported {r.num_ops} operators, split into {r.num_prims} tensor-expression prims, "
-                  f"planned {r.num_kernels} kernels for this machine ({r.target}) in {r.compile_seconds:.1f} s")
+                  f"planned {r.num_kernels} kernels for {r.target} in {r.compile_seconds:.1f} s", soft_wrap=True)
     console.print(_category_table("prims by category", r.prims_by_category))
     console.print(kernel_table(r, detail=False))
+    console.print(strategy_table(r))
     with torch.no_grad():
         want = model(*inputs)
-    got = compiled(*inputs)
+    with _progress(console):
+        got = compiled(*inputs) if here.device == "cuda" else compiled.emulate(*inputs)
     err = (got - want).abs().max().item()
     ok = torch.allclose(got, want, rtol=1e-4, atol=1e-5)
-    how = "Triton interpreter" if device == "cpu" else "GPU"
-    console.print(f"ran {r.num_kernels} kernels (generated Triton on the {how}, library calls through torch) "
+    where = "on the GPU" if here.device == "cuda" else "on this CPU in Triton's interpreter"
+    console.print(f"ran the {r.num_kernels} kernels {where} (generated Triton; library calls through torch) "
                   f"vs eager PyTorch: max abs difference {err:.2e} "
-                  + ("[green]match[/]" if ok else "[red]MISMATCH[/]"))
+                  + ("[green]match[/]" if ok else "[red]MISMATCH[/]"), soft_wrap=True)
     console.print(_memory_line(r.memory))
-    h100 = Target.get("h100")
-    plans, coster = orchestrate(compiled.primgraph, h100)
-    rh = report_for(compiled.graph, compiled.primgraph, plans, coster, h100, "triton", "optimal")
-    console.print(strategy_table(rh))
-    s = rh.strategies
+    s = r.strategies
     opt = s["optimal"]["est_total_us"]
-    console.print(f"modelled on h100 (not measured): optimal plan {opt:.1f} us in {s['optimal']['num_kernels']} "
-                  f"kernels, {s['unfused']['est_total_us'] / opt:.2f}x faster than unfused, "
+    console.print(f"modelled on {r.target} (not measured): optimal plan {opt:.1f} us in {r.num_kernels} kernels, "
+                  f"{s['unfused']['est_total_us'] / opt:.2f}x faster than unfused, "
                   f"{s['greedy']['est_total_us'] / opt:.2f}x faster than greedy fusion", soft_wrap=True)
     return 0 if ok else 1
 
@@ -72,8 +85,9 @@ def cmd_inspect(args, console: Console) -> int:
     from .fission import fission
     from .frontend.onnx import import_onnx
 
-    graph = import_onnx(args.model).graph
-    pg, errors = fission(graph, collect_errors=True)
+    with _progress(console):
+        graph = import_onnx(args.model, input_shapes=_input_shapes(args)).graph
+        pg, errors = fission(graph, collect_errors=True)
     console.print(f"[bold]{args.model}[/]: {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, "
                   f"{len(graph.constants)} constants, {len(graph.nodes)} operators")
     ops = Table(title="operators")
@@ -148,16 +162,12 @@ def strategy_table(report) -> Table:
 
 
 def cmd_compile(args, console: Console) -> int:
-    from rich.progress import Progress
-
     import tilefuse
 
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("orchestrating segments", total=None)
+    with _progress(console):
         compiled = tilefuse.compile_onnx(
             args.model, target=args.target, strategy=args.strategy, measure=args.measure,
-            cuda_graph=args.cuda_graph, dump=args.dump,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
+            cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args))
     r = compiled.report
     console.print(kernel_table(r))
     console.print(strategy_table(r))
@@ -166,8 +176,8 @@ def cmd_compile(args, console: Console) -> int:
         m = r.measurement
         console.print(f"measured {m['schedules_measured']} schedules ({m['from_cache']} from the tuning cache) "
                       f"in {m['rounds']} rounds; plan {'stable' if m['stable'] else 'still changing'}")
-    console.print(f"{r.num_ops} operators, {r.num_prims} prims, {r.num_kernels} kernels; solver {r.solver}; "
-                  f"compiled in {r.compile_seconds:.1f} s")
+    console.print(f"{r.num_ops} operators, {r.num_prims} prims, {r.num_kernels} kernels; {solver_line(r.solver)}; "
+                  f"compiled in {r.compile_seconds:.1f} s", soft_wrap=True)
     console.print(_memory_line(r.memory))
     if args.json:
         try:
@@ -180,6 +190,12 @@ def cmd_compile(args, console: Console) -> int:
     if args.dump:
         console.print(f"stages and the source of all {r.num_kernels} kernels written to {args.dump}")
     return 0
+
+
+def solver_line(solver: dict) -> str:
+    """``solver: optimal over 12 segments (3.1k candidates, 0.84 s)``."""
+    return (f"solver: {solver['status']} over {solver['num_segments']} segment(s) "
+            f"({solver['num_candidates']} candidates, {solver['seconds']:.2f} s)")
 
 
 def _random_feeds(model, seed: int = 0) -> dict:
@@ -227,10 +243,11 @@ def cmd_run(args, console: Console) -> int:
             raise TilefuseError("--check compares with onnxruntime, which is not installed: "
                                 "pip install onnxruntime (or drop --check)") from None
     feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
-    compiled = tilefuse.compile_onnx(args.model, backend=args.backend)
-    if feeds is None:
-        feeds = _random_feeds(compiled)
-    outs = compiled.run(feeds)
+    with _progress(console):
+        compiled = tilefuse.compile_onnx(args.model, backend=args.backend, input_shapes=_input_shapes(args))
+        if feeds is None:
+            feeds = _random_feeds(compiled)
+        outs = compiled.run(feeds)
     t = Table(title=f"outputs ({compiled.report.num_kernels} kernels, backend {args.backend})")
     for col in ("output", "dtype", "shape", "mean", "max |x|"):
         t.add_column(col)
@@ -241,7 +258,10 @@ def cmd_run(args, console: Console) -> int:
     console.print(t)
     if not args.check:
         return 0
-    sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    if not args.debug:
+        options.log_severity_level = 3     # errors only: no "Removing initializer" warnings
+    sess = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
     bad = []
     for name, got, ref in zip(compiled.output_names, outs, want):
@@ -255,21 +275,105 @@ def cmd_run(args, console: Console) -> int:
     return 0
 
 
+class _Bar:
+    """``tilefuse.progress`` reports as rich progress bars, one per step (``what``)."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, what: str, done: int, total: int | None) -> None:
+        task = self.tasks.get(what)
+        if task is None:
+            task = self.tasks[what] = self.progress.add_task(what, total=total)
+        self.progress.update(task, completed=done, total=total)
+
+
+@contextmanager
+def _progress(console: Console):
+    """Progress bars for the long steps, on a terminal only (nothing when piped or redirected);
+    they vanish when done."""
+    if not console.is_terminal:
+        yield
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar, reporting(_Bar(bar)):
+        yield
+
+
+def _input_shapes(args) -> dict[str, tuple[int, ...]]:
+    """``--input-shape NAME=1x3x224x224`` (repeatable) as ``input_shapes``."""
+    shapes = {}
+    for spec in args.input_shape or ():
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d < 0 for d in shape):
+            raise TilefuseError(f"--input-shape {spec!r}: give NAME=DIMS with non-negative dims joined by x, "
+                                f"e.g. --input-shape input=1x3x224x224 (a scalar: NAME=)")
+        if name in shapes:
+            raise TilefuseError(f"--input-shape names input {name!r} twice")
+        shapes[name] = shape
+    return shapes
+
+
+def _version() -> str:
+    from . import __version__
+    others = []
+    for dist in ("torch", "triton", "onnx", "highspy"):
+        try:
+            others.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            others.append(f"{dist} not installed")
+    return f"tilefuse {__version__} ({', '.join(others)})"
+
+
+_NOISY = ("torch", "onnx", "onnxscript", "onnxruntime", "transformers")
+
+
+@contextmanager
+def _quiet_third_parties(quiet: bool):
+    """Other libraries' warnings (torch.export, onnx, transformers) say nothing a user of the CLI
+    can act on; ``--debug`` shows them.  Restored afterwards (main() may run inside a program)."""
+    if not quiet:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in _NOISY]
+    levels = [log.level for log in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for log in loggers:
+            log.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for log, level in zip(loggers, levels):
+                log.setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors and other libraries' warnings")
     # global flags are accepted after the subcommand too (a default of SUPPRESS leaves the
     # value given before it alone)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks of errors and other libraries' warnings")
+    shaped = argparse.ArgumentParser(add_help=False)
+    shaped.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
+                        help="the shape of an input with dynamic dims, e.g. input=1x3x224x224 (repeatable)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="compile a small BERT-style block and check it against eager", parents=[common])
     p = sub.add_parser("inspect", help="operators and prims of an ONNX model; unsupported operators by node",
-                       parents=[common])
+                       parents=[common, shaped])
     p.add_argument("model")
     p.add_argument("--prims", action="store_true", help="print every prim")
     p = sub.add_parser("compile", help="plan an ONNX model's kernels for a target; table of kernels",
-                       parents=[common])
+                       parents=[common, shaped])
     p.add_argument("model")
     p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
     p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
@@ -281,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
     p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime",
-                       parents=[common])
+                       parents=[common, shaped])
     p.add_argument("model")
     p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")
     p.add_argument("--backend", default="triton", choices=["triton", "reference"])
@@ -292,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile, "run": cmd_run}[args.command]
     try:
-        return handler(args, console)
+        with _quiet_third_parties(not args.debug):
+            return handler(args, console)
     except TilefuseError as e:
         if args.debug:
             raise

@@ -7,7 +7,11 @@ tile-level kernel IR (``kernel.py``, templates such as ``fused.py``) and print i
 """
 from __future__ import annotations
 
+from ..log import logger
+from ..progress import report
 from .naming import kernel_names
+
+_log = logger("kernels")
 
 
 def build_kernels(plan, primgraph) -> tuple:
@@ -15,7 +19,19 @@ def build_kernels(plan, primgraph) -> tuple:
     from ..families import build
     schedules = [k.schedule for k in plan.kernels]
     names = kernel_names(schedules, primgraph.prims)
-    return tuple(build(s, n) for s, n in zip(schedules, names))
+    built = []
+    for i, (s, n) in enumerate(zip(schedules, names)):
+        b = build(s, n)
+        _log.info("kernel %d %s: %s, %s, %d source lines (%s)", i, b.name, b.family, _describe(s),
+                  b.source.count("\n") + 1, b.language)
+        built.append(b)
+        report("generating kernels", i + 1, len(schedules))
+    return tuple(built)
+
+
+def _describe(schedule) -> str:
+    """The family's own choices (``Schedule.tile_key``: tile sizes, warps, ...), for the log."""
+    return f"{schedule.blocks} programs, choices {schedule.tile_key()}"
 
 
 __all__ = ["build_kernels", "kernel_names"]

@@ -115,7 +115,7 @@ class Converter:
         elem = vi.type.tensor_type.elem_type
         given = self.input_shapes.get(vi.name)
         if given is not None:
-            given = tuple(int(d) for d in given)
+            given = _static_shape(vi.name, given)
             if t is not None and (len(t[0]) != len(given)
                                   or any(d is not None and d != g for d, g in zip(t[0], given))):
                 raise InputError(f"input_shapes gives input '{vi.name}' the shape {list(given)}, "
@@ -123,7 +123,8 @@ class Converter:
             return given, elem
         if t is None or None in t[0]:
             raise InputError(f"input '{vi.name}' has a dynamic shape {onnx_proto.fmt_shape(vi)}; give it a "
-                             f"static shape with input_shapes={{'{vi.name}': (...)}}")
+                             f"static shape with input_shapes={{'{vi.name}': (...)}} "
+                             f"(command line: --input-shape {vi.name}=DIMS, e.g. 1x3x224x224)")
         return t[0], elem
 
     def _infer_model(self) -> None:
@@ -442,6 +443,18 @@ _INFER_VALUES = 4096
 _ALWAYS_FOLD = frozenset({"Constant", "Shape", "Size", "Range", "EyeLike"})
 # Folded from the input's type alone.
 _TYPE_ONLY = frozenset({"Shape", "Size", "EyeLike"})
+
+
+def _static_shape(name: str, given) -> tuple[int, ...]:
+    """``input_shapes[name]`` as a tuple of non-negative ints, else a clear InputError."""
+    try:
+        dims = tuple(given)
+        if all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims):
+            return tuple(int(d) for d in dims)
+    except TypeError:
+        pass
+    raise InputError(f"input_shapes gives input '{name}' the shape {given!r}; a shape is a sequence of "
+                     f"non-negative integers, e.g. (1, 3, 224, 224)")
 
 
 def _needed(graph: onnx.GraphProto, functions) -> list[tuple[int, onnx.NodeProto]]:

@@ -8,11 +8,15 @@ so).  Identical segments are solved once.
 """
 from __future__ import annotations
 
+import logging
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import Mapping
 
 from ..ir.prim import PrimGraph
+from ..log import logger
+from ..progress import report
 from .baselines import greedy_groups, selection_from_groups, unfused_groups
 from .blp import DEFAULT_TIME_LIMIT, Selection, select
 from .candidates import enumerate_candidates
@@ -23,6 +27,7 @@ from .states import DEFAULT_CAPS, Caps
 
 STRATEGIES = ("unfused", "greedy", "optimal")
 _STATUS_RANK = ("fallback", "fallback+greedy", "time_limit+greedy", "time_limit", "optimal", "empty")
+_plan, _solver, _cost = logger("plan"), logger("solver"), logger("cost")
 
 
 def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
@@ -33,6 +38,8 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
     with one cost model: segments they have in common are solved once."""
     t0 = time.perf_counter()
     segments = split_segments(pg, caps)
+    _plan.info("%d segments of %s prims, %d distinct", len(segments), [len(s) for s in segments],
+               len({s.canonical_key() for s in segments}))
     solved = {} if solved is None else solved
     chosen: dict[str, list[Selection]] = {s: [] for s in STRATEGIES}
     num_candidates = 0
@@ -50,12 +57,14 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
             optimal = select(seg, cands, time_limit=time_limit)
             if optimal.objective > greedy.objective:
                 optimal = replace(greedy, status=f"{optimal.status}+greedy")
+            _log_segment(k, seg, cands, coster, optimal, greedy, unfused)
             solved[key] = {"unfused": unfused, "greedy": greedy, "optimal": optimal}
             for s in STRATEGIES:
                 chosen[s].append(solved[key][s])
         mine[key] = solved[key]
         if progress is not None:
             progress(k + 1, len(segments))
+        report("planning segments", k + 1, len(segments))
     statuses = [sel["optimal"].status for sel in mine.values()]
     solver = {
         "status": min(statuses, key=_rank, default="empty"),
@@ -72,6 +81,30 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
         kernels = tuple(replace(kn, schedule=coster.best(kn.candidate)[1]) for kn in plan.kernels)
         plans[s] = replace(plan, kernels=kernels)
     return plans
+
+
+def _log_segment(k: int, seg, cands, coster: Coster, optimal, greedy, unfused) -> None:
+    """The solver's verdict on one segment (``solver``) and what its candidates cost (``cost``)."""
+    _solver.info("segment %d (%d prims, %d candidates): %s, gap %.3g, %d kernels, %.2f us (greedy %.2f, "
+                 "unfused %.2f), %d lazy rounds, %.2f s", k, len(seg), len(cands), optimal.status,
+                 optimal.mip_gap, len(optimal.chosen), optimal.objective * 1e6, greedy.objective * 1e6,
+                 unfused.objective * 1e6, optimal.lazy_rounds, optimal.seconds)
+    if not _cost.isEnabledFor(logging.INFO):
+        return
+    wins = Counter(coster.best(c)[1].family for c, _ in cands)
+    _cost.info("segment %d: %d candidates buildable, won by %s", k, len(cands),
+               ", ".join(f"{f} {n}" for f, n in wins.most_common()))
+    for c, _ in cands if _cost.isEnabledFor(logging.DEBUG) else ():
+        _cost.debug("segment %d %s: %s", k, c, ", ".join(
+            f"{s.family} {cost.seconds * 1e6:.2f} us" for cost, s in _first_per_family(coster.options(c))))
+
+
+def _first_per_family(options):
+    seen = set()
+    for cost, s in options:
+        if s.family not in seen:
+            seen.add(s.family)
+            yield cost, s
 
 
 def _rank(status: str) -> int:

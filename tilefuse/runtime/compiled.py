@@ -45,6 +45,7 @@ class CompiledModel:
         self._lock = threading.Lock()          # guards the pool and the replay's creation
         self._replay = None
         self._replay_lock = threading.Lock()
+        self._emulator: Program | None = None    # the plan's kernels on the CPU (``emulate``)
 
     @property
     def input_names(self) -> list[str]:
@@ -54,8 +55,9 @@ class CompiledModel:
     def output_names(self) -> list[str]:
         return list(self.graph.outputs)
 
-    def _check(self, tensors: Sequence[Any]) -> dict[str, torch.Tensor]:
+    def _check(self, tensors: Sequence[Any], device: torch.device | None = None) -> dict[str, torch.Tensor]:
         decls = self.graph.inputs
+        device = device or self.device
         if len(tensors) != len(decls):
             raise InputError(f"the model takes {len(decls)} tensor input(s) "
                              f"({', '.join(d.name for d in decls)}), got {len(tensors)}")
@@ -69,10 +71,10 @@ class CompiledModel:
             if t.dtype != d.type.dtype.to_torch():
                 raise InputError(f"input '{d.name}' (#{k}) has dtype {str(t.dtype).replace('torch.', '')}, "
                                  f"the model expects {d.type.dtype.value}")
-            if t.device.type != self.device.type:
+            if t.device.type != device.type:
                 raise InputError(f"input '{d.name}' (#{k}) is on {t.device}; the model was compiled for "
-                                 f"{self.target.name} and runs on {self.device.type}: "
-                                 f"move the inputs there (.to('{self.device.type}'))")
+                                 f"{self.target.name} and runs on {device.type}: "
+                                 f"move the inputs there (.to('{device.type}'))")
             feeds[d.name] = t.detach()
         return feeds
 
@@ -102,7 +104,8 @@ class CompiledModel:
         if not self.target.is_present():
             raise TargetAbsentError(
                 f"this model was compiled for {self.target.name}, which is not present on this machine; "
-                f"its plan and report are available (.plan, .report); compile with target='auto' to run here")
+                f"its plan and report are available (.plan, .report), .emulate(*inputs) runs its kernels on the "
+                f"CPU to check them; compile with target='auto' to run here")
 
     def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         if self.backend == "triton":
@@ -117,6 +120,10 @@ class CompiledModel:
         else:  # "reference": the plan's kernels one by one, each evaluated by the reference executor (CPU)
             cpu = {n: t.cpu() for n, t in feeds.items()}
             outs = [o.to(self.device) for o in execute_reference(self.plan, self.primgraph, cpu)]
+        return self._owned(outs)
+
+    def _owned(self, outs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Outputs the caller owns: a graph output that is an input or a weight is copied."""
         aliased = {d.name for d in self.primgraph.inputs} | {c.name for c in self.primgraph.constants}
         return [o.clone() if n in aliased else o for n, o in zip(self.primgraph.outputs, outs)]
 
@@ -125,6 +132,27 @@ class CompiledModel:
         tensors = self.imported.flatten_inputs(args, kwargs)
         outs = self._execute(self._check(list(tensors)))
         return self.imported.unflatten_outputs(outs)
+
+    def emulate(self, *args, **kwargs):
+        """The model's outputs from this plan's kernels run on the CPU, whatever the target:
+        generated kernels in Triton's interpreter, library calls through torch.  How a plan made
+        for a GPU that is not attached (``target="h100"`` on a laptop) is checked against the
+        model; slow, for checking, never for speed.  Needs a machine without CUDA (where
+        tilefuse switches the interpreter on)."""
+        import os
+        if self.backend != "triton":
+            raise InputError(f"emulate runs generated kernels; this model was compiled with backend={self.backend!r}")
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise TargetAbsentError("emulate needs Triton's interpreter, which tilefuse switches on only on a "
+                                    "machine without CUDA; on this machine compile with target='auto' and call "
+                                    "the model instead")
+        cpu = torch.device("cpu")
+        feeds = self._check(list(self.imported.flatten_inputs(args, kwargs)), cpu)
+        with self._replay_lock:      # one emulating call at a time: one arena
+            if self._emulator is None:
+                self._emulator = Program(self.plan, self.primgraph, cpu, self.kernels, self.memory)
+            outs = self._emulator.run(feeds)
+        return self.imported.unflatten_outputs(self._owned(outs))
 
     def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None) -> list[np.ndarray]:
         """ONNX-Runtime-style call: numpy feeds by input name, outputs in graph output order."""

@@ -13,6 +13,7 @@ import torch
 from ..families import Built, build
 from ..ir.prim import PrimGraph
 from ..orchestrate.plan import Plan
+from ..progress import report
 from .memory import MemoryPlan, plan_memory
 
 
@@ -39,8 +40,9 @@ class Program:
         for n in self._fresh:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
-        for step in self.steps:
+        for k, step in enumerate(self.steps):
             step.run([buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs])
+            report("running kernels", k + 1, len(self.steps))
         return [buffers[n] for n in self.plan.outputs]
 
 
