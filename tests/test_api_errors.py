@@ -108,3 +108,15 @@ def test_debug_is_accepted_after_the_subcommand(tmp_path):
         assert r.returncode != 2 and "Traceback" in r.stderr and "unknown target 'h800'" in r.stderr, args
     r = _cli("compile", m, "--target", "h800")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("option, message", [
+    (dict(backend="cuda"), "backend 'cuda' is not available"),
+    (dict(strategy="best"), "strategy 'best' is unknown"),
+    (dict(cuda_graph=True, target="cpu"), "cuda_graph=True needs backend='triton' and a CUDA target"),
+])
+def test_options_out_of_range_are_option_errors(option, message):
+    model, x = _model()
+    with pytest.raises(OptionError, match=message) as e:
+        tilefuse.compile(model, (x,), **option)
+    assert isinstance(e.value, ValueError) and "\n" not in str(e.value)

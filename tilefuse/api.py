@@ -55,9 +55,9 @@ def _stage(what: str):
 
 def _check_options(backend: str, strategy: str, time_limit=10.0) -> None:
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not available; choose one of {BACKENDS}")
+        raise OptionError(f"backend {backend!r} is not available; choose one of {BACKENDS}")
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
+        raise OptionError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
         raise OptionError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
 
@@ -152,6 +152,9 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               cuda_graph: bool = False, measure=False) -> CompiledModel:
     graph = imported.graph
     tgt = Target.get(target)
+    if cuda_graph and (backend != "triton" or tgt.device != "cuda"):   # before minutes of planning
+        raise OptionError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
+                          f"got backend={backend!r}, target {tgt.name!r}")
     with _stage("splitting operators into prims"):
         primgraph = simplify_graph(vertical(fold_constants(simplify_graph(fission(graph)))))
     _log.info("%d operators -> %d prims (%s)", len(graph.nodes), len(primgraph.prims),

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..errors import InputError, TargetAbsentError
+from ..errors import InputError, OptionError, TargetAbsentError
 from ..ir.dtypes import DType
 from ..ir.prim import PrimGraph
 from ..frontend.common import Imported
@@ -27,8 +27,8 @@ class CompiledModel:
     def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target,
                  kernels: Sequence = (), cuda_graph: bool = False, memory: MemoryPlan | None = None):
         if cuda_graph and (backend != "triton" or target.device != "cuda"):
-            raise ValueError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
-                             f"got backend={backend!r}, target {target.name!r}")
+            raise OptionError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
+                              f"got backend={backend!r}, target {target.name!r}")
         self.imported = imported
         self.graph = imported.graph
         self.primgraph = primgraph
