@@ -427,6 +427,20 @@ def torch_compile_variant(fn):
     return prepare
 
 
+def measured_within_budget(measure, case, device: str | None, args, started: float) -> dict | None:
+    """``measure(case, device, args)``'s record; None without a device, a note once
+    ``--budget-s`` is spent, the error if it raised (the run goes on)."""
+    if device is None:
+        return None
+    if time.perf_counter() - started > args.budget_s:
+        return {"skipped": f"the {args.budget_s:.0f} s budget was spent"}
+    print(f"  {case.name}: measuring on {device}", flush=True)
+    try:
+        return measure(case, device, args)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:1500]}
+
+
 def write_json(path: str | None, doc: dict) -> None:
     if not path:
         return
@@ -589,16 +603,7 @@ def main(argv=None) -> int:
                   "chain_faster_per_launch": bool(c) and rec["speedup"] is not None and rec["speedup"] > 1}
         rec["checks"] = checks
         failures += [f"{case.name}: {k_}" for k_, ok in checks.items() if not ok]
-        rec["measured"] = None
-        if device is not None:
-            if time.perf_counter() - started > args.budget_s:
-                rec["measured"] = {"skipped": f"the {args.budget_s:.0f} s budget was spent"}
-            else:
-                print(f"  {case.name}: measuring on {device}", flush=True)
-                try:
-                    rec["measured"] = measure_case(case, device, args)
-                except Exception as e:
-                    rec["measured"] = {"error": f"{type(e).__name__}: {e}"[:1500]}
+        rec["measured"] = measured_within_budget(measure_case, case, device, args, started)
         rows.append(rec)
         doc["cases"] = rows
         doc["total_s"] = round(time.perf_counter() - started, 1)

@@ -317,16 +317,7 @@ def main(argv=None) -> int:
                 rec["models"] = model_comparison(case, chains[0] if chains else None, args.target)
             except Exception as e:
                 rec["models"] = {"error": f"{type(e).__name__}: {e}"[:1500]}
-        rec["measured"] = None
-        if device is not None:
-            if time.perf_counter() - started > args.budget_s:
-                rec["measured"] = {"skipped": f"the {args.budget_s:.0f} s budget was spent"}
-            else:
-                print(f"  {case.name}: measuring on {device}", flush=True)
-                try:
-                    rec["measured"] = measure_case(case, device, args)
-                except Exception as e:
-                    rec["measured"] = {"error": f"{type(e).__name__}: {e}"[:1500]}
+        rec["measured"] = att.measured_within_budget(measure_case, case, device, args, started)
         rows.append(rec)
         doc["cases"] = rows
         doc["total_s"] = round(time.perf_counter() - started, 1)
