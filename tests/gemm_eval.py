@@ -22,6 +22,17 @@ def tile(bm=16, bn=16, bk=16, swizzle=1):
     return GemmTile(bm=bm, bn=bn, bk=bk, warps=4, stages=2, swizzle=swizzle)
 
 
+def batchnorm(c):
+    """An eval BatchNorm2d over c channels with non-trivial statistics and affine parameters."""
+    bn = torch.nn.BatchNorm2d(c).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    return bn
+
+
 def compile_h100(fn, *args):
     return tilefuse.compile(fn, args, target="h100", backend="triton")
 

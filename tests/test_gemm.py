@@ -16,7 +16,7 @@ from tilefuse.ir.dtypes import DType
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.schedule.search import GemmShape, GemmTile, ranked_tiles
 
-from gemm_eval import (F32_TOL, H100, HALF_TOL, _cache, _seed, check_planned, compile_h100, eager,  # noqa: F401
+from gemm_eval import (F32_TOL, H100, HALF_TOL, _cache, _seed, batchnorm, check_planned, compile_h100, eager,  # noqa: F401
                        feeds_of, forced, gemm_kernels, run_cpu, tile, whole)
 
 
@@ -255,16 +255,6 @@ def test_embedding_gather_prologue():
 
 
 # ---------------------------------------------------------------- convolutions
-
-
-def batchnorm(c):
-    bn = torch.nn.BatchNorm2d(c).eval()
-    with torch.no_grad():
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-        bn.weight.uniform_(0.5, 1.5)
-        bn.bias.uniform_(-0.5, 0.5)
-    return bn
 
 
 class ConvBlock(torch.nn.Module):

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gemm_eval import _cache, _seed, F32_TOL, H100, HALF_TOL, compile_h100, eager, run_cpu, tile  # noqa: F401
+from gemm_eval import _cache, _seed, F32_TOL, H100, HALF_TOL, batchnorm, compile_h100, eager, run_cpu, tile  # noqa: F401
 from opcheck import check_op
 from test_library_kernels import build, contractions, r, run_and_check, run_built
 
@@ -72,16 +72,6 @@ def test_gemm_view_has_the_group_as_batch_and_its_channels_as_n(case):
     assert extents(c, batch) == (g,) and extents(c, n) == (ws[0] // g,)
     assert extents(c, m) == (out[0],) + out[3:]
     assert c.reduce.extents == ws[1:]
-
-
-def batchnorm(ch):
-    bn = torch.nn.BatchNorm2d(ch).eval()
-    with torch.no_grad():
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-        bn.weight.uniform_(0.5, 1.5)
-        bn.bias.uniform_(-0.5, 0.5)
-    return bn
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
