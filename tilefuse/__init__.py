@@ -4,8 +4,9 @@ import os as _os
 import torch as _torch
 
 if not _torch.cuda.is_available():
-    # Without a GPU generated kernels run in Triton's interpreter, which triton.jit selects when
-    # triton is first imported (its standard library is jit-decorated then): set it before that.
+    # Without a GPU generated kernels run in Triton's interpreter, which triton.jit selects from this
+    # variable when it decorates a function.  Set before triton is imported, its standard library is
+    # decorated for the interpreter too; if triton came first, the kernel loader re-decorates it.
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from .api import compile, compile_onnx

@@ -5,10 +5,19 @@ the frontend's decomposition table; the forward graph is converted by the same c
 ``import_torch`` and compiled by the tilefuse pipeline.  A graph tilefuse cannot compile runs
 eagerly instead, with a ``TilefuseFallbackWarning`` naming the operator.  Backward graphs (when
 gradients are required) run eagerly: tilefuse compiles inference.
+
+Plans are compiled for static shapes.  When dynamo hands over a graph with symbolic shapes (after a
+recompile for a new shape, with ``dynamic=True`` or ``mark_dynamic``), the backend returns a
+callable that compiles one plan per concrete input signature seen at call time, up to
+``max_specializations`` of them (option, else ``TILEFUSE_MAX_SPECIALIZATIONS``, else 8); further
+signatures run eagerly after one warning.
 """
 from __future__ import annotations
 
+import copy
 import functools
+import os
+import threading
 import time
 import warnings
 from typing import Any, Sequence
@@ -18,29 +27,145 @@ import torch.fx as fx
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from ..errors import TilefuseError
+from ..errors import OptionError, TilefuseError
 from .common import Imported
 from .torch import decomposition_table, fx_to_graph
 
 
 class TilefuseFallbackWarning(UserWarning):
-    """A graph handed to the torch.compile backend runs eagerly because tilefuse cannot compile it."""
+    """A graph handed to the torch.compile backend runs eagerly: tilefuse cannot compile it, or has
+    compiled ``max_specializations`` plans for its symbolic shapes already."""
+
+
+DEFAULT_MAX_SPECIALIZATIONS = 8
 
 
 def tilefuse_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict | None = None,
                      mode: str | None = None, **kw):
     """torch.compile backend.  Pipeline options (``strategy``, ``target``, ``backend``, ``time_limit``,
-    ``cuda_graph``, ``dump``) come from ``torch.compile(..., options={...})`` or as keywords; ``mode``
-    is ignored.  The target defaults to the device the graph's inputs are on."""
+    ``cuda_graph``, ``dump``) and ``max_specializations`` (plans kept per graph with symbolic shapes)
+    come from ``torch.compile(..., options={...})`` or as keywords; ``mode`` is ignored.  The target
+    defaults to the device the graph's inputs are on."""
     options = {**(options or {}), **kw}
+    if _symbolic(gm, example_inputs):
+        return _Specializing(gm, options, _max_specializations(options))
+    return _compile_static(gm, example_inputs, options)
+
+
+def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict):
+    """The graph compiled for the concrete shapes of ``args`` (the graph itself where it cannot be)."""
     try:
-        return aot_module_simplified(gm, list(example_inputs),
+        return aot_module_simplified(gm, list(args),
                                      fw_compiler=functools.partial(_compile_forward, options=options),
                                      bw_compiler=_eager, decompositions=_decompositions())
     except TilefuseError as e:
         warnings.warn(f"tilefuse could not compile a graph of {len(gm.graph.nodes)} nodes and runs it "
-                      f"eagerly: {e}", TilefuseFallbackWarning, stacklevel=2)
+                      f"eagerly: {e}", TilefuseFallbackWarning, stacklevel=3)
         return gm.forward
+
+
+def _symbolic(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    """Whether dynamo traced the graph with symbolic inputs: each free size symbol is a SymInt input
+    and the placeholders' fake tensors carry the symbols; a Python scalar it chose not to specialize
+    (``dynamic=True`` does so for floats: epsilons, scales) is a 0-d tensor input read by ``.item()``."""
+    if any(isinstance(x, (torch.SymInt, torch.SymFloat)) for x in example_inputs) or _wrapped_scalars(gm):
+        return True
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            v = n.meta.get("example_value", n.meta.get("val"))
+            if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in (*v.shape, *v.stride())):
+                return True
+    return False
+
+
+def _wrapped_scalars(gm: fx.GraphModule) -> list[int]:
+    """Positions of the inputs that dynamo passes as 0-d tensors standing for Python scalars."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [k for k, n in enumerate(placeholders) if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)]
+
+
+def _max_specializations(options: dict) -> int:
+    value, source = options.get("max_specializations"), "option max_specializations"
+    if value is None:
+        value, source = os.environ.get("TILEFUSE_MAX_SPECIALIZATIONS"), "TILEFUSE_MAX_SPECIALIZATIONS"
+    if value is None:
+        return DEFAULT_MAX_SPECIALIZATIONS
+    try:
+        n = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else 0
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise OptionError(f"{source} must be a positive integer (plans kept per graph with symbolic "
+                          f"shapes), got {value!r}")
+    return n
+
+
+class _Specializing:
+    """A graph with symbolic shapes, run through a plan compiled for each call's concrete input
+    signature (tilefuse plans are static).  The backend adds no guards on the symbols, so every size
+    dynamo's guards allow reaches this one callable; at most ``limit`` plans are compiled, and calls
+    with a new signature after that run the graph eagerly, with one warning."""
+
+    def __init__(self, gm: fx.GraphModule, options: dict, limit: int):
+        self.gm, self.options, self.limit = gm, options, limit
+        self.scalars = _wrapped_scalars(gm)
+        self.plans: dict[tuple, Any] = {}
+        self._lock = threading.Lock()  # one compile per signature when threads call at once
+        self._warned = False
+
+    def __call__(self, *args):
+        key = (_signature(args), tuple(_scalar(args[k]) for k in self.scalars))
+        fn = self.plans.get(key)
+        if fn is None:
+            fn = self._specialize(key, args)
+        return fn(*args)
+
+    def _specialize(self, key: tuple, args):
+        with self._lock:
+            if key in self.plans:
+                return self.plans[key]
+            if len(self.plans) >= self.limit:
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(f"tilefuse compiled {self.limit} plans for the input shapes of one "
+                                  f"torch.compile graph (max_specializations); calls with other shapes "
+                                  f"run eagerly", TilefuseFallbackWarning, stacklevel=3)
+                return self.gm.forward
+            fn = self.plans[key] = _compile_static(self._with_scalars(args), args, self.options)
+            return fn
+
+    def _with_scalars(self, args) -> fx.GraphModule:
+        """The graph with each wrapped scalar's ``.item()`` replaced by its value in ``args``: traced
+        without a shape environment, ``.item()`` of an input has no value."""
+        if not self.scalars:
+            return self.gm
+        graph = copy.deepcopy(self.gm.graph)
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for k in self.scalars:
+            for use in list(placeholders[k].users):
+                if use.op == "call_method" and use.target == "item":
+                    for reader in list(use.users):
+                        reader.replace_input_with(use, _scalar(args[k]))
+                    graph.erase_node(use)
+        return fx.GraphModule(self.gm, graph)
+
+
+def _scalar(x):
+    return x.item() if isinstance(x, torch.Tensor) else x
+
+
+def _signature(args: Sequence[Any]) -> tuple:
+    """What a plan compiled for ``args`` depends on: each tensor's shape, dtype, device, gradient flag
+    and the strides of its non-unit dims (a size-1 dim's stride never matters); each other input's
+    type and value (dynamo passes symbolic sizes as ints)."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            strides = tuple(s if d != 1 else None for d, s in zip(a.shape, a.stride()))
+            key.append((tuple(a.shape), strides, a.dtype, a.device, a.requires_grad))
+        else:
+            key.append((type(a), a))
+    return tuple(key)
 
 
 @functools.lru_cache(maxsize=1)

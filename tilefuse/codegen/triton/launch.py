@@ -3,7 +3,8 @@ it, launch.
 
 Kernels are imported from real files so tracebacks and profilers show the generated lines;
 identical sources share one module.  Without CUDA the kernels run in the Triton interpreter,
-which ``triton.jit`` selects at decoration time from ``TRITON_INTERPRET``.
+which ``triton.jit`` selects at decoration time from ``TRITON_INTERPRET`` (set before a kernel is
+loaded; triton's standard library is re-decorated if triton was imported without it).
 """
 from __future__ import annotations
 
@@ -116,15 +117,34 @@ def _fallback_cache() -> Path:
 
 
 def _require_interpreter() -> None:
-    """Make sure triton runs kernels in its interpreter (no CUDA device here)."""
+    """Make sure triton runs kernels in its interpreter (no CUDA device here).
+
+    ``triton.jit`` picks the interpreter from ``TRITON_INTERPRET`` when it decorates a function.
+    Kernels are decorated when they are loaded, after this sets it; triton's own jit functions were
+    decorated when triton was first imported, which may have been before tilefuse set it."""
     os.environ["TRITON_INTERPRET"] = "1"
-    import triton
-    from triton.runtime.interpreter import InterpretedFunction
-    if not isinstance(triton.language.standard.max, InterpretedFunction):
-        raise RuntimeError(
-            "triton was imported before tilefuse without TRITON_INTERPRET=1, so its kernels cannot run "
-            "on this machine (no CUDA device); import tilefuse first or set TRITON_INTERPRET=1")
+    _interpret_language()
     _bf16_dot_in_interpreter()
+
+
+def _interpret_language() -> None:
+    """Re-decorate for the interpreter the jit functions of ``triton.language`` (``tl.max``,
+    ``tl.softmax``, their tensor-method forms) that were decorated for a GPU, because triton was
+    imported without ``TRITON_INTERPRET=1`` (``torch.export`` imports it, for one): the state that
+    importing tilefuse first gives.  Each function gets one replacement wherever it is bound, since
+    the interpreter recognises reduction combiners (``tl.standard._sum_combine``) by identity."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    replaced: dict[int, InterpretedFunction] = {}
+    owners = [m for n, m in list(sys.modules.items())
+              if m is not None and (n == "triton.language" or n.startswith("triton.language."))]
+    for owner in (*owners, tl.tensor):
+        for name, value in list(vars(owner).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in replaced:
+                    replaced[id(value)] = InterpretedFunction(value.fn)
+                setattr(owner, name, replaced[id(value)])
 
 
 def _bf16_dot_in_interpreter() -> None:

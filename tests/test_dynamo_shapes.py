@@ -1,0 +1,173 @@
+"""torch.compile(backend="tilefuse") on inputs whose shapes change between calls (issue #13, item 4).
+
+Dynamo compiles a static graph for the first shape; on a new shape (or from the start with
+``dynamic=True`` / ``mark_dynamic``) it hands over a graph with symbolic sizes, which the backend runs
+through one plan per concrete input signature, at most ``max_specializations`` of them.
+"""
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tilefuse.frontend.dynamo as dynamo_backend
+from tilefuse.errors import OptionError
+from tilefuse.frontend.dynamo import TilefuseFallbackWarning
+
+FAST = {"time_limit": 1.0}
+
+
+class Block(nn.Module):
+    """A pre-norm causal attention + MLP block over (batch, seq, 16); ``scale`` and the LayerNorm's
+    eps are Python floats, which dynamo passes as tensors under ``dynamic=True``."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads, self.scale = heads, 1.0 / math.sqrt(d // heads)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The number of graphs tilefuse has compiled so far (a list holding one count)."""
+    import torch._dynamo
+    count = [0]
+    compile_forward = dynamo_backend._compile_forward
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return compile_forward(*args, **kwargs)
+    monkeypatch.setattr(dynamo_backend, "_compile_forward", counted)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilefuseFallbackWarning)  # a silent fallback fails the test
+        yield count
+    torch._dynamo.reset()
+
+
+def block():
+    torch.manual_seed(0)
+    return Block().eval()
+
+
+def run(compiled, model, seq, *, mark_dynamic=False):
+    x = torch.randn(2, seq, 16)
+    if mark_dynamic:
+        torch._dynamo.mark_dynamic(x, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_gpt2_three_sequence_lengths(compiles):
+    from tilefuse import zoo
+    model, _ = zoo.build("gpt2", "tiny")
+    compiled = torch.compile(model, backend="tilefuse", options=FAST)
+    # 5: a static graph; 7: dynamo recompiles with the sequence dynamic; 9: a plan for the same graph;
+    # 7 and 9 again: their plans.
+    for seq, total in ((5, 1), (7, 2), (9, 3), (7, 3), (9, 3)):
+        ids = torch.randint(0, model.config.vocab_size, (1, seq))
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
+        assert compiles[0] == total, f"seq {seq}: {compiles[0]} compilations, expected {total}"
+
+
+def test_dynamic_true_hands_over_symbolic_inputs(compiles):
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(example_inputs)
+        return dynamo_backend.tilefuse_backend(gm, example_inputs, **FAST)
+    model = block()
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for seq, total in ((5, 1), (7, 2), (9, 3), (5, 3)):
+        run(compiled, model, seq)
+        assert compiles[0] == total
+    assert len(seen) == 1, "one symbolic graph serves every length"
+    assert any(isinstance(x, torch.SymInt) for x in seen[0]), "dynamo passes the sizes as SymInt inputs"
+
+
+def test_dynamic_false_compiles_each_length(compiles):
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", dynamic=False, options=FAST)
+    for seq, total in ((5, 1), (7, 2), (9, 3), (5, 3)):
+        run(compiled, model, seq)
+        assert compiles[0] == total
+
+
+def test_mark_dynamic(compiles):
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", options=FAST)
+    for seq, total in ((5, 1), (7, 2), (9, 3), (7, 3)):
+        run(compiled, model, seq, mark_dynamic=True)
+        assert compiles[0] == total
+
+
+def test_gradients_enabled_with_symbolic_shapes(compiles):
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", dynamic=True, options=FAST)
+    x = torch.randn(2, 6, 16)
+    out = compiled(x)
+    torch.testing.assert_close(out.detach(), model(x).detach(), rtol=1e-4, atol=1e-5)
+    out.sum().backward()  # the backward graph runs eagerly
+    assert model.qkv.weight.grad is not None
+
+
+def test_beyond_the_bound_runs_eagerly_after_one_warning(compiles):
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", dynamic=True, options={**FAST, "max_specializations": 2})
+    run(compiled, model, 5)
+    run(compiled, model, 7)
+    with pytest.warns(TilefuseFallbackWarning, match="max_specializations"):
+        run(compiled, model, 9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        run(compiled, model, 11)
+        run(compiled, model, 7)  # a compiled length keeps its plan
+    assert compiles[0] == 2
+
+
+def test_bound_from_the_environment(compiles, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_MAX_SPECIALIZATIONS", "1")
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", dynamic=True, options=FAST)
+    run(compiled, model, 5)
+    with pytest.warns(TilefuseFallbackWarning, match="compiled 1 plans"):
+        run(compiled, model, 7)
+    assert compiles[0] == 1
+
+
+@pytest.mark.parametrize("options, env, expected", [
+    ({}, None, dynamo_backend.DEFAULT_MAX_SPECIALIZATIONS),
+    ({}, "3", 3),
+    ({"max_specializations": 5}, "3", 5),  # the option wins
+])
+def test_max_specializations_sources(options, env, expected, monkeypatch):
+    if env is None:
+        monkeypatch.delenv("TILEFUSE_MAX_SPECIALIZATIONS", raising=False)
+    else:
+        monkeypatch.setenv("TILEFUSE_MAX_SPECIALIZATIONS", env)
+    assert dynamo_backend._max_specializations(options) == expected
+
+
+@pytest.mark.parametrize("options, env", [
+    ({"max_specializations": 0}, None), ({"max_specializations": 2.5}, None), ({"max_specializations": True}, None),
+    ({}, "many"), ({}, "-1"),
+])
+def test_max_specializations_rejects_bad_values(options, env, monkeypatch):
+    if env is None:
+        monkeypatch.delenv("TILEFUSE_MAX_SPECIALIZATIONS", raising=False)
+    else:
+        monkeypatch.setenv("TILEFUSE_MAX_SPECIALIZATIONS", env)
+    with pytest.raises(OptionError, match="positive integer"):
+        dynamo_backend._max_specializations(options)

@@ -1,0 +1,69 @@
+"""tilefuse runs its kernels whether or not triton was imported before it (issue #13, item 5).
+
+Without CUDA the kernels run in Triton's interpreter, which ``triton.jit`` selects when it decorates
+a function; triton's standard library is decorated when triton is first imported.  Each case runs in
+a fresh interpreter that imports triton (directly, or through ``torch.export`` /
+``torch.onnx.export(dynamo=True)``, which import it) before tilefuse, without ``TRITON_INTERPRET``.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="the interpreter, and so the import order, matters only without CUDA")
+
+MODEL = """
+import sys
+import torch
+import torch.nn as nn
+torch.manual_seed(0)
+# LayerNorm and softmax: the kernels call triton's standard library (tl.sum, tl.max).
+model = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 8), nn.Softmax(-1)).eval()
+x = torch.randn(4, 16)
+"""
+
+FIRST = {
+    "import triton": "import triton.language",
+    "torch.export": "torch.export.export(model, (x,))",
+    "torch.onnx.export": """
+import io
+buf = io.BytesIO()
+torch.onnx.export(model, (x,), buf, dynamo=True, input_names=["x"])
+""",
+}
+
+COMPILE = {
+    "import triton": "compiled = tilefuse.compile(model, (x,), time_limit=1.0)\ngot = compiled(x)",
+    "torch.export": "compiled = tilefuse.compile(model, (x,), time_limit=1.0)\ngot = compiled(x)",
+    "torch.onnx.export": """
+compiled = tilefuse.compile_onnx(buf.getvalue(), time_limit=1.0)
+got = torch.from_numpy(compiled.run({"x": x.numpy()})[0])
+""",
+}
+
+CHECK = """
+assert compiled.report.num_kernels > 0
+torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
+print("same as eager")
+"""
+
+
+@pytest.mark.parametrize("first", list(FIRST))
+def test_triton_imported_before_tilefuse(first, tmp_path):
+    script = "\n".join([
+        MODEL,
+        textwrap.dedent(FIRST[first]),
+        'assert "triton.language" in sys.modules, "the premise: triton is imported before tilefuse"',
+        "import tilefuse",
+        textwrap.dedent(COMPILE[first]),
+        CHECK,
+    ])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TILEFUSE_CACHE_DIR"] = str(tmp_path)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "same as eager" in p.stdout
