@@ -71,7 +71,9 @@ def test_cli_input_files_and_report_paths_that_cannot_be_used_are_one_line(tmp_p
                         (("run", m, "--inputs", tmp_path / "junk.npz"), "not a readable .npz file"),
                         (("run", m, "--inputs", tmp_path / "one.npy"), "an .npy file"),
                         (("compile", m, "--target", "h100", "--json", tmp_path / "no" / "r.json"),
-                         "cannot write the report")]:
+                         "cannot write the report"),
+                        (("compile", m, "--target", "h100", "--html", tmp_path / "no" / "r.html"),
+                         "cannot write the HTML report")]:
         r = _cli(*args)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr[-500:])
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -69,6 +69,16 @@ def test_compile_for_h100_writes_the_report(tmp_path, capsys):
     assert r["launch"] == "per_launch" and r["roofline_us"] > 0
 
 
+def test_compile_writes_the_html_report(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    page = tmp_path / "plan.html"
+    assert main(["compile", path, "--target", "h100", "--html", str(page)]) == 0
+    assert f"HTML report written to {page}" in capsys.readouterr().out
+    html = page.read_text()
+    assert "<svg" in html or "Viz" in html
+    assert "fused_sigmoid_relu" in html and "tilefuse plan" in html
+
+
 def test_compile_for_a_cuda_graph_costs_graph_launches(tmp_path, capsys):
     path = _model(tmp_path / "m.onnx")
     eager, graph = tmp_path / "e.json", tmp_path / "g.json"

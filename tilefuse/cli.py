@@ -187,6 +187,9 @@ def cmd_compile(args, console: Console) -> int:
             raise TilefuseError(f"cannot write the report to {args.json}: {e.strerror or e}; "
                                 "give a path in an existing, writable folder") from None
         console.print(f"report written to {args.json}")
+    if args.html:
+        console.print(f"HTML report written to {compiled.report.to_html(args.html)} (open it in any browser)",
+                      soft_wrap=True)
     if args.dump:
         console.print(f"stages and the source of all {r.num_kernels} kernels written to {args.dump}")
     return 0
@@ -378,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", default="auto", help="h100, h200, a100, cpu or auto (default)")
     p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
     p.add_argument("--json", help="write the report as JSON to this file")
+    p.add_argument("--html", help="write the plan as one self-contained HTML page to this file "
+                   "(the prim graph with kernels as clusters, each kernel's source, a roofline chart)")
     p.add_argument("--dump", metavar="DIR", help="write each stage (graph, prims, plan) and every kernel's "
                    "source (DIR/4-kernels/) to DIR")
     p.add_argument("--measure", action="store_true",

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from ..errors import TilefuseError
+
+
+class ReportError(TilefuseError):
+    """The HTML report cannot be made: no plan to draw, or the file cannot be written."""
 
 
 @dataclass
@@ -60,3 +67,16 @@ class Report:
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), indent=kw.pop("indent", 2), **kw)
+
+    def attach(self, primgraph, plan, kernels, target) -> None:
+        """Keep what ``to_html`` draws (prims, kernels, schedules, sources, roofs) as plain data;
+        not a field, so ``to_dict`` is unchanged and the report holds none of the model's tensors."""
+        from .snapshot import snapshot
+        self._snapshot = snapshot(primgraph, plan, kernels, target)
+
+    def to_html(self, path: str | Path) -> Path:
+        """Write a self-contained HTML page of the plan to ``path`` (no network needed to view it):
+        the primitive graph with kernels as clusters, each kernel's details and generated source,
+        a sortable kernel table, the strategies side by side and a roofline chart."""
+        from .html import write_html
+        return write_html(self, path)

@@ -38,6 +38,8 @@ class CompiledModel:
         self.target = target
         self.cuda_graph = cuda_graph
         self.kernels = tuple(kernels)   # built at compile time, plan order (families.base.Built)
+        if len(self.kernels) == len(plan.kernels):     # built: the report keeps what report.to_html draws
+            report.attach(primgraph, plan, self.kernels, target)
         self.memory = memory      # the plan's buffer layout, when the pipeline already made it
         self.device = torch.device(target.device)
         self._program = None    # the kernels with their buffers on the device, made at the first call
