@@ -22,8 +22,9 @@ def render() -> str:
     from tilefuse.fission import RULES, load_rules
     from tilefuse.frontend import onnx as onnx_frontend
     from tilefuse.frontend.aten import CONVERTERS
-    from tilefuse.frontend.onnx_control import SEQUENCE_OPS
+    from tilefuse.frontend.onnx_control import CONTROL_OPS, SEQUENCE_OPS
     from tilefuse.frontend.onnx_normalize import RULES as NORMALIZE
+    from tilefuse.frontend.onnx_unsupported import UNSUPPORTED
     load_rules()
     lines = [
         "# Operator coverage",
@@ -55,9 +56,24 @@ def render() -> str:
         " are all constants;",
         "- resolved at import time when their positions/conditions are constant: "
         + ", ".join(f"`{o}`" for o in sorted(SEQUENCE_OPS | {"If"})) + ";",
+        "- unrolled at import time over their static iteration count: "
+        + ", ".join(f"`{o}`" for o in sorted(CONTROL_OPS - {"If"})) + ";",
         "- operators defined by an ONNX function body are expanded into it when fission has no rule;",
         "- operators with opset-specific normalization: "
         + ", ".join(f"`{o}`" for o in sorted(NORMALIZE)) + ".",
+        "",
+        f"### Unsupported ONNX operators ({len(UNSUPPORTED)})",
+        "",
+        "Standard-domain operators the frontend refuses (`frontend/onnx_unsupported.py`), unless their",
+        "inputs are constants and the node is folded at import time. Every other operator of the latest",
+        "opset is supported, by a rule above or through its ONNX function body (`tests/test_onnx_unsupported.py`",
+        "checks this); cases that still fail are listed per case in `tests/onnx_expectations.json`",
+        "(`python scripts/conformance.py` prints them by operator): element types tilefuse lacks",
+        "(uint16/32/64, float8, int4/int2, strings), a parameter computed at run time, training modes.",
+        "",
+        "| operator | reason |",
+        "|---|---|",
+        *(f"| {op} | {UNSUPPORTED[op]} |" for op in sorted(UNSUPPORTED)),
         "",
         f"## PyTorch ATen overloads with converters ({len(CONVERTERS)})",
         "",

@@ -72,3 +72,22 @@ def onnxruntime_node(op, inputs, attrs):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return torch.from_numpy(sess.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0])
+
+
+def onnxruntime_op(op, inputs, n_out=1, opset=21, **attrs):
+    """One ONNX node run by onnxruntime, inputs of any element type (None: omitted)."""
+    import pytest
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import helper
+    names = [f"x{k}" if t is not None else "" for k, t in enumerate(inputs)]
+    outs = [f"y{k}" for k in range(n_out)]
+    vi = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(t.numpy().dtype), list(t.shape))
+          for n, t in zip(names, inputs) if t is not None]
+    graph = helper.make_graph([helper.make_node(op, names, outs, **attrs)], "g", vi,
+                              [onnx.ValueInfoProto(name=o) for o in outs])
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {n: t.numpy() for n, t in zip(names, inputs) if t is not None})
+    return [torch.from_numpy(g) for g in got]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
-from opcheck import check_op, run_op
+from opcheck import check_op, onnxruntime_op, run_op
 
 from tilefuse.analysis.classify import classify
 from tilefuse.errors import UnsupportedAttribute
@@ -236,7 +236,8 @@ def test_resize_integer_and_half_inputs():
 
 @pytest.mark.parametrize("attrs,name", [
     ({"antialias": 1, "mode": "linear"}, "antialias"),
-    ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "coordinate_transformation_mode"),
+    ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "roi"),
+    ({"coordinate_transformation_mode": "crop"}, "coordinate_transformation_mode"),
     ({"mode": "area"}, "mode"),
     ({"nearest_mode": "up"}, "nearest_mode"),
 ])
@@ -288,3 +289,17 @@ def test_scatter_bad_reduction():
     with pytest.raises(UnsupportedAttribute, match="reduction"):
         run_op("ScatterElements", [rand(3), randint(0, 3, (2,)), rand(2)], [TensorType((3,), DType.float32)],
                attrs={"reduction": "mean"})
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_tf_crop_and_resize_extrapolates_outside_the_input(mode):
+    x = torch.randn(1, 2, 5, 6)
+    roi = torch.tensor([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.4])       # reaches past both borders
+    sizes = torch.tensor([1, 2, 4, 5])
+    want = onnxruntime_op("Resize", [x, roi, None, sizes], mode=mode,
+                          coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=7.0)[0]
+    assert (want == 7.0).any() and (want != 7.0).any()
+    check_op("Resize", [x], want, attrs={"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize",
+                                         "roi": tuple(roi.tolist()), "scales": (1.0, 1.0, 0.8, 5 / 6),
+                                         "extrapolation_value": 7.0, "nearest_mode": "round_prefer_floor"},
+             rtol=1e-5, atol=1e-5)

@@ -284,3 +284,29 @@ def test_trilu_runtime_k_and_bool():
     x = rand(5, 3) > 0
     check_op("Trilu", [x, torch.tensor(1)], torch.tril(x, 1), attrs={"upper": 0})
     check_op("Trilu", [x], torch.triu(x), attrs={})
+
+
+# ---------------------------------------------------------------- ReverseSequence
+
+@pytest.mark.parametrize("time_axis,batch_axis", [(0, 1), (1, 0)])
+def test_reverse_sequence(time_axis, batch_axis):
+    x = torch.randn(4, 3, 2) if time_axis == 0 else torch.randn(3, 4, 2)
+    lens = torch.tensor([4, 1, 2], dtype=torch.int64)
+    want = x.clone()
+    for b, n in enumerate(lens.tolist()):
+        sl = [slice(None)] * 3
+        sl[batch_axis], sl[time_axis] = b, slice(0, n)
+        want[tuple(sl)] = x[tuple(sl)].flip(0)
+    check_op("ReverseSequence", [x, lens], want, attrs={"time_axis": time_axis, "batch_axis": batch_axis})
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_writes_each_batch_at_its_index(mode):
+    cache, update = torch.randn(3, 2, 6, 4), torch.randn(3, 2, 3, 4)
+    where = torch.tensor([0, 2, 4 if mode == "circular" else 3])
+    want = cache.clone()
+    for b in range(3):
+        for s in range(3):
+            pos = int(where[b]) + s
+            want[b, :, pos % 6 if mode == "circular" else pos] = update[b, :, s]
+    check_op("TensorScatter", [cache, update, where], want, attrs={"mode": mode, "axis": -2})

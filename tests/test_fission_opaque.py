@@ -67,3 +67,25 @@ def test_data_dependent_shapes_are_refused(op, inputs, out):
     assert f"{op} (node 'n0')" in str(e.value)
     pg, errors = fission(one_node_graph(op, inputs, [out]), collect_errors=True)
     assert pg is None and len(errors) == 1 and isinstance(errors[0], UnsupportedOperator)
+
+
+def test_det_is_one_opaque_prim():
+    x = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    pg = check_op("Det", [x], torch.from_numpy(np.linalg.det(x.numpy())), rtol=1e-9, atol=1e-9)
+    assert [p.body.fn for p in pg.prims] == ["det"]
+
+
+def test_det_fp16_solves_in_fp32():
+    x = torch.randn(3, 3).half()
+    check_op("Det", [x], torch.tensor(np.linalg.det(x.float().numpy())).half(), rtol=1e-3, atol=1e-3)
+
+
+def test_bitcast_reinterprets_bits():
+    x = torch.randn(2, 5)
+    want = torch.from_numpy(x.numpy().view(np.int32))
+    check_op("BitCast", [x], want, attrs={"to": 6})
+
+
+def test_bitcast_to_another_width_is_refused():
+    with pytest.raises(Exception, match="BitCast"):
+        run_op("BitCast", [torch.randn(4)], [TensorType((4,), DType.float16)], attrs={"to": 10})

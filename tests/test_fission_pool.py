@@ -254,3 +254,32 @@ def test_average_pool_ceil_mode_window_overhangs_input(size, kernel, include):
     want = torch.nn.functional.avg_pool2d(x, kernel, stride=kernel, ceil_mode=True, count_include_pad=include)
     check_op("AveragePool", [x], want, {"kernel_shape": (kernel, kernel), "strides": (kernel, kernel),
                                         "ceil_mode": 1, "count_include_pad": int(include)})
+
+
+# ---------------------------------------------------------------- Col2Im
+
+@pytest.mark.parametrize("image,block,strides,pads,dil", [
+    ((5, 6), (2, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((7, 8), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((9, 6), (2, 2), (1, 2), (0, 1, 0, 1), (2, 1)),
+])
+def test_col2im_matches_torch_fold(image, block, strides, pads, dil):
+    blocks = [(image[d] + pads[d] + pads[2 + d] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(2)]
+    x = torch.randn(2, 3 * math.prod(block), math.prod(blocks))
+    want = F.fold(x, (image[0] + pads[0] + pads[2], image[1] + pads[1] + pads[3]), block, dilation=dil,
+                  stride=strides)[..., pads[0]:pads[0] + image[0], pads[1]:pads[1] + image[1]]
+    check_op("Col2Im", [x], want, attrs={"image_shape": image, "block_shape": block, "strides": strides,
+                                         "pads": pads, "dilations": dil}, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- MaxUnpool
+
+@pytest.mark.parametrize("kernel,stride,pad,size", [(2, 2, 0, (8, 6)), (3, 2, 1, (7, 9))])   # (3, 2): overlaps
+def test_max_unpool_inverts_max_pool(kernel, stride, pad, size):
+    x = torch.randn(2, 3, *size)        # (sizes the unpooling restores: ONNX's indices count in that shape)
+    pooled, idx = F.max_pool2d(x, kernel, stride, pad, return_indices=True)
+    plane = x.shape[2] * x.shape[3]
+    flat = idx + (torch.arange(6).view(2, 3, 1, 1) * plane)           # ONNX indices count over N and C too
+    want = F.max_unpool2d(pooled, idx, kernel, stride, pad, output_size=x.shape[2:])
+    check_op("MaxUnpool", [pooled, flat], want,
+             attrs={"kernel_shape": (kernel,) * 2, "strides": (stride,) * 2, "pads": (pad,) * 4})

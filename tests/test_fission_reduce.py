@@ -235,3 +235,16 @@ def test_cumsum_needs_axis_attribute():
     x = randn(2, 3)
     with pytest.raises(UnsupportedAttribute, match="axis=None of CumSum"):
         run_op("CumSum", [x, torch.tensor(1)], [TensorType((2, 3), DType.float32)], const=(1,))
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_cumprod(exclusive, reverse, dtype):
+    x = (randn(3, 5) + 1.5).to(dtype) if dtype.is_floating_point else torch.randint(-3, 4, (3, 5), generator=g)
+    y = x.flip(1) if reverse else x
+    c = torch.cumprod(y, 1)
+    if exclusive:   # the product of the elements before: shift right, 1 first
+        c = torch.cat([torch.ones_like(c[:, :1]), c[:, :-1]], 1)
+    check_op("CumProd", [x], (c.flip(1) if reverse else c).to(dtype),
+             attrs={"axis": 1, "exclusive": exclusive, "reverse": reverse}, rtol=1e-5, atol=1e-5)

@@ -5,8 +5,8 @@ import importlib
 
 from .registry import RULES, Fission, TensorRef, fission, rule
 
-FAMILIES = ("elementwise", "reduce", "norm", "linear", "conv", "pool", "layout", "indirect", "attention",
-            "opaque")
+FAMILIES = ("elementwise", "reduce", "norm", "linear", "conv", "quantize", "signal", "sample", "recurrent", "pool",
+            "layout", "indirect", "scatter", "attention", "opaque")
 
 
 def load_rules() -> None:

@@ -3,7 +3,8 @@
 Gathers put a Load inside a load's index, which ``analysis/classify.py`` calls indirect.  Negative
 indices wrap inside the index (``select(idx < 0, idx + n, idx)``).  Resize computes each output
 element's source coordinate with index arithmetic and blends the neighbours it reads; scatters
-cannot be written as one expression per output element in general and are opaque prims.
+through index tensors cannot be written as one expression per output element in general and are
+opaque prims (scatters into static positions are expressions: ``scatter.py``).
 """
 from __future__ import annotations
 
@@ -220,9 +221,9 @@ def _resize_check(node: Node, x: TensorRef, out: TensorType) -> tuple[list[float
     ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
     if mode not in TAPS:
         raise UnsupportedAttribute(node, "mode", mode, "expected nearest, linear or cubic")
-    if ctm not in COORD:
+    if ctm not in COORD and ctm != CROP:
         raise UnsupportedAttribute(node, "coordinate_transformation_mode", ctm,
-                                   f"supported: {', '.join(COORD)}")
+                                   f"supported: {', '.join(COORD)}, {CROP}")
     if int(node.attrs.get("antialias", 0)):
         raise UnsupportedAttribute(node, "antialias", 1, "antialiased resizing is not supported")
     scales = [float(s) for s in node.attrs.get("scales", ())]
@@ -243,14 +244,21 @@ def _resize(fx, node, ins):
     ft = acc_dtype(x.dtype) if x.dtype.is_float else DType.float32
     # Axes resized by exactly 1 with an unchanged length read straight through; size-1 input
     # axes read element 0; the others blend their taps.
+    roi = node.attrs.get("roi") if ctm == CROP else None
+    if ctm == CROP and (roi is None or len(roi) != 2 * x.rank):
+        raise UnsupportedAttribute(node, "roi", roi, f"{CROP} needs a start and an end per axis")
     moved = [d for d in range(x.rank)
-             if x.shape[d] > 1 and not (scales[d] == 1.0 and x.shape[d] == out.shape[d])]
+             if x.shape[d] > 1 and not (scales[d] == 1.0 and x.shape[d] == out.shape[d] and roi is None)]
+
+    def coordinate(i, d) -> Expr:
+        # Coordinates in float32 whatever the data type, as ONNX carries scales and ORT computes.
+        if roi is not None:
+            return crop_coordinate(cast(i[d], DType.float32), roi[d], roi[x.rank + d], x.shape[d], out.shape[d])
+        scale = float(torch.tensor(scales[d], dtype=torch.float32))
+        return COORD[ctm](cast(i[d], DType.float32), scale, x.shape[d], out.shape[d])
 
     def axis_taps(i, d) -> list[Tap]:
-        # Coordinates in float32 whatever the data type, as ONNX carries scales and ORT computes.
-        scale = float(torch.tensor(scales[d], dtype=torch.float32))
-        coord = COORD[ctm](cast(i[d], DType.float32), scale, x.shape[d], out.shape[d])
-        taps = TAPS[mode](node, coord, x.shape[d], DType.float32)
+        taps = TAPS[mode](node, coordinate(i, d), x.shape[d], DType.float32)
         if mode == "nearest":
             return [(integer_map(taps[0][0], i[d], out.shape[d], x.shape[d]), None)]
         return [(src, cast(w, ft)) for src, w in taps]
@@ -259,9 +267,29 @@ def _resize(fx, node, ins):
         base = [i[d] if x.shape[d] > 1 else Const(0, INDEX) for d in range(x.rank)]
         taps = {d: axis_taps(i, d) for d in moved}
         if mode == "nearest":   # one tap per axis: a pure load
-            return x[tuple(taps[d][0][0] if d in taps else base[d] for d in range(x.rank))]
-        return _to_out(_blend(x, base, moved, taps, ft), out.dtype)
+            v = x[tuple(taps[d][0][0] if d in taps else base[d] for d in range(x.rank))]
+        else:
+            v = _to_out(_blend(x, base, moved, taps, ft), out.dtype)
+        outside = None      # (tf_crop_and_resize) a source coordinate past the input on some axis
+        for d in moved if roi is not None else ():
+            c = coordinate(i, d)
+            past = binary("or", c.lt(0.0), c.gt(x.shape[d] - 1.0))
+            outside = past if outside is None else binary("or", outside, past)
+        if outside is None:
+            return v
+        value = cast(Const(float(node.attrs.get("extrapolation_value", 0.0)), DType.float32), out.dtype)
+        return select(outside, value, v)
     return fx.compute(out.shape, body)
+
+
+CROP = "tf_crop_and_resize"
+
+
+def crop_coordinate(o: Expr, start: float, end: float, n_in: int, n_out: int) -> Expr:
+    """tf_crop_and_resize: the output spans [start, end] of the input (in fractions of its extent)."""
+    if n_out == 1:
+        return Const((end - start) * (n_in - 1) / 2 + start * (n_in - 1), o.dtype)
+    return o * ((end - start) * (n_in - 1) / (n_out - 1)) + start * (n_in - 1)
 
 
 def integer_map(e: Expr, v: Var, n: int, size: int) -> Expr:

@@ -383,3 +383,45 @@ def _trilu(fx, node, ins):
         keep = diag.ge(k) if upper else diag.le(k)
         return select(keep, x[i], zero(x.dtype))
     return fx.compute(x.shape, body)
+
+
+# ---------------------------------------------------------------- reverse sequence
+
+@rule("ReverseSequence")
+def reverse_sequence(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of each batch entry: one load
+    whose time index reads the length (a data-dependent index, like a gather)."""
+    x, lens = ins
+    t_ax = norm_axis(node, int(node.attrs.get("time_axis", 0)), x.rank, "time_axis")
+    b_ax = norm_axis(node, int(node.attrs.get("batch_axis", 1)), x.rank, "batch_axis")
+    if t_ax == b_ax or lens.shape != (x.shape[b_ax],):
+        raise UnsupportedAttribute(node, "batch_axis", b_ax, f"sequence_lens {lens.shape} for input {x.shape}")
+
+    def body(i):
+        n = cast(lens[(i[b_ax],)], INDEX)
+        t = select(i[t_ax].lt(n), n - 1 - i[t_ax], i[t_ax])
+        return x[i[:t_ax] + (t,) + i[t_ax + 1:]]
+    return fx.compute(x.shape, body)
+
+
+@rule("TensorScatter")
+def tensor_scatter(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """A cache update written as a gather: position s along ``axis`` of batch b reads the update at
+    s - write_indices[b] where that falls inside it (modulo the cache length, ``circular``), else
+    the past cache."""
+    cache, update, where = (list(ins) + [None])[:3]
+    axis = norm_axis(node, int(node.attrs.get("axis", -2)), cache.rank)
+    mode = node.attrs.get("mode", "linear")
+    if mode not in ("linear", "circular") or axis == 0:
+        raise UnsupportedAttribute(node, "mode", (mode, axis), "expected linear or circular along a non-batch axis")
+    n_max, n_new = cache.shape[axis], update.shape[axis]
+
+    def body(i):
+        start = cast(where[(i[0],)], INDEX) if where is not None else Const(0, INDEX)
+        k = i[axis] - start
+        if mode == "circular":
+            k = (k + n_max) % n_max
+        inside = logical_and(k.ge(0), k.lt(n_new))
+        j = minimum(maximum(k, 0), n_new - 1)
+        return select(inside, update[i[:axis] + (j,) + i[axis + 1:]], cache[i])
+    return fx.compute(cache.shape, body)

@@ -31,7 +31,7 @@ def product(factors: Sequence[Expr], dtype: DType) -> Expr:
 
 
 @rule("MatMul")
-def matmul(fx: Fission, node: Node, ins: list) -> TensorRef:
+def matmul(fx: Fission, node: Node, ins: list, dtype: DType | None = None) -> TensorRef:
     """Matrix product with numpy semantics (1-D operands, broadcast batch dims): one contraction prim."""
     a, b = ins
     if a.rank == 0 or b.rank == 0:
@@ -46,7 +46,7 @@ def matmul(fx: Fission, node: Node, ins: list) -> TensorRef:
     m_dims = a.shape[-2:-1] if a.rank >= 2 else ()
     n_dims = b.shape[-1:] if b.rank >= 2 else ()
     out_shape = batch + m_dims + n_dims
-    dtype = fx.out_type().dtype
+    dtype = dtype or fx.out_type().dtype      # (the QLinear forms contract in int32)
 
     def body(i, r):
         ia = batch_index(a_batch, i, batch) + ((i[nb],) if m_dims else ()) + (r[0],)

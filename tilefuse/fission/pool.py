@@ -9,6 +9,7 @@ fp32 until the division.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 from ..errors import UnsupportedAttribute
@@ -254,3 +255,72 @@ def adaptive_average_pool(fx: Fission, node: Node, ins: list) -> TensorRef:
 
     total = fx.reduce(out_type.shape, widths, "sum", body)
     return _mean(fx, total, lambda o: _counts(lengths, outs, o), x.dtype)
+
+
+@rule("Col2Im")
+def col2im(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """Sum of sliding blocks into an image (im2col's inverse): a sum-reduce over the block's taps,
+    each output pixel reading the column of the block position that covers it (masked where none)."""
+    x, out = ins[0], fx.out_type()
+    image, block = tuple(node.attrs["image_shape"]), tuple(node.attrs["block_shape"])
+    nd = len(image)
+    dil = tuple(node.attrs.get("dilations", (1,) * nd))
+    strides = tuple(node.attrs.get("strides", (1,) * nd))
+    pads = tuple(node.attrs.get("pads", (0,) * (2 * nd)))
+    blocks = [(image[d] + pads[d] + pads[nd + d] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(nd)]
+    taps = math.prod(block)
+    if x.rank != 3 or x.shape[1] % taps or x.shape[2] != math.prod(blocks) or min(blocks) < 1:
+        raise UnsupportedAttribute(node, "block_shape", block, f"input {x.shape} for image {image}")
+
+    def body(i, r):
+        n, c, pos = i[0], i[1], i[2:]
+        inside, col, row = [], Const(0, INDEX), c * taps
+        for d in range(nd):
+            q = pos[d] + pads[d] - r[d] * dil[d]        # the block start's offset, times its stride
+            j = q // strides[d]
+            inside += [q.ge(0), j.lt(blocks[d])] + ([(q % strides[d]).eq(0)] if strides[d] > 1 else [])
+            col = col * blocks[d] + minimum(maximum(j, 0), blocks[d] - 1)
+            row = row + r[d] * math.prod(block[d + 1:])
+        return select(logical_and(*inside), cast(x[(n, row, col)], acc_dtype(x.dtype)), Const(0, acc_dtype(x.dtype)))
+    y = fx.reduce(out.shape, block, "sum", body)
+    return y if y.dtype == out.dtype else fx.compute(out.shape, lambda i: cast(y[i], out.dtype))
+
+
+@rule("MaxUnpool")
+def max_unpool(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """Each pooled value back at its index, zeros elsewhere (a scatter, written as a gather): for each
+    output position a max-reduce over the inputs whose pooling window covers it finds the last one
+    whose index names it (ONNX's write order), then one load of that input."""
+    x, ind = ins[0], ins[1]
+    out = fx.out_type()
+    nd = x.rank - 2
+    kernel = tuple(node.attrs["kernel_shape"])
+    strides = tuple(node.attrs.get("strides", (1,) * nd))
+    pads = tuple(node.attrs.get("pads", (0,) * (2 * nd)))
+    inferred = [(x.shape[2 + d] - 1) * strides[d] - pads[d] - pads[nd + d] + kernel[d] for d in range(nd)]
+    reach = [-(-kernel[d] // strides[d]) for d in range(nd)]       # inputs whose window covers one position
+    plane = math.prod(inferred)
+
+    def winner(i, r):
+        n, c, pos = i[0], i[1], i[2:]
+        src, ok = [], [p.lt(inferred[d]) for d, p in enumerate(pos)]
+        for d, p in enumerate(pos):
+            j = (p + pads[d]) // strides[d] - r[d]
+            ok += [j.ge(0), j.lt(x.shape[2 + d]), (p + pads[d] - j * strides[d]).lt(kernel[d])]
+            src.append(minimum(maximum(j, 0), x.shape[2 + d] - 1))
+        flat = Const(0, INDEX)
+        for d, p in enumerate(pos):
+            flat = flat * inferred[d] + p
+        hit = logical_and(*ok, cast(ind[(n, c, *src)], INDEX).eq((n * x.shape[1] + c) * plane + flat))
+        linear = Const(0, INDEX)
+        for d, j in enumerate(src):
+            linear = linear * x.shape[2 + d] + j
+        return select(hit, linear, Const(-1, INDEX))
+    last = fx.reduce(out.shape, reach, "max", winner)
+
+    def body(i):
+        k, src = last[i], []
+        for d in reversed(range(nd)):
+            src.insert(0, maximum(k, 0) // math.prod(x.shape[3 + d:]) % x.shape[2 + d])
+        return select(k.ge(0), x[(i[0], i[1], *src)], Const(0, x.dtype))
+    return fx.compute(out.shape, body)

@@ -1,4 +1,4 @@
-"""Fission rules: reductions, arg-reductions, softmax family and cumulative sums.
+"""Fission rules: reductions, arg-reductions, softmax family, cumulative sums and products.
 
 The builders here (``reduce_axes``, ``reduce_over``, ``softmax``, ``log_softmax``, ``argreduce``)
 are public so that normalization, attention and pooling rules reuse them.  Statistics that feed
@@ -239,19 +239,24 @@ _CUMSUM_MASK = {
 }
 
 
-@rule("CumSum")
-def cumsum(fx: Fission, node: Node, ins: list) -> TensorRef:
-    """Cumulative sum as a masked sum-reduce along `axis` (quadratic: fine for small extents)."""
+# cumulative op -> (combiner, identity)
+_CUMULATIVE = {"CumSum": ("sum", 0), "CumProd": ("prod", 1)}
+
+
+@rule("CumSum", "CumProd")
+def cumulative(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """Cumulative sum/product as a masked sum/prod-reduce along `axis` (quadratic: fine for small extents)."""
     x = ins[0]
     if "axis" not in node.attrs:
         raise UnsupportedAttribute(node, "axis", None, "the axis input must be a constant, given as attribute "
                                    "'axis' by the frontend")
     ax = norm_axis(node, node.attrs["axis"], x.rank)
     mask = _CUMSUM_MASK[(int(bool(node.attrs.get("exclusive", 0))), int(bool(node.attrs.get("reverse", 0))))]
+    combiner, identity = _CUMULATIVE[node.op]
     n = x.shape[ax]
 
     def body(i: tuple, r: tuple) -> Expr:
         src = i[:ax] + (r[0],) + i[ax + 1:]
-        return select(mask(r[0], i[ax]), x[src], Const(0, x.dtype))
+        return select(mask(r[0], i[ax]), x[src], Const(identity, x.dtype))
 
-    return fx.reduce(x.shape, (n,), "sum", body)
+    return fx.reduce(x.shape, (n,), combiner, body)

@@ -27,6 +27,7 @@ from .common import Imported
 from .onnx_load import DEFAULT_DOMAINS, default_opset, load_model
 from .onnx_normalize import RULES as NORMALIZE_RULES
 from .onnx_normalize import check_params, normalize
+from .onnx_unsupported import UNSUPPORTED
 
 Shape = tuple  # of ints; None for an unknown dim
 
@@ -199,6 +200,8 @@ class Converter:
                                          "condition known at import time)")
         if self.fold(n):
             return
+        if n.op in UNSUPPORTED:
+            raise UnsupportedOperator(n, UNSUPPORTED[n.op])
         check_params(self, n)
         self.type_outputs(n)
         if onnx_control.expand_schema_function(self, n):

@@ -2,7 +2,10 @@
 
 - sequences whose positions are constants are lists of tensor names (SequenceAt is an alias,
   ConcatFromSequence a Concat, SplitToSequence a Split);
-- ``If`` with a constant condition is replaced by the branch it takes;
+- ``If`` with a constant condition is replaced by the branch it takes, with a condition computed at
+  run time by both branches and a Where;
+- ``Scan`` is unrolled over its (static) number of iterations, ``Loop`` while its trip count and
+  condition are known at import time;
 - functions (model-local ones, and ONNX operators defined by a function body when fission has no
   rule for them) are expanded into their body's nodes.
 """
@@ -18,13 +21,23 @@ SEQUENCE_OPS = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert"
                           "SequenceLength", "ConcatFromSequence", "SplitToSequence"})
 
 
+# Control flow resolved at import time: If with a constant condition, Scan and Loop unrolled.
+CONTROL_OPS = frozenset({"If", "Scan", "Loop"})
+# Loops longer than this are refused rather than unrolled.
+MAX_UNROLL = 4096
+
+
 def handles(cx, n) -> bool:
-    return n.op in SEQUENCE_OPS or n.op == "If" or any(i in cx.seqs for i in n.inputs if i)
+    return n.op in SEQUENCE_OPS or n.op in CONTROL_OPS or any(i in cx.seqs for i in n.inputs if i)
 
 
 def convert(cx, n) -> None:
     if n.op == "If":
         return _inline_if(cx, n)
+    if n.op == "Scan":
+        return _unroll_scan(cx, n)
+    if n.op == "Loop":
+        return _unroll_loop(cx, n)
     rule = _SEQ_RULES.get(n.op)
     if rule is None:
         raise UnsupportedOperator(n, "sequence inputs are only supported by the Sequence* operators")
@@ -143,17 +156,157 @@ _SEQ_RULES = {"SequenceEmpty": _seq_empty, "SequenceConstruct": _seq_construct, 
 
 # ---------------------------------------------------------------------- If
 def _inline_if(cx, n) -> None:
+    """The branch a constant condition takes; with a condition computed at run time, both branches
+    and a Where per output (their outputs must have the same types: a static graph)."""
     cond = n.inputs[0]
-    if cond not in cx.consts:
-        raise UnsupportedOperator(n, "If with a condition computed at run time is not supported")
-    branch = n.attrs["then_branch" if bool(np.asarray(cx.consts[cond]).reshape(-1)[0]) else "else_branch"]
+    if cond in cx.consts:
+        branch = n.attrs["then_branch" if bool(np.asarray(cx.consts[cond]).reshape(-1)[0]) else "else_branch"]
+        for src, dst in zip(_visit_branch(cx, n, branch), n.outputs):
+            if dst:
+                cx.alias(n, src, dst)
+        return
+    taken = _visit_branch(cx, n, n.attrs["then_branch"])
+    other = _visit_branch(cx, n, n.attrs["else_branch"])
+    for a, b, dst in zip(taken, other, n.outputs):
+        if not dst:
+            continue
+        if a in cx.seqs or b in cx.seqs or cx.vtype(a) != cx.vtype(b):
+            raise UnsupportedOperator(n, "If with a condition computed at run time needs branches whose outputs "
+                                         f"have the same tensor type ('{a}', '{b}')")
+        cx.known[dst] = cx.vtype(a)
+        cx.emit(n, "Where", [cond, a, b], [dst])
+
+
+def _visit_branch(cx, n, branch: onnx.GraphProto) -> list[str]:
     for t in branch.initializer:
         cx._set_const(t.name, onnx.numpy_helper.to_array(t))
     for k, nd in enumerate(branch.node):
         cx.visit(nd, n.opset, f"{n.name}/{nd.name or f'{nd.op_type}_{k}'}", n.location)
-    for src, dst in zip(branch.output, n.outputs):
+    return [o.name for o in branch.output]
+
+
+# ---------------------------------------------------------------------- Scan
+def _unroll_scan(cx, n) -> None:
+    """Scan (opset 9+) unrolled: its iteration count is the (static) length of the scan inputs, so
+    the body is inlined once per iteration on slices of them, and the per-iteration outputs are
+    stacked."""
+    if n.since < 9:
+        raise UnsupportedOperator(n, "Scan before opset 9 (with sequence_lens) is not supported")
+    body, m = n.attrs["body"], int(n.attrs["num_scan_inputs"])
+    states, scans = list(n.inputs[:len(n.inputs) - m]), list(n.inputs[len(n.inputs) - m:])
+    k_out = len(body.output) - len(states)
+    in_axes = _axes(cx, scans, n.attrs.get("scan_input_axes"), 0)
+    in_rev = list(n.attrs.get("scan_input_directions", [0] * m))
+    steps = {cx.shape(x)[a] for x, a in zip(scans, in_axes)}
+    if len(steps) != 1:
+        raise UnsupportedOperator(n, f"scan inputs of different lengths {sorted(steps)}")
+    steps = steps.pop()
+    stacked: list[list[str]] = [[] for _ in range(k_out)]
+    for t in range(steps):
+        bound = dict(zip((i.name for i in body.input), states))
+        for j, (x, axis) in enumerate(zip(scans, in_axes)):
+            bound[body.input[len(states) + j].name] = _take(cx, n, x, axis, steps - 1 - t if in_rev[j] else t)
+        outs = _inline_graph(cx, n, body, bound, f"{n.name}/{t}")
+        states = outs[:len(states)]
+        for k in range(k_out):
+            stacked[k].append(outs[len(states) + k])
+    for dst, src in zip(n.outputs, states):
         if dst:
-            cx.alias(n, src.name, dst)
+            cx.alias(n, src, dst)
+    out_axes = n.attrs.get("scan_output_axes", [0] * k_out)
+    out_rev = n.attrs.get("scan_output_directions", [0] * k_out)
+    for k, dst in enumerate(n.outputs[len(states):]):
+        if dst:
+            _stack(cx, n, stacked[k][::-1] if out_rev[k] else stacked[k], out_axes[k], dst)
+
+
+def _unroll_loop(cx, n) -> None:
+    """Loop unrolled while its trip count and condition are known at import time: the body is
+    inlined per iteration and must leave its condition a constant each time."""
+    body = n.attrs["body"]
+    trip = cx.param(n, 0, "trip count (M)")
+    cond = cx.param(n, 1, "condition")
+    if trip is None and cond is None:
+        raise UnsupportedOperator(n, "a Loop without trip count or condition never ends")
+    trip = MAX_UNROLL + 1 if trip is None else int(np.asarray(trip).reshape(-1)[0])
+    if trip > MAX_UNROLL:
+        raise UnsupportedOperator(n, f"more than {MAX_UNROLL} iterations are not unrolled")
+    running = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
+    states = list(n.inputs[2:])
+    k_out = len(body.output) - 1 - len(states)
+    stacked: list[list[str]] = [[] for _ in range(k_out)]
+    it = 0
+    while running and it < trip:
+        names = [i.name for i in body.input]
+        bound = {names[0]: cx.new_const(f"{n.name}_iter", np.array(it, dtype=np.int64)),
+                 names[1]: cx.new_const(f"{n.name}_cond", np.array(True))}
+        bound.update(zip(names[2:], states))
+        outs = _inline_graph(cx, n, body, bound, f"{n.name}/{it}")
+        if outs[0] not in cx.consts:
+            raise UnsupportedOperator(n, "the loop condition is computed at run time; only loops whose trip "
+                                         "count and condition are known at import time are unrolled")
+        running = bool(np.asarray(cx.consts[outs[0]]).reshape(-1)[0])
+        states = outs[1:1 + len(states)]
+        for k in range(k_out):
+            stacked[k].append(outs[1 + len(states) + k])
+        it += 1
+    for dst, src in zip(n.outputs, states):
+        if dst:
+            cx.alias(n, src, dst)
+    for k, dst in enumerate(n.outputs[len(states):]):
+        if dst:
+            if not stacked[k]:
+                raise UnsupportedOperator(n, "a scan output of a loop that runs no iteration has no static shape")
+            _stack(cx, n, stacked[k], 0, dst)
+
+
+def _axes(cx, xs: list[str], given, default: int) -> list[int]:
+    axes = list(given) if given is not None else [default] * len(xs)
+    return [a + len(cx.shape(x)) if a < 0 else a for a, x in zip(axes, xs)]
+
+
+def _take(cx, n, x: str, axis: int, pos: int) -> str:
+    """x at position pos of axis (the axis removed): a Gather with a constant scalar index."""
+    shape, elem = cx.vtype(x)
+    v = cx.new_value(f"{n.name}_slice", [d for k, d in enumerate(shape) if k != axis], elem)
+    cx.emit(n, "Gather", [x, cx.new_const(f"{n.name}_pos", np.array(pos, dtype=np.int64))], [v], {"axis": axis})
+    return v
+
+
+def _stack(cx, n, items: list[str], axis: int, dst: str) -> None:
+    shape, elem = cx.vtype(items[0])
+    axis = axis + len(shape) + 1 if axis < 0 else axis
+    lifted = []
+    for it in items:
+        s = list(cx.shape(it))
+        s.insert(axis, 1)
+        v = cx.new_value(f"{dst}_item", s, elem)
+        cx.emit(n, "Unsqueeze", [it], [v], {"axes": (axis,)})
+        lifted.append(v)
+    out = list(shape)
+    out.insert(axis, len(items))
+    cx.known[dst] = (tuple(out), elem)
+    cx.emit(n, "Concat", lifted, [dst], {"axis": axis})
+
+
+def _inline_graph(cx, n, g: onnx.GraphProto, bound: dict[str, str], scope: str) -> list[str]:
+    """Visit the nodes of subgraph g with its inputs bound to values; the values of its outputs.
+    Names the body reads from the enclosing scope pass through; everything it defines is renamed."""
+    rename = dict(bound)
+    for t in g.initializer:
+        rename[t.name] = cx.new_const(f"{scope}/{t.name}", onnx.numpy_helper.to_array(t))
+    for k, nd in enumerate(g.node):
+        node = onnx.NodeProto()
+        node.CopyFrom(nd)
+        del node.input[:], node.output[:]
+        node.input.extend(rename.get(i, i) for i in nd.input)
+        for o in nd.output:
+            node.output.append(_bind(cx, rename, o, scope))
+        for a in node.attribute:
+            for sub in _subgraphs(a):
+                _rename_outer(sub, rename)
+        cx.visit(node, n.opset, f"{scope}/{nd.name or f'{nd.op_type}_{k}'}", n.location)
+    return [rename.get(o.name, o.name) for o in g.output]
 
 
 # ---------------------------------------------------------------------- functions

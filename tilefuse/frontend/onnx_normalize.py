@@ -35,6 +35,7 @@ LIFT: dict[str, tuple[tuple[int, str, str], ...]] = {
     "Upsample": ((1, "scales", "floats"),),
     "Dropout": ((1, "ratio", "float"), (2, "training_mode", "int")),
     "CumSum": ((1, "axis", "int"),),
+    "CumProd": ((1, "axis", "int"),),
     "Trilu": ((1, "k", "int"),),
     "OneHot": ((1, "depth", "int"),),
     "CenterCropPad": ((1, "shape", "ints"),),
@@ -155,6 +156,20 @@ def _squeeze(cx, n):
     cx.emit(n, n.op, n.inputs, n.outputs, n.attrs)
 
 
+@rule("DFT")
+def _dft(cx, n):
+    """Opset 17's axis attribute defaults to 1, opset 20's axis input to -2: made explicit."""
+    n.attrs.setdefault("axis", 1 if n.since < 20 else -2)
+    cx.emit(n, n.op, n.inputs, n.outputs, n.attrs)
+
+
+@rule("RoiAlign")
+def _roi_align(cx, n):
+    """Opset 10 has no coordinate_transformation_mode: its boxes are 'output_half_pixel'."""
+    n.attrs.setdefault("coordinate_transformation_mode", "output_half_pixel" if n.since < 16 else "half_pixel")
+    cx.emit(n, n.op, n.inputs, n.outputs, n.attrs)
+
+
 @rule("Slice")
 def _slice(cx, n):
     count = len(n.attrs["starts"])
@@ -267,9 +282,9 @@ def _resize(cx, n):
 
 @rule("Dropout")
 def _dropout(cx, n):
-    """Inference: the identity; the mask output (if used) is all true."""
-    if n.attrs.get("training_mode", 0):
-        raise UnsupportedAttribute(n, "training_mode", 1, "training-mode dropout is not supported")
+    """Inference (or training with ratio 0): the identity; the mask output (if used) is all true."""
+    if n.attrs.get("training_mode", 0) and n.attrs.get("ratio", 0.5) != 0:
+        raise UnsupportedAttribute(n, "training_mode", 1, "training-mode dropout (random) is not supported")
     x, y = n.inputs[0], n.outputs[0]
     if len(n.outputs) > 1 and n.outputs[1]:
         shape, elem = cx.known[n.outputs[1]]
@@ -282,13 +297,38 @@ def _dropout(cx, n):
 def _batchnorm(cx, n):
     """Inference form: (X, scale, B, mean, var) -> Y with ``epsilon``."""
     if n.attrs.get("training_mode", 0):
-        raise UnsupportedAttribute(n, "training_mode", 1, "training-mode batch normalization is not supported")
+        return _batchnorm_training(cx, n, n.attrs.get("epsilon", 1e-5), n.attrs.get("momentum", 0.9))
     if any(n.outputs[1:]):
         raise UnsupportedOperator(n, "the training outputs (running/saved mean and variance) are not supported")
     eps = n.attrs.get("epsilon", 1e-5)
     if n.since < 9 and n.attrs.get("spatial", 1) == 0:
         return _batchnorm_per_element(cx, n, eps)
     cx.emit(n, "BatchNormalization", n.inputs[:5], n.outputs[:1], {"epsilon": eps})
+
+
+def _batchnorm_training(cx, n, eps: float, momentum: float):
+    """Training mode (opset 14+): normalized by the batch's statistics (mean and population variance
+    over every axis but the channels), the running statistics updated by ``momentum``."""
+    x, scale, bias, mean, var = n.inputs[:5]
+    shape, elem = cx.vtype(x)
+    axes = tuple(k for k in range(len(shape)) if k != 1)
+    kept = tuple(1 if k != 1 else d for k, d in enumerate(shape))
+
+    def node(op, ins, out_shape, **attrs):
+        v = cx.new_value(f"{n.name}_{op.lower()}", out_shape, elem)
+        cx.emit(n, op, ins, [v], attrs)
+        return v
+    batch_mean = node("ReduceMean", [x], kept, axes=axes, keepdims=1)
+    centered = node("Sub", [x, batch_mean], shape)
+    batch_var = node("ReduceMean", [node("Mul", [centered, centered], shape)], kept, axes=axes, keepdims=1)
+    stats = [_reshaped(cx, n, v, (shape[1],)) for v in (batch_mean, batch_var)]
+    if n.outputs[0]:
+        cx.emit(n, "BatchNormalization", [x, scale, bias, *stats], n.outputs[:1], {"epsilon": eps})
+    for out, old, new in zip(n.outputs[1:3], (mean, var), stats):
+        if out:
+            keep = node("Mul", [old, _scalar_const(cx, n, momentum, old)], (shape[1],))
+            cx.emit(n, "Add", [keep, node("Mul", [new, _scalar_const(cx, n, 1 - momentum, new)], (shape[1],))],
+                    [out])
 
 
 def _batchnorm_per_element(cx, n, eps: float):

@@ -9,6 +9,8 @@ from typing import Callable
 
 import torch
 
+from .dtypes import DType
+
 OPAQUE: dict[str, Callable[..., torch.Tensor]] = {}
 
 
@@ -24,6 +26,18 @@ def _topk_indices(x: torch.Tensor, *, k: int, axis: int, largest: bool, sorted: 
     # Ties resolve to the lower index (ONNX TopK semantics): a stable sort gives that order.
     order = torch.sort(x, dim=axis, descending=largest, stable=True).indices
     return order.narrow(axis, 0, k).to(torch.int64)
+
+
+@opaque_fn("det")
+def _det(x: torch.Tensor) -> torch.Tensor:
+    # (torch's LU has no 16-bit kernels: solve in fp32, round once)
+    wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    return torch.linalg.det(wide).to(x.dtype)
+
+
+@opaque_fn("bitcast")
+def _bitcast(x: torch.Tensor, *, dtype: str) -> torch.Tensor:
+    return x.contiguous().view(DType(dtype).to_torch())
 
 
 # ONNX scatter reductions as torch.scatter_reduce modes ("none" overwrites).

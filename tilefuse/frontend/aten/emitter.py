@@ -246,7 +246,12 @@ def tensor_type(val, em: Emitter | None = None) -> TensorType:
         except Exception:
             detail = f"dynamic dimension {d} (tilefuse compiles for static shapes)"
             raise em.unsupported(detail) if em is not None else TypeError(detail) from None
-    return TensorType(tuple(shape), DType.from_torch(val.dtype))
+    try:
+        dtype = DType.from_torch(val.dtype)
+    except TypeError:
+        detail = f"dtype {val.dtype} is not supported"
+        raise em.unsupported(detail) if em is not None else TypeError(detail) from None
+    return TensorType(tuple(shape), dtype)
 
 
 def bind(node: fx.Node, lookup: Callable) -> SimpleNamespace:

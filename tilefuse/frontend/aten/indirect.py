@@ -1,4 +1,4 @@
-"""ATen converters: indexing (embedding, gather, advanced indexing) and resampling (Resize)."""
+"""ATen converters: indexing (embedding, gather, advanced indexing) and resampling (Resize, GridSample)."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -26,7 +26,7 @@ def _gather(em, a):
     return em.op("GatherElements", [a.self, a.index], {"axis": norm_dim(a.dim, max(em.rank(a.self), 1))})
 
 
-def _index_tensors(em: Emitter, indices) -> list:
+def index_tensors(em: Emitter, indices) -> list:
     """Index list with constant boolean masks replaced by their nonzero coordinates."""
     out = []
     for i in indices:
@@ -69,15 +69,20 @@ def _index_by_layout(em: Emitter, x: str, dims: list[int], axes: list[int], b, r
     return em.op("Expand", [xr], out=TensorType(tuple(b) + tail, em.dtype(x)))
 
 
-def _index_by_gather_nd(em: Emitter, x: str, idx: list, dims: list[int], b, rest: list[int]) -> str:
-    """Index tensors broadcast and stacked into (b..., k); GatherND on x with the indexed dims first."""
+def stack_indices(em: Emitter, idx: list, dims: list[int], b: tuple[int, ...]) -> str:
+    """The index tensors of ``dims`` broadcast to ``b`` and stacked into (b..., len(dims)): GatherND/ScatterND form."""
     cols = []
     for d in dims:
         i = em.cast(idx[d], DType.int64)
         if em.shape(i) != b:
             i = em.op("Expand", [i], out=TensorType(b, DType.int64))
         cols.append(em.op("Unsqueeze", [i], {"axes": (len(b),)}, TensorType(b + (1,), DType.int64)))
-    stacked = em.op("Concat", cols, {"axis": len(b)}, TensorType(b + (len(dims),), DType.int64))
+    return em.op("Concat", cols, {"axis": len(b)}, TensorType(b + (len(dims),), DType.int64))
+
+
+def _index_by_gather_nd(em: Emitter, x: str, idx: list, dims: list[int], b, rest: list[int]) -> str:
+    """Index tensors broadcast and stacked into (b..., k); GatherND on x with the indexed dims first."""
+    stacked = stack_indices(em, idx, dims, b)
     xt = em.transpose(x, dims + rest)
     out = TensorType(b + tuple(em.shape(x)[d] for d in rest), em.dtype(x))
     return em.op("GatherND", [xt, stacked], {"batch_dims": 0}, out)
@@ -87,7 +92,7 @@ def _index_by_gather_nd(em: Emitter, x: str, idx: list, dims: list[int], b, rest
 def _index(em, a):
     x = a.self
     shape = em.shape(x)
-    idx = _index_tensors(em, list(a.indices))
+    idx = index_tensors(em, list(a.indices))
     idx += [None] * (len(shape) - len(idx))
     dims = [d for d, i in enumerate(idx) if i is not None]
     b = bcast_shape(*[em.shape(idx[d]) for d in dims])
@@ -154,3 +159,18 @@ converts("aten.upsample_linear1d.vec", "aten.upsample_linear1d.default", "aten.u
          "aten.upsample_bilinear2d.default", "aten.upsample_trilinear3d.vec",
          "aten.upsample_trilinear3d.default")(_resize("linear", _linear_ctm))
 converts("aten.upsample_bicubic2d.vec", "aten.upsample_bicubic2d.default")(_resize("cubic", _linear_ctm))
+
+
+# torch's grid_sampler enums, as GridSample's attribute values.
+_GRID_MODES = ("linear", "nearest", "cubic")
+_GRID_PADDING = ("zeros", "border", "reflection")
+
+
+@converts("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default")
+def _grid_sampler(em, a):
+    if _GRID_MODES[a.interpolation_mode] == "cubic" and _GRID_PADDING[a.padding_mode] == "border":
+        # torch clamps each of the 4 taps, GridSample the coordinate: they differ near the border
+        raise em.bad_attr("padding_mode", "border", "bicubic sampling with border padding is not supported")
+    return em.op("GridSample", [a.input, em.cast(a.grid, em.dtype(a.input))],
+                 {"mode": _GRID_MODES[a.interpolation_mode], "padding_mode": _GRID_PADDING[a.padding_mode],
+                  "align_corners": int(a.align_corners)})

@@ -1,6 +1,7 @@
-"""ATen converters: casts, copies, views and other layout operators, and shape-only constants."""
+"""ATen converters: casts, copies, views (strided ones too) and other layout operators, and shape-only constants."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
@@ -9,6 +10,7 @@ from ...ir.dtypes import TensorType
 from .common import norm_dim, norm_dims, py
 from .emitter import Emitter, op_name
 from .registry import Converter, converts
+from .signal import to_pairs
 
 
 INT64_MAX = 2**63 - 1
@@ -44,6 +46,8 @@ def _native_dropout(em, a):
 @converts("aten._to_copy.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
           "aten.type_as.default", "aten._to_dim_order_copy.default")
 def _to_copy(em, a):
+    if em.fx.meta["val"].is_complex():
+        return to_pairs(em, a.self)
     return em.cast(a.self, em.out_type().dtype)
 
 
@@ -281,3 +285,54 @@ converts("aten.full_like.default", "aten.new_full.default")(_filled(lambda a: a.
 converts("aten.zeros_like.default", "aten.new_zeros.default", "aten.empty_like.default",
          "aten.new_empty.default")(_filled(lambda a: 0))
 converts("aten.ones_like.default", "aten.new_ones.default")(_filled(lambda a: 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Strided views: index arithmetic (diagonal) or a gather through constant positions.
+
+@converts("aten.diagonal.default", "aten.diagonal_copy.default")
+def _diagonal(em, a):
+    """The diagonal as a strided Slice of the two dims flattened (moved last): step n2 + 1."""
+    shape = em.shape(a.self)
+    d1, d2 = norm_dim(a.dim1, len(shape)), norm_dim(a.dim2, len(shape))
+    rest = [d for d in range(len(shape)) if d not in (d1, d2)]
+    n2, out = shape[d2], em.out_type()
+    flat = em.reshape(em.transpose(a.self, rest + [d1, d2]), tuple(shape[d] for d in rest) + (shape[d1] * n2,))
+    start = a.offset if a.offset >= 0 else -a.offset * n2
+    end = start + (out.shape[-1] - 1) * (n2 + 1) + 1 if out.shape[-1] else start
+    return _slice(em, flat, [len(rest)], [start], [end], [n2 + 1])
+
+
+def contiguous_base(em: Emitter) -> None:
+    """Raise unless the view's base (the first argument) is a contiguous tensor of its own."""
+    base = em.fx.args[0].meta.get("val")
+    if not base.is_contiguous() or base.storage_offset():
+        raise em.unsupported("a strided view of a non-contiguous tensor (its strides address memory "
+                             "tilefuse does not model)")
+
+
+def _gather_positions(em: Emitter, x: str, positions: torch.Tensor) -> str:
+    """x read at the row-major element positions of a constant tensor."""
+    flat = em.reshape(x, (math.prod(em.shape(x)),))
+    return em.op("Gather", [flat, em.const(positions)], {"axis": 0})
+
+
+@converts("aten.as_strided.default", "aten.as_strided_copy.default")
+def _as_strided(em, a):
+    contiguous_base(em)
+    n = math.prod(em.shape(a.self))
+    return _gather_positions(em, a.self, torch.arange(n).as_strided(a.size, a.stride, a.storage_offset or 0))
+
+
+@converts("aten.unfold.default", "aten.unfold_copy.default")
+def _unfold(em, a):
+    """Windows of ``size`` every ``step`` along ``dimension``, appended as the last dim."""
+    shape = em.shape(a.self)
+    if not shape:
+        raise em.unsupported("unfold of a 0-d tensor")
+    d = norm_dim(a.dimension, len(shape))
+    windows = torch.arange(shape[d]).unfold(0, a.size, a.step)
+    g = em.op("Gather", [a.self, em.const(windows)], {"axis": d},
+              TensorType(shape[:d] + tuple(windows.shape) + shape[d + 1:], em.dtype(a.self)))
+    r = len(shape) + 1
+    return em.transpose(g, [k for k in range(r) if k != d + 1] + [d + 1])

@@ -1,4 +1,4 @@
-"""ATen converters: layer, batch, group and RMS normalization."""
+"""ATen converters: layer, batch (with running or batch statistics), group and RMS normalization."""
 from __future__ import annotations
 
 import torch
@@ -42,6 +42,23 @@ def _native_batch_norm(em, a):
     if a.training:
         raise em.bad_attr("training", True, "batch norm in training mode (call model.eval())")
     return _batch_norm(em, a)
+
+
+@converts("aten._native_batch_norm_legit.no_stats")
+def _batch_stats_norm(em, a):
+    """Normalization by the batch's own statistics per channel (instance norm decomposes to it, on
+    a batch of one): InstanceNormalization with the batch moved behind the channels."""
+    if em.used_outputs() - {0}:
+        raise em.unsupported("the saved mean/invstd outputs are not supported")
+    x = a.input
+    shape = em.shape(x)
+    w, b = _scale_shift(em, a)
+    perm = [1, 0] + list(range(2, len(shape)))
+    moved = x if shape[0] == 1 else em.reshape(em.transpose(x, perm), (1, shape[1], shape[0]) + shape[2:])
+    y = em.op("InstanceNormalization", [moved, w, b], {"epsilon": float(a.eps)}, out=em.type(moved))
+    if shape[0] != 1:
+        y = em.transpose(em.reshape(y, (shape[1], shape[0]) + shape[2:]), perm)
+    return (y, None, None)
 
 
 @converts("aten.native_group_norm.default")

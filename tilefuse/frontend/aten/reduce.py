@@ -1,4 +1,4 @@
-"""ATen converters: reductions, variance, norms, cumsum, topk and softmax."""
+"""ATen converters: reductions, variance, norms, cumsum/cumprod, topk, sort and softmax."""
 from __future__ import annotations
 
 import math
@@ -118,17 +118,32 @@ def _vector_norm(em, a):
     raise em.bad_attr("ord", a.ord, "only the 1-, 2- and inf-norms are supported")
 
 
-@converts("aten.cumsum.default")
-def _cumsum(em, a):
-    out = em.out_type()
-    x = em.cast(a.self, out.dtype)
-    return em.op("CumSum", [x], {"axis": norm_dim(a.dim, max(out.rank, 1))})
+def _cumulative(op: str) -> Converter:
+    def convert(em: Emitter, a):
+        out = em.out_type()
+        x = em.cast(a.self, out.dtype)
+        return em.op(op, [x], {"axis": norm_dim(a.dim, max(out.rank, 1))})
+    return convert
+
+
+converts("aten.cumsum.default")(_cumulative("CumSum"))
+converts("aten.cumprod.default")(_cumulative("CumProd"))
 
 
 @converts("aten.topk.default")
 def _topk(em, a):
     d = norm_dim(a.dim, max(em.rank(a.self), 1))
     return em.op("TopK", [a.self], {"k": int(a.k), "axis": d, "largest": int(a.largest), "sorted": int(a.sorted)},
+                 outs=[em.out_type(0), em.out_type(1)])
+
+
+@converts("aten.sort.default", "aten.sort.stable")
+def _sort(em, a):
+    """A TopK of every element, which orders ties by index: torch's stable sort (an unstable
+    one may order ties differently; the values agree)."""
+    d = norm_dim(a.dim, max(em.rank(a.self), 1))
+    n = em.shape(a.self)[d] if em.rank(a.self) else 1
+    return em.op("TopK", [a.self], {"k": n, "axis": d, "largest": int(a.descending), "sorted": 1},
                  outs=[em.out_type(0), em.out_type(1)])
 
 

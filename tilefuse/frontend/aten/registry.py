@@ -17,6 +17,8 @@ KEEP_WHOLE = (
     aten.einsum.default, aten.silu.default, aten.hardswish.default, aten.hardsigmoid.default,
     aten.mish.default, aten.softplus.default, aten.rms_norm.default, aten.adaptive_avg_pool2d.default,
     aten.adaptive_avg_pool1d.default, aten.tril.default, aten.triu.default,
+    # a SliceScatter (index arithmetic) instead of a Where through a constant mask:
+    aten.select_scatter.default,
     # Resize and Pad(reflect/edge) instead of gathers through computed index tensors:
     *(getattr(aten, f"{name}{nd}").vec for nd in ("1d", "2d", "3d")
       for name in ("upsample_nearest", "_upsample_nearest_exact")),
