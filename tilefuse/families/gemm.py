@@ -212,8 +212,8 @@ def gemm_body(group: Group) -> GemmBody | None:
         return None
     (c,) = conts
     ops = contraction_operands(c)
-    if ops is None or c.out.dtype not in DOT_DTYPES or c.out.numel == 0:
-        return None
+    if ops is None or c.out.dtype not in DOT_DTYPES or c.out.numel == 0 or 0 in c.reduce.extents:
+        return None     # empty: nothing to tile (an empty K is the library's zeros)
     pro = upstream(c, members)
     if any(members[n].reduce is not None for n in pro) or any(n in group.outputs for n in pro):
         return None

@@ -152,6 +152,8 @@ class Grid:
             fixed.append(t.clamp(0, max(n - 1, 0)) if guard is not None else t)
         if not fixed:
             return src.reshape(())
+        if src.numel() == 0:     # no position reads it (checked above): a padded empty axis
+            return torch.zeros(shape, dtype=src.dtype, device=src.device)
         out = src[tuple(fixed)]
         return out.expand(shape) if out.shape != shape else out
 

@@ -261,7 +261,12 @@ class _Printer:
             out = self._load(e)
         elif isinstance(e, Cast):
             x = self.value(e.x)
-            out = self.emit(f"{x.text}.to({TL[e.dtype]})", deps=[x])
+            text = x.text
+            # to bf16 from anything but fp32/fp16 through fp32: the interpreter would write the
+            # value as bf16's raw bits (an int 5 became 4.6e-40); torch rounds via fp32 too
+            if e.dtype is DType.bfloat16 and e.x.dtype not in (DType.float32, DType.float16, DType.bfloat16):
+                text = f"{text}.to(tl.float32)"
+            out = self.emit(f"{text}.to({TL[e.dtype]})", deps=[x])
         elif isinstance(e, Select):
             c, a, b = self.value(e.cond), self.value(e.a, index), self.value(e.b, index)
             out = self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
@@ -292,7 +297,7 @@ class _Printer:
             rule = UNARY[e.op]
             if dt is DType.bfloat16 or (dt in HALF and e.op not in UNARY_NATIVE_HALF):
                 w = self.emit(f"{x.text}.to(tl.float32)", deps=[x])
-                return self.emit(f"({rule.format(x=w.text)}).to({TL[dt]})", deps=[w])
+                return self.emit(f"({rule.format(x=w.text)}).to({TL[e.dtype]})", deps=[w])   # isnan: bool
             text = rule.format(x=x.text)
             if e.op in ("sign", "reciprocal"):
                 text = f"({text}).to({TL[dt]})"

@@ -125,6 +125,7 @@ def _require_interpreter() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
     _interpret_language()
     _bf16_dot_in_interpreter()
+    _bf16_rounding_in_interpreter()
 
 
 def _interpret_language() -> None:
@@ -170,6 +171,27 @@ def _bf16_dot_in_interpreter() -> None:
 
     create_dot._tilefuse_bf16 = True
     InterpreterBuilder.create_dot = create_dot
+
+
+def _bf16_rounding_in_interpreter() -> None:
+    """The interpreter converts fp32 to bfloat16 by dropping the low mantissa bits (Triton 3.9); a
+    GPU rounds to nearest even, as torch and the reference executor do: round through torch."""
+    import numpy as np
+    import torch
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+    cast = InterpreterBuilder.cast_impl
+    if getattr(cast, "_tilefuse_bf16", False):
+        return
+
+    def cast_impl(self, src, dst_type):
+        if dst_type.scalar == tl.bfloat16 and src.dtype.scalar == tl.float32:
+            f32 = torch.from_numpy(np.array(src.data, dtype=np.float32))
+            return TensorHandle(f32.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        return cast(self, src, dst_type)
+
+    cast_impl._tilefuse_bf16 = True
+    InterpreterBuilder.cast_impl = cast_impl
 
 
 # The interpreter keeps its program index and patched builder in module globals: two threads
