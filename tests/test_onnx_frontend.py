@@ -427,9 +427,8 @@ def test_topk_tile_and_dropout():
     assert g.constant_map["mask"].data.all()
     train = _one("Dropout", ["ratio", "t"], [(2, 3, 4)], opset=13,
                  inits={"ratio": np.array(0.3, np.float32), "t": np.array(True)})
-    x = torch.randn(2, 3, 4)       # training mode normalizes by the batch's own statistics
-    want = torch.nn.functional.batch_norm(x, None, None, torch.from_numpy(p[0]), torch.from_numpy(p[1]), training=True)
-    torch.testing.assert_close(tilefuse.compile_onnx(train, backend="reference")(x), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(UnsupportedAttribute, match="training_mode"):   # random: only ratio 0 is supported
+        import_onnx(train)
 
 
 def test_legacy_broadcast_and_prelu():
