@@ -234,8 +234,33 @@ def test_resize_integer_and_half_inputs():
                                                               "coordinate_transformation_mode": "asymmetric"})
 
 
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("scales,exclude_outside", [((1.0, 1.0, 0.6, 0.35), 0), ((1.0, 1.0, 0.45, 0.8), 1),
+                                                    ((1.0, 0.5, 1.5, 0.3), 0), ((1.0, 1.0, 0.25, 1.0), 1)])
+def test_resize_antialias(mode, ctm, scales, exclude_outside):
+    # Non-integer downsampling factors (taps straddle the borders), both axes, an upsampled axis
+    # (plain interpolation), an unchanged one.
+    x = rand(1, 4, 13, 11)
+    attrs = {"mode": mode, "antialias": 1, "coordinate_transformation_mode": ctm, "exclude_outside": exclude_outside}
+    ref = onnx_ref("Resize", [x.numpy(), None, np.array(scales, dtype=np.float32)], attrs)[0]
+    plain = onnx_ref("Resize", [x.numpy(), None, np.array(scales, dtype=np.float32)], {**attrs, "antialias": 0})[0]
+    assert not torch.allclose(ref, plain, atol=1e-3)       # the filter is wider than plain interpolation's
+    check_op("Resize", [x], ref.float(), attrs={"scales": scales, **attrs}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias_to_sizes(mode):
+    x = rand(2, 3, 17, 9)
+    sizes = np.array([2, 3, 5, 4], dtype=np.int64)
+    attrs = {"mode": mode, "antialias": 1}
+    ref = onnx_ref("Resize", [x.numpy(), None, None, sizes], attrs)[0]
+    scales = tuple(float(o / n) for o, n in zip(sizes, x.shape))
+    check_op("Resize", [x], ref.float(), attrs={"scales": scales, **attrs}, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("attrs,name", [
-    ({"antialias": 1, "mode": "linear"}, "antialias"),
+    ({"antialias": 1, "mode": "nearest"}, "antialias"),
     ({"coordinate_transformation_mode": "tf_crop_and_resize"}, "roi"),
     ({"coordinate_transformation_mode": "crop"}, "coordinate_transformation_mode"),
     ({"mode": "area"}, "mode"),

@@ -1,4 +1,5 @@
-"""Fission of GridSample (against torch.nn.functional.grid_sample), RoiAlign (onnxruntime) and DeformConv."""
+"""Fission of GridSample (against torch.nn.functional.grid_sample), RoiAlign and MaxRoiPool (onnxruntime)
+and DeformConv."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -81,3 +82,30 @@ def test_deform_conv_matches_onnx_reference():
     feeds = {"x": x.numpy(), "w": w.numpy(), "offset": offset.numpy(), "mask": mask.numpy()}
     want = torch.from_numpy(ReferenceEvaluator(model).run(None, feeds)[0])
     check_op("DeformConv", [x, w, offset, None, mask], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+def test_max_roi_pool_matches_onnxruntime(dtype, scale):
+    x = torch.randn(2, 3, 9, 11).to(dtype)
+    boxes = [[0, 1.0, 2.0, 7.0, 6.0], [1, -4.0, -3.0, 5.0, 4.0],       # partly outside (top-left)
+             [1, 6.5, 3.5, 40.0, 30.0], [0, 2.5, -2.5, 2.5, 1.5],       # partly outside, .5 corners (round
+             [0, 30.0, 30.0, 44.0, 41.0], [1, 8.0, 5.0, 3.0, 1.0],      # half away), all outside, malformed
+             [0, -0.5, 1.5, 0.5, 3.5], [1, 3.0, 2.0, 3.0, 2.0]]    # one pixel: more bins than pixels
+    rois = torch.tensor(boxes, dtype=dtype) * torch.tensor([1, *[1 / scale] * 4], dtype=dtype)
+    rois = torch.cat([rois, torch.cat([torch.randint(0, 2, (6, 1)), torch.rand(6, 4) * 16 - 3], 1).to(dtype)])
+    attrs = {"pooled_shape": [3, 4], "spatial_scale": scale}
+    # onnxruntime has no float64 kernel: its float32 result, exact for these float32-representable inputs
+    want = onnxruntime_op("MaxRoiPool", [x.float(), rois.float()], **attrs)[0].to(dtype)
+    assert (want[4] == 0).all() and (want[7] == x[1, :, 2, 3, None, None]).all()  # the edge cases are exercised
+    check_op("MaxRoiPool", [x, rois], want, attrs=attrs, rtol=0, atol=0)
+
+
+def test_max_roi_pool_keeps_minus_infinity():
+    # A bin of -inf pixels is -inf (the max, as ONNX's reference takes it; onnxruntime starts from
+    # -FLT_MAX), and is not mistaken for an empty bin (0).
+    x = torch.randn(1, 2, 5, 5)
+    x[0, 1, 1:3, 2:4] = -float("inf")
+    rois = torch.tensor([[0.0, 2.0, 1.0, 3.0, 2.0], [0.0, 6.0, 6.0, 8.0, 8.0]])
+    want = torch.stack([x[0, :, 1:3, 2:4], torch.zeros(2, 2, 2)])
+    check_op("MaxRoiPool", [x, rois], want, attrs={"pooled_shape": [2, 2]}, rtol=0, atol=0)

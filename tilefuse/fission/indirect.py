@@ -216,6 +216,35 @@ TAPS: dict[str, Callable[[Node, Expr, int, DType], list[Tap]]] = {
 }
 
 
+def _antialias_taps(node, x: Expr, n: int, scale: float, mode: str) -> list[Tap]:
+    """Downsampling with antialias: the linear/cubic filter stretched by 1/scale, so each output
+    averages every input pixel under it, weights normalized to sum 1.  As in ONNX's reference, the
+    taps cover support/scale either side of x, counted from ceil(x) - 1 (x in (base, base + 1]);
+    taps past the border read the edge pixel."""
+    a = float(node.attrs.get("cubic_coeff_a", -0.75))
+    support = 1.0 if mode == "linear" else 2.0
+    start = math.floor(-support / scale) + 1
+    base = unary("ceil", x) - 1.0
+    ratio = x - base
+
+    def kernel(d: Expr) -> Expr:
+        d = unary("abs", d)
+        if mode == "linear":
+            return maximum(1.0 - d, 0.0)
+        near = (d * (a + 2) - (a + 3)) * d * d + 1.0
+        far = ((d * a - 5 * a) * d + 8 * a) * d - 4 * a
+        return select(d.le(1.0), near, select(d.lt(2.0), far, Const(0.0, d.dtype)))
+    offsets = range(start, 2 - start)
+    idx = [cast(base, INDEX) + k for k in offsets]
+    weights = [kernel((k - ratio) * scale) for k in offsets]
+    if int(node.attrs.get("exclude_outside", 0)):
+        weights = [w * cast(binary("and", j.ge(0), j.lt(n)), w.dtype) for w, j in zip(weights, idx)]
+    total = weights[0]
+    for w in weights[1:]:
+        total = total + w
+    return [(_clamp(j, n), w / total) for j, w in zip(idx, weights)]
+
+
 def _resize_check(node: Node, x: TensorRef, out: TensorType) -> tuple[list[float], str, str]:
     mode = node.attrs.get("mode", "nearest")
     ctm = node.attrs.get("coordinate_transformation_mode", "half_pixel")
@@ -224,8 +253,8 @@ def _resize_check(node: Node, x: TensorRef, out: TensorType) -> tuple[list[float
     if ctm not in COORD and ctm != CROP:
         raise UnsupportedAttribute(node, "coordinate_transformation_mode", ctm,
                                    f"supported: {', '.join(COORD)}, {CROP}")
-    if int(node.attrs.get("antialias", 0)):
-        raise UnsupportedAttribute(node, "antialias", 1, "antialiased resizing is not supported")
+    if int(node.attrs.get("antialias", 0)) and mode == "nearest":
+        raise UnsupportedAttribute(node, "antialias", 1, "antialias applies to the linear and cubic modes")
     scales = [float(s) for s in node.attrs.get("scales", ())]
     if not scales:
         scales = [o / n if n else 1.0 for o, n in zip(out.shape, x.shape)]
@@ -236,7 +265,9 @@ def _resize_check(node: Node, x: TensorRef, out: TensorType) -> tuple[list[float
 
 @rule("Resize")
 def _resize(fx, node, ins):
-    """Nearest/linear/cubic resampling by ``scales``; source coordinates by index arithmetic."""
+    """Nearest/linear/cubic resampling by ``scales`` (linear/cubic optionally antialiased).
+
+    Source coordinates by index arithmetic; each output blends its taps along every resized axis."""
     x, out = ins[0], fx.out_type()
     scales, mode, ctm = _resize_check(node, x, out)
     if math.prod(out.shape) == 0 or math.prod(x.shape) == 0:
@@ -247,6 +278,8 @@ def _resize(fx, node, ins):
     roi = node.attrs.get("roi") if ctm == CROP else None
     if ctm == CROP and (roi is None or len(roi) != 2 * x.rank):
         raise UnsupportedAttribute(node, "roi", roi, f"{CROP} needs a start and an end per axis")
+    antialias = bool(int(node.attrs.get("antialias", 0)))
+    scales32 = [float(torch.tensor(s, dtype=torch.float32)) for s in scales]
     moved = [d for d in range(x.rank)
              if x.shape[d] > 1 and not (scales[d] == 1.0 and x.shape[d] == out.shape[d] and roi is None)]
 
@@ -254,11 +287,13 @@ def _resize(fx, node, ins):
         # Coordinates in float32 whatever the data type, as ONNX carries scales and ORT computes.
         if roi is not None:
             return crop_coordinate(cast(i[d], DType.float32), roi[d], roi[x.rank + d], x.shape[d], out.shape[d])
-        scale = float(torch.tensor(scales[d], dtype=torch.float32))
-        return COORD[ctm](cast(i[d], DType.float32), scale, x.shape[d], out.shape[d])
+        return COORD[ctm](cast(i[d], DType.float32), scales32[d], x.shape[d], out.shape[d])
 
     def axis_taps(i, d) -> list[Tap]:
-        taps = TAPS[mode](node, coordinate(i, d), x.shape[d], DType.float32)
+        if antialias and scales32[d] < 1.0:      # upsampling with antialias is plain interpolation
+            taps = _antialias_taps(node, coordinate(i, d), x.shape[d], scales32[d], mode)
+        else:
+            taps = TAPS[mode](node, coordinate(i, d), x.shape[d], DType.float32)
         if mode == "nearest":
             return [(integer_map(taps[0][0], i[d], out.shape[d], x.shape[d]), None)]
         return [(src, cast(w, ft)) for src, w in taps]

@@ -1,4 +1,5 @@
-"""Fission rules: sampling an image at data-dependent coordinates (GridSample, RoiAlign, DeformConv).
+"""Fission rules: sampling an image at data-dependent coordinates (GridSample, RoiAlign, DeformConv,
+MaxRoiPool).
 
 Each output position reads its normalized source coordinates from the grid, maps them to pixel
 coordinates, and blends the pixels around them with nearest/linear/cubic weights: one prim whose
@@ -231,3 +232,49 @@ def deform_conv(fx: Fission, node: Node, ins: list) -> TensorRef:
     if bias is None:
         return y
     return fx.compute(out.shape, lambda i: y[i] + cast(bias[(i[1],)], out.dtype))
+
+
+def _round_half_away(v: Expr) -> Expr:
+    """C's round() (half away from zero), as Caffe and ONNX's reference round box corners."""
+    return unary("sign", v) * unary("floor", unary("abs", v) + 0.5)
+
+
+@rule("MaxRoiPool")
+def max_roi_pool(fx: Fission, node: Node, ins: list) -> TensorRef:
+    """Max over each bin of each box (Fast R-CNN): a max-reduce over the image, -inf outside the bin.
+
+    The bin's bounds are computed from the loaded box (rounded, floor/ceil, clipped to the image
+    as ONNX's reference does); an empty bin (clipped away) gives 0."""
+    x, rois = ins
+    out = fx.out_type()
+    if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 5:
+        raise UnsupportedAttribute(node, "rois", rois.shape, f"expected X [N, C, H, W] (got {x.shape}) "
+                                   "and rois [num_rois, 5]")
+    (ph_n, pw_n), (h, w) = out.shape[2:], x.shape[2:]
+    # The reference computes boxes in float64 for float64 data, otherwise in float32.
+    ct = DType.float64 if x.dtype is DType.float64 else F32
+    scale = float(node.attrs.get("spatial_scale", 1.0))
+
+    def bounds(roi: Expr, p: Expr, k: int, pooled: int, n: int) -> tuple[Expr, Expr]:
+        """[start, end) of bin p of the box along the axis whose corners are rois[:, k], rois[:, k + 2]."""
+        lo, hi = (_round_half_away(cast(rois[(roi, j)], ct) * Const(scale, ct)) for j in (k, k + 2))
+        size = maximum(hi - lo + 1.0, 1.0) / float(pooled)     # a malformed box is one pixel
+        pf = cast(p, ct)
+        start = minimum(maximum(unary("floor", pf * size) + lo, 0.0), float(n))
+        end = minimum(maximum(unary("ceil", (pf + 1.0) * size) + lo, 0.0), float(n))
+        return start, end
+
+    def body(i, r):
+        roi, c, ph, pw = i
+        (hs, he), (ws, we) = bounds(roi, ph, 2, ph_n, h), bounds(roi, pw, 1, pw_n, w)
+        yy, xx = cast(r[0], ct), cast(r[1], ct)
+        inside = logical_and(yy.ge(hs), yy.lt(he), xx.ge(ws), xx.lt(we))
+        b = cast(rois[(roi, 0)], INDEX)
+        return select(inside, x[(b, c, r[0], r[1])], Const(-math.inf, x.dtype))
+    acc = fx.reduce(out.shape, (h, w), "max", body)
+
+    def finish(i):
+        roi, _, ph, pw = i
+        (hs, he), (ws, we) = bounds(roi, ph, 2, ph_n, h), bounds(roi, pw, 1, pw_n, w)
+        return select(binary("or", he.le(hs), we.le(ws)), Const(0.0, out.dtype), cast(acc[i], out.dtype))
+    return fx.compute(out.shape, finish)

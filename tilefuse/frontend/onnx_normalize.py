@@ -243,8 +243,6 @@ def _resize(cx, n):
     x = n.inputs[0]
     shape = cx.shape(x)
     rank = len(shape)
-    if a.get("antialias", 0):
-        raise UnsupportedAttribute(n, "antialias", a["antialias"], "antialiased resizing is not supported")
     legacy = n.op == "Upsample" or n.since < 11
     mode = {"bilinear": "linear", "trilinear": "linear"}.get(a.get("mode", "nearest"), a.get("mode", "nearest"))
     axes = [_axis(v, rank) for v in a.get("axes", range(rank))]
@@ -268,7 +266,7 @@ def _resize(cx, n):
                                                                                   "half_pixel"),
            "nearest_mode": "floor" if legacy else a.get("nearest_mode", "round_prefer_floor"),
            "cubic_coeff_a": a.get("cubic_coeff_a", -0.75), "exclude_outside": a.get("exclude_outside", 0),
-           "extrapolation_value": a.get("extrapolation_value", 0.0)}
+           "extrapolation_value": a.get("extrapolation_value", 0.0), "antialias": a.get("antialias", 0)}
     if out["coordinate_transformation_mode"] == "tf_crop_and_resize":
         roi = list(a.get("roi", ()))
         if len(roi) != 2 * len(axes):

@@ -31,5 +31,4 @@ UNSUPPORTED: dict[str, str] = {
     "RandomUniformLike": _RANDOM,
     "Multinomial": _RANDOM,
     "TfIdfVectorizer": "n-gram counting against a pool: not implemented (text preprocessing)",
-    "MaxRoiPool": "not implemented yet (a max over a box-dependent window)",
 }
