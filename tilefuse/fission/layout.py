@@ -251,10 +251,9 @@ def slice_params(dim: int, start: int, end: int, step: int) -> tuple[int, int, i
     return start, step, length
 
 
-@rule("Slice")
-def _slice(fx, node, ins):
-    """Strided window per axis (``starts``/``ends``/``axes``/``steps``; negative, clamped, reversed)."""
-    x = ins[0]
+def slice_window(node, shape: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(first, step, length) per axis of a tensor of ``shape`` for the node's Slice attributes
+    (``starts``/``ends``/``axes``/``steps``; negative, clamped, reversed; axes not named whole)."""
     starts = tuple(node.attrs.get("starts", ()))
     ends = tuple(node.attrs.get("ends", ()))
     axes = tuple(node.attrs.get("axes", range(len(starts))))
@@ -263,18 +262,26 @@ def _slice(fx, node, ins):
         raise UnsupportedAttribute(node, "starts", starts, "starts, ends, axes and steps differ in length")
     if 0 in steps:
         raise UnsupportedAttribute(node, "steps", steps, "a step cannot be 0")
-    first, step = [0] * x.rank, [1] * x.rank
-    shape = list(x.shape)
+    window = [(0, 1, n) for n in shape]
     seen = set()
     for s, e, a, st in zip(starts, ends, axes, steps):
-        a = norm_axis(node, int(a), x.rank, "axes")
+        a = norm_axis(node, int(a), len(shape), "axes")
         if a in seen:
             raise UnsupportedAttribute(node, "axes", axes, "repeated axis")
         seen.add(a)
-        first[a], step[a], shape[a] = slice_params(x.shape[a], int(s), int(e), int(st))
+        window[a] = slice_params(shape[a], int(s), int(e), int(st))
+    return window
+
+
+@rule("Slice")
+def _slice(fx, node, ins):
+    """Strided window per axis (``starts``/``ends``/``axes``/``steps``; negative, clamped, reversed)."""
+    x = ins[0]
+    window = slice_window(node, x.shape)
+    shape = [length for _, _, length in window]
     if math.prod(shape) == 0:
         return empty(fx, shape, x.dtype)
-    return fx.compute(shape, lambda i: x[tuple(i[d] * step[d] + first[d] for d in range(x.rank))])
+    return fx.compute(shape, lambda i: x[tuple(i[d] * step + first for d, (first, step, _) in enumerate(window))])
 
 
 # ---------------------------------------------------------------- pad

@@ -15,7 +15,7 @@ from ..errors import UnsupportedAttribute
 from ..ir.expr import Expr, cast, logical_and, select
 from ..ir.graph import Node
 from .common import norm_axis
-from .layout import linearize, slice_params
+from .layout import linearize, slice_window
 from .registry import Fission, TensorRef, rule
 
 
@@ -60,21 +60,7 @@ def _axis_inverse(e: Expr, first: int, step: int, length: int, n: int) -> tuple[
 def _slice_scatter(fx, node, ins):
     """``X`` with its Slice window (``starts``/``ends``/``axes``/``steps``, as Slice) replaced by ``updates``."""
     x, upd = ins[0], ins[1]
-    starts, ends = tuple(node.attrs.get("starts", ())), tuple(node.attrs.get("ends", ()))
-    axes = tuple(node.attrs.get("axes", range(len(starts))))
-    steps = tuple(node.attrs.get("steps", (1,) * len(starts)))
-    if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise UnsupportedAttribute(node, "starts", starts, "starts, ends, axes and steps differ in length")
-    if 0 in steps:
-        raise UnsupportedAttribute(node, "steps", steps, "a step cannot be 0")
-    window = {}
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        a = norm_axis(node, int(a), x.rank, "axes")
-        if a in window:
-            raise UnsupportedAttribute(node, "axes", axes, "repeated axis")
-        window[a] = slice_params(x.shape[a], int(s), int(e), int(st))
-    full = [(0, 1, n) for n in x.shape]
-    params = [window.get(d, full[d]) for d in range(x.rank)]
+    params = slice_window(node, x.shape)
     _check_updates(node, upd, [p[2] for p in params])
 
     def where(i):
