@@ -96,3 +96,21 @@ def test_plans_made_for_a_gpu_compute_the_model_through_the_interpreter():
     (got,) = program.run(dict(zip(c.input_names, inputs)))
     with torch.no_grad():
         torch.testing.assert_close(got, model(*inputs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs kernels only without CUDA")
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_interpreter_reduces_nan_propagating_max_min_with_numpy(reduce, monkeypatch):
+    """The kernels' NaN-propagating max/min combiners are reduced by numpy in the interpreter, never
+    element by element (the interpreter's generic path: a minute for a wide pooling window); NaN
+    rows stay NaN, as in torch."""
+    from triton.runtime.interpreter import ReduceOps
+    fn = lambda a: getattr(torch, reduce)(a * 2, dim=-1)   # noqa: E731
+    x = torch.randn(6, 300)
+    x[2, 17] = float("nan")
+    x[4, 5] = float("inf") if reduce == "amax" else -float("inf")
+    c = tilefuse.compile(fn, (x,), backend="triton")
+    monkeypatch.setattr(ReduceOps, "generic_reduce", lambda self, _: pytest.fail("element-by-element reduce"))
+    got = c(x)
+    assert torch.isnan(got[2]) and not torch.isnan(got[torch.arange(6) != 2]).any()
+    torch.testing.assert_close(got, fn(x), equal_nan=True)

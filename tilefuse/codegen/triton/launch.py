@@ -68,7 +68,7 @@ def load_kernel(source: str, name: str):
         if not torch.cuda.is_available():
             _require_interpreter()
         path = _cached(source, digest)
-        modname = f"tilefuse_kernel_{digest}"
+        modname = f"{_KERNEL_MODULE}{digest}"
         spec = importlib.util.spec_from_file_location(modname, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[modname] = mod  # Triton looks functions' globals up through their module
@@ -126,6 +126,7 @@ def _require_interpreter() -> None:
     _interpret_language()
     _bf16_dot_in_interpreter()
     _bf16_rounding_in_interpreter()
+    _nan_max_min_in_interpreter()
 
 
 def _interpret_language() -> None:
@@ -192,6 +193,33 @@ def _bf16_rounding_in_interpreter() -> None:
 
     cast_impl._tilefuse_bf16 = True
     InterpreterBuilder.cast_impl = cast_impl
+
+
+_KERNEL_MODULE = "tilefuse_kernel_"
+_NAN_REDUCTIONS = {"_maximum": "max", "_minimum": "min"}   # the helpers codegen/triton/ops.py defines
+
+
+def _nan_max_min_in_interpreter() -> None:
+    """The interpreter reduces with a combine function it does not know one element at a time in
+    Python (a max-pool over a 200-wide window took a minute); the kernels' NaN-propagating
+    ``_maximum``/``_minimum`` combiners are numpy's ``max``/``min``, which propagate NaN too."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import ReduceOps
+    apply = ReduceOps.apply_impl
+    if getattr(apply, "_tilefuse_nan", False):
+        return
+
+    def apply_impl(self, input):
+        fn = getattr(self.combine_fn, "fn", None)
+        op = _NAN_REDUCTIONS.get(getattr(fn, "__name__", None))
+        if (op is not None and len(input) == 1 and input[0].dtype != tl.bfloat16     # bf16: raw bits
+                and getattr(fn, "__module__", "").startswith(_KERNEL_MODULE)):
+            return self.min_max(input[0], val_reduce_op=getattr(np, op))
+        return apply(self, input)
+
+    apply_impl._tilefuse_nan = True
+    ReduceOps.apply_impl = apply_impl
 
 
 # The interpreter keeps its program index and patched builder in module globals: two threads
