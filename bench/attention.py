@@ -427,6 +427,44 @@ def torch_compile_variant(fn):
     return prepare
 
 
+PLAN_CONVENTIONS = {
+    "modelled_us": "sum of the plan's kernels' modelled times, each including one launch "
+                   "(Target.launch_s; two for a split-K gemm): per-launch, what the planner minimizes",
+    "body_us": "the same without the launches (kernel bodies)",
+    "speedup_body / speedup": "without-chain / chain, on body_us / on modelled_us",
+    "speedup_graph_launches": "without-chain / chain on body_us + launch_graph_s per launch (derived)",
+}
+
+
+def measured_header(device: str | None, args, reference: str) -> dict | None:
+    """How the measurements were taken (None without a device)."""
+    if device is None:
+        return None
+    return {"device": device, "variants": list(args.variants), "warmup": args.warmup, "runs": args.runs,
+            "timer": "tilefuse.cost.measure.cuda_timer: CUDA events, 256 MiB L2 flush before each timed call, "
+                     "median" if device == "cuda" else "perf_counter (cpu: script check)",
+            "reference": reference, "tolerance_rel_l2": TOL_FP16}
+
+
+def finish(doc: dict, args, started: float, why_not: str | None, failures: list[str], notes=()) -> int:
+    """Record the failures and the run time, write the JSON, say so; the exit status."""
+    doc["failures"] = failures
+    doc["ok"] = not failures
+    doc["total_s"] = round(time.perf_counter() - started, 1)
+    write_json(args.json, doc)
+    if why_not:
+        print(f"\nmeasured: null ({why_not})")
+    for note in notes:
+        print(f"\n{note}")
+    if failures:
+        print("\nFAILED checks (exit 1):")
+        for f in failures:
+            print("  " + f)
+    if args.json:
+        print(f"\nwritten {args.json} ({doc['total_s']} s)")
+    return 0 if not failures else 1
+
+
 def measured_within_budget(measure, case, device: str | None, args, started: float) -> dict | None:
     """``measure(case, device, args)``'s record; None without a device, a note once
     ``--budget-s`` is spent, the error if it raised (the run goes on)."""
@@ -564,11 +602,7 @@ def main(argv=None) -> int:
            **environment(device),
            "target": target_figures(args.target),
            "conventions": {
-               "modelled_us": "sum of the plan's kernels' modelled times, each including one launch "
-                              "(Target.launch_s; two for a split-K gemm): per-launch, what the planner minimizes",
-               "body_us": "the same without the launches (kernel bodies)",
-               "speedup_body / speedup": "without-chain / chain, on body_us / on modelled_us",
-               "speedup_graph_launches": "without-chain / chain on body_us + launch_graph_s per launch (derived)",
+               **PLAN_CONVENTIONS,
                "tflops / tflops_body": "useful flops (4*b*h*M*N*K, half the scores when causal) over "
                                        "modelled_us / body_us",
                "traffic_bytes": "modelled DRAM bytes of the plan's kernels (report.traffic_bytes)",
@@ -578,13 +612,7 @@ def main(argv=None) -> int:
                "over_roofline / body_over_roofline": "modelled_us / roofline, body_us / roofline",
                "roofline.useful_us": "max(memory bound, useful flops / fp16 tensor-core peak): below the report's "
                                      "bound for causal attention (half the scores)"},
-           "measured": None if device is None else {"device": device, "variants": list(args.variants),
-                                                     "warmup": args.warmup, "runs": args.runs,
-                                                     "timer": "tilefuse.cost.measure.cuda_timer: CUDA events, "
-                                                              "256 MiB L2 flush before each timed call, median"
-                                                     if device == "cuda" else "perf_counter (cpu: script check)",
-                                                     "reference": "fp32 eager attention, tf32 off",
-                                                     "tolerance_rel_l2": TOL_FP16},
+           "measured": measured_header(device, args, "fp32 eager attention, tf32 off"),
            "measured_reason": why_not,
            "cases": []}
     print(f"attention planned for {args.target}: MODELLED (no kernel runs). body = kernel bodies without "
@@ -637,20 +665,7 @@ def main(argv=None) -> int:
                       f"{rec['roofline']['useful_us']:.2f}", _f(rec["chain_body_over_useful_roofline"], ".2f")])
     print_table(head, table)
     measured_table(rows, args.variants, device)
-    ok = not failures
-    doc["failures"] = failures
-    doc["ok"] = ok
-    doc["total_s"] = round(time.perf_counter() - started, 1)
-    write_json(args.json, doc)
-    if why_not:
-        print(f"\nmeasured: null ({why_not})")
-    if failures:
-        print("\nFAILED checks (exit 1):")
-        for f in failures:
-            print("  " + f)
-    if args.json:
-        print(f"\nwritten {args.json} ({doc['total_s']} s)")
-    return 0 if ok else 1
+    return finish(doc, args, started, why_not, failures)
 
 
 if __name__ == "__main__":

@@ -270,11 +270,7 @@ def main(argv=None) -> int:
            **att.environment(device),
            "target": att.target_figures(args.target),
            "conventions": {
-               "modelled_us": "sum of the plan's kernels' modelled times, each including one launch "
-                              "(Target.launch_s; two for a split-K gemm): per-launch, what the planner minimizes",
-               "body_us": "the same without the launches (kernel bodies)",
-               "speedup_body / speedup": "without-chain / chain, on body_us / on modelled_us",
-               "speedup_graph_launches": "without-chain / chain on body_us + launch_graph_s per launch (derived)",
+               **att.PLAN_CONVENTIONS,
                "tflops / tflops_body": "useful flops 2*b*M*N*(K+H) over modelled_us / body_us",
                "traffic_bytes": "modelled DRAM bytes of the plan's kernels (report.traffic_bytes)",
                "roofline": "report.roofline_us: max(compulsory bytes / peak DRAM bandwidth, every prim's flops "
@@ -282,13 +278,7 @@ def main(argv=None) -> int:
                            "CUDA-core peak)",
                "mcfuser": "tilefuse/schedule/tiling.py: estimate() with ModelParams.of(target), block-aware "
                           "trip counts; times in 'model_us' are MCFuser's model's, not tilefuse's"},
-           "measured": None if device is None else {"device": device, "variants": list(args.variants),
-                                                     "warmup": args.warmup, "runs": args.runs,
-                                                     "timer": "tilefuse.cost.measure.cuda_timer: CUDA events, "
-                                                              "256 MiB L2 flush before each timed call, median"
-                                                     if device == "cuda" else "perf_counter (cpu: script check)",
-                                                     "reference": "the same function in fp32, tf32 off",
-                                                     "tolerance_rel_l2": att.TOL_FP16},
+           "measured": att.measured_header(device, args, "the same function in fp32, tf32 off"),
            "measured_reason": why_not,
            "cases": []}
     print(f"GEMM chains {args.act}(A@B)@D planned for {args.target}: MODELLED (no kernel runs)")
@@ -372,22 +362,10 @@ def main(argv=None) -> int:
                       str(ms.get("search", {}).get("finds_exhaustive_best", "-"))])
     att.print_table(head, table)
     att.measured_table(rows, args.variants, device)
-    doc["failures"] = failures
     doc["chain_body_slower"] = slower
-    doc["ok"] = not failures
-    doc["total_s"] = round(time.perf_counter() - started, 1)
-    att.write_json(args.json, doc)
-    if why_not:
-        print(f"\nmeasured: null ({why_not})")
-    if slower:
-        print(f"\nchain kernel body models slower than the two GEMMs (chosen for the launch it saves): {', '.join(slower)}")
-    if failures:
-        print("\nFAILED checks (exit 1):")
-        for f in failures:
-            print("  " + f)
-    if args.json:
-        print(f"\nwritten {args.json} ({doc['total_s']} s)")
-    return 0 if not failures else 1
+    notes = [f"chain kernel body models slower than the two GEMMs (chosen for the launch it saves): "
+             f"{', '.join(slower)}"] if slower else []
+    return att.finish(doc, args, started, why_not, failures, notes)
 
 
 if __name__ == "__main__":
