@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..analysis.classify import Category, classify
 from ..ir.dtypes import DType
-from ..ir.prim import PrimGraph
+from ..ir.prim import Prim, PrimGraph
 from .model import expr_flops
 from .target import Target
 
@@ -49,6 +49,16 @@ def compulsory_bytes(pg: PrimGraph) -> int:
     return total
 
 
+def peak_of(p: Prim, target: Target) -> tuple[float, str]:
+    """The peak (FLOP/s) a prim's arithmetic is bounded by, and its name: a contraction's
+    tensor-core peak for its dtype where the target has one, else the fp32 CUDA-core peak."""
+    if classify(p) is Category.contraction and target.has_tensor_cores(p.out.dtype):
+        return target.peak(p.out.dtype, True), f"{p.out.dtype.value} tensor cores"
+    if classify(p) is Category.contraction:
+        return target.peak(p.out.dtype, False), f"{p.out.dtype.value} CUDA cores"
+    return target.peak(DType.float32, False), "float32 CUDA cores"
+
+
 def roofline(pg: PrimGraph, target: Target) -> Roofline:
     flops = 0
     compute = 0.0
@@ -56,13 +66,9 @@ def roofline(pg: PrimGraph, target: Target) -> Roofline:
         if p.is_opaque:
             continue          # no arithmetic the model can count
         reduced = math.prod(p.reduce.extents) if p.reduce is not None else 1
-        if classify(p) is Category.contraction:
-            f = 2 * p.out.numel * reduced
-            peak = target.peak(p.out.dtype, target.has_tensor_cores(p.out.dtype))
-        else:
-            f = expr_flops(p.body) * p.out.numel * reduced
-            peak = target.peak(DType.float32, False)
+        contraction = classify(p) is Category.contraction
+        f = (2 if contraction else expr_flops(p.body)) * p.out.numel * reduced
         flops += f
-        compute += f / peak
+        compute += f / peak_of(p, target)[0]
     nbytes = compulsory_bytes(pg)
     return Roofline(nbytes, flops, nbytes / target.dram_bw, compute)

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..analysis.classify import classify
+from ..cost.roofline import peak_of
 from ..ir.dtypes import DType
 
 
@@ -68,16 +69,14 @@ def schedule_text(schedule) -> str:
     return "; ".join(parts)
 
 
-def roofs(target, prims) -> Roofs:
-    """The target's DRAM roof and the compute ceilings the model's prims run against, as in
-    ``cost/roofline.py``: tensor-core peaks of the contractions' dtypes, the fp32 CUDA-core peak
-    for everything else."""
+def roofs(target, primgraph) -> Roofs:
+    """The target's DRAM roof and the compute ceilings the model's prims run against
+    (``cost/roofline.py: peak_of``)."""
     by_value: dict[float, list[str]] = {}
-    for p in prims:
-        if p.category == "contraction":
-            dt = DType(p.type.split("[")[0])
-            if target.has_tensor_cores(dt):
-                by_value.setdefault(target.peak(dt, True), []).append(f"{dt.value} tensor cores")
+    for p in primgraph.prims:
+        if not p.is_opaque:
+            peak, label = peak_of(p, target)
+            by_value.setdefault(peak, []).append(label)
     by_value.setdefault(target.peak(DType.float32, False), []).append("float32 CUDA cores")
     ceilings = tuple((" / ".join(dict.fromkeys(labels)), v) for v, labels in sorted(by_value.items(), reverse=True))
     return Roofs(target.dram_bw, ceilings)
@@ -94,4 +93,4 @@ def snapshot(primgraph, plan, kernels, target) -> PlanSnapshot:
                   for k, b in zip(plan.kernels, built))
     return PlanSnapshot(prims, tuple((d.name, str(d.type)) for d in primgraph.inputs),
                         frozenset(c.name for c in primgraph.constants), tuple(primgraph.outputs), views,
-                        roofs(target, prims))
+                        roofs(target, primgraph))
