@@ -387,7 +387,13 @@ def walk(e: Expr, into: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
 
 
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """Bottom-up rewrite: ``fn`` may return a replacement for a node (None keeps it)."""
+    """Bottom-up rewrite: ``fn`` may return a replacement for a node (None keeps it).
+
+    ``fn`` sees each node of ``e`` with its children already rewritten, and never a node the
+    rewrite itself produced: when rebuilding a node over its new children collapses it (the smart
+    constructors fold ``0 * 8 + i3`` to ``i3``, ``x if c else x`` to ``x``), the result is made of
+    rewritten parts and is not offered to ``fn`` again.  Otherwise a substitution ``{i2: i1,
+    i3: i2}`` would map a collapsed ``i2`` on to ``i1`` a second time."""
     memo: dict[int, Expr] = {}
 
     def go(n: Expr) -> Expr:
@@ -397,7 +403,13 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
         kids = n.children()
         if kids:
             new_kids = tuple(go(k) for k in kids)
-            m = n if all(x is y for x, y in zip(new_kids, kids)) else n.with_children(new_kids)
+            if all(x is y for x, y in zip(new_kids, kids)):
+                m = n
+            else:
+                m = n.with_children(new_kids)
+                if not _rebuilt(n, m, new_kids):
+                    memo[id(n)] = m
+                    return m
         else:
             m = n
         r = fn(m)
@@ -406,6 +418,16 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
         return out
 
     return go(e)
+
+
+def _rebuilt(n: Expr, m: Expr, kids: tuple[Expr, ...]) -> bool:
+    """Whether ``m`` is node ``n`` over the children ``kids`` (not folded into something else)."""
+    if type(m) is not type(n) or len(m.children()) != len(kids):
+        return False
+    if not all(x is y for x, y in zip(m.children(), kids)):
+        return False
+    return all(getattr(m, f) == getattr(n, f) for f in type(n)._fields
+               if f not in ("a", "b", "x", "cond", "index"))
 
 
 def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
