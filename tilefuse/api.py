@@ -39,8 +39,12 @@ from .transform.fold import fold_constants
 from .transform.horizontal import horizontal
 from .transform.vertical import vertical
 from .transform.simplify import simplify_graph
+from .verify import Verifier, eager_oracle, enabled, kernel_device, onnx_oracle, random_feeds, tensor_leaves
 
 BACKENDS = ("reference", "triton")
+# The graph-to-graph stages after fission, in order (each checked against its input by ``verify``).
+GRAPH_STAGES = (("simplify", simplify_graph), ("fold", fold_constants), ("vertical", vertical),
+                ("simplify", simplify_graph))
 _log = logger("plan")
 
 
@@ -147,21 +151,37 @@ def _measure(primgraph: PrimGraph, tgt: Target, measure, *, time_limit: float, c
                 launch_s=tgt.launch(cuda_graph), target=tgt.name, cache=TuningCache())
 
 
+def prims(graph, check: Verifier | None = None) -> PrimGraph:
+    """The operator graph as a simplified PrimGraph: fission, then ``GRAPH_STAGES``."""
+    pg = fission(graph)
+    if check is not None:
+        check.imported(pg)
+    for name, stage in GRAPH_STAGES:
+        new = stage(pg)
+        if check is not None:
+            check.stage(name, pg, new)
+        pg = new
+    return pg
+
+
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
-              cuda_graph: bool = False, measure=False) -> CompiledModel:
+              cuda_graph: bool = False, measure=False, check: Verifier | None = None) -> CompiledModel:
     graph = imported.graph
     tgt = Target.get(target)
     if cuda_graph and (backend != "triton" or tgt.device != "cuda"):   # before minutes of planning
         raise OptionError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
                           f"got backend={backend!r}, target {tgt.name!r}")
     with _stage("splitting operators into prims"):
-        primgraph = simplify_graph(vertical(fold_constants(simplify_graph(fission(graph)))))
+        primgraph = prims(graph, check)
     _log.info("%d operators -> %d prims (%s)", len(graph.nodes), len(primgraph.prims),
               ", ".join(f"{k} {v}" for k, v in count_by_category(primgraph.prims).items() if v))
     with _stage(f"planning for {tgt.name}"):
-        primgraph, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
-                                                progress=progress)
+        chosen, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
+                                             progress=progress)
+    if check is not None:
+        check.stage("horizontal", primgraph, chosen)
+    primgraph = chosen
     if measure:
         with _stage("measuring kernels"):
             tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
@@ -169,6 +189,9 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     plan = plans[strategy]
     with _stage("generating kernels"):
         kernels = build_kernels(plan, primgraph)
+    if check is not None:
+        with _stage("verifying the plan and its kernels"):
+            _verify_plan(check, plan, primgraph, kernels if backend == "triton" else None, tgt)
     if dump is not None:
         _dump(Path(dump), graph, primgraph, plan, kernels)
     memory = plan_memory(plan, primgraph)
@@ -176,10 +199,23 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     if measure:
         report.measurement = {"rounds": tuning.rounds, "stable": tuning.stable,
                               "schedules_measured": len(tuning.measured), "from_cache": tuning.from_cache}
+    if check is not None:
+        report.verified = list(check.stages)
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     _log_plan(report)
     return CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                          memory=memory)
+
+
+def _verify_plan(check: Verifier, plan: Plan, primgraph: PrimGraph, kernels, tgt: Target) -> None:
+    check.plan(plan, primgraph)
+    if kernels is None:
+        return
+    device = kernel_device(tgt)
+    if device is None:
+        _log.warning("verify: the %s plan's kernels cannot run on this machine; they are not checked", tgt.name)
+        return
+    check.kernels(kernels, primgraph, device)
 
 
 def _log_plan(report: Report) -> None:
@@ -213,15 +249,17 @@ def _dump(d: Path, graph, primgraph: PrimGraph, plan: Plan, kernels) -> None:
 
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
             strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
-            cuda_graph: bool = False, measure=False, **options: Any) -> CompiledModel:
+            cuda_graph: bool = False, measure=False, verify: bool | None = None, **options: Any) -> CompiledModel:
     """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args).
 
     ``time_limit`` bounds candidate enumeration and the solver per segment (seconds);
     ``cuda_graph`` replays the whole plan as one CUDA graph (CUDA targets, backend ``triton``)
     and plans with graph-node launch overheads; ``measure`` times the chosen kernels and their
     families' best alternatives on the device and re-plans with the measured times (needs the
-    target's GPU; results persist in the tuning cache); other options go to the torch frontend
-    (``example_kwargs``).
+    target's GPU; results persist in the tuning cache); ``verify`` (default: ``TILEFUSE_VERIFY``)
+    checks every stage against its input on the example inputs and raises ``VerifyError`` naming
+    the first stage that changed a value (``tilefuse/verify.py``); other options go to the torch
+    frontend (``example_kwargs``).
     """
     _check_options(backend, strategy, time_limit)
     from .frontend.torch import import_torch
@@ -230,23 +268,36 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
         example_inputs = (example_inputs,)
     with _stage("importing the model (torch.export)"):
         imported = import_torch(model, tuple(example_inputs), **options)
+    check = None
+    if enabled(verify):
+        kwargs = dict(options.get("example_kwargs") or {})
+        tensors = imported.flatten_inputs(tuple(example_inputs), kwargs)
+        check = Verifier({d.name: t for d, t in zip(imported.graph.inputs, tensors)},
+                         eager_oracle(model, tuple(example_inputs), kwargs), tensor_leaves(imported.unflatten_outputs))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure)
+                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, check=check)
 
 
 def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "triton",
                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
-                 cuda_graph: bool = False, measure=False, progress=None, **options: Any) -> CompiledModel:
+                 cuda_graph: bool = False, measure=False, progress=None, verify: bool | None = None,
+                 **options: Any) -> CompiledModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
 
-    ``time_limit``, ``cuda_graph`` and ``measure`` as for ``compile``; ``progress(done, total)`` is called as
-    segments are planned; other options go to the ONNX frontend (``input_shapes``,
-    ``initializers_as_inputs``).
+    ``time_limit``, ``cuda_graph``, ``measure`` and ``verify`` as for ``compile`` (``verify`` runs
+    on random inputs, and checks the import against onnxruntime where it is installed);
+    ``progress(done, total)`` is called as segments are planned; other options go to the ONNX
+    frontend (``input_shapes``, ``initializers_as_inputs``).
     """
     _check_options(backend, strategy, time_limit)
     from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
     with _stage("importing the model"):
         imported = import_onnx(model_or_path, **options)
+    check = None
+    if enabled(verify):
+        feeds = random_feeds(imported.graph.inputs)
+        check = Verifier(feeds, onnx_oracle(model_or_path, feeds))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure)
+                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
+                     check=check)

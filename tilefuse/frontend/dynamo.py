@@ -28,6 +28,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..errors import OptionError, TilefuseError
+from ..verify import Verifier, VerifyError, enabled, random_feeds
 from .common import Imported
 from .torch import decomposition_table, fx_to_graph
 
@@ -58,6 +59,8 @@ def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict):
         return aot_module_simplified(gm, list(args),
                                      fw_compiler=functools.partial(_compile_forward, options=options),
                                      bw_compiler=_eager, decompositions=_decompositions())
+    except VerifyError:
+        raise       # asked to verify: a stage that changed the program is not hidden by a fallback
     except TilefuseError as e:
         warnings.warn(f"tilefuse could not compile a graph of {len(gm.graph.nodes)} nodes and runs it "
                       f"eagerly: {e}", TilefuseFallbackWarning, stacklevel=3)
@@ -205,10 +208,18 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
             it = iter(results)
             return [next(it) if isinstance(o, str) else o for o in outs]
 
+        check = None
+        if enabled(options.get("verify")):      # on random inputs, the graph dynamo traced the oracle
+            feeds = random_feeds(graph.inputs)   # (the example inputs are fake tensors here)
+            args = list(example_inputs)
+            for k in tensor_pos:
+                args[k] = feeds[placeholders[k].name]
+            check = Verifier(feeds, lambda: [o for o, spec in zip(gm(*args), outs) if isinstance(spec, str)])
         compiled = _pipeline(Imported(graph, flatten_inputs, unflatten_outputs),
                              target=options.get("target") or _device_target(example_inputs), backend=backend,
                              strategy=strategy, t0=t0, dump=options.get("dump"),
-                             time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False))
+                             time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
+                             check=check)
         if backend == "triton":
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     return _boxed(compiled)

@@ -1,0 +1,183 @@
+"""Translation validation (``compile(..., verify=True)``, ``tilefuse/verify.py``): a wrong rewrite
+planted in each stage is blamed on that stage and the first value it changed; a correct
+compilation checks every stage."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilefuse
+import tilefuse.api as api
+from tilefuse.ir.prim import Constant, Prim, PrimGraph
+from tilefuse.verify import VerifyError, difference
+
+ALL_STAGES = ["import", "simplify", "fold", "vertical", "simplify", "horizontal", "plan", "kernels"]
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        y = self.ln(x).transpose(0, 1).reshape(x.shape[1], -1, x.shape[2]).transpose(0, 1)
+        return x + self.fc2(torch.tanh(self.fc1(y)))
+
+
+def _block():
+    torch.manual_seed(0)
+    return Block().eval(), (torch.randn(3, 4, 16),)
+
+
+def _perturbed(pg: PrimGraph, op: str) -> PrimGraph:
+    """``pg`` with the first prim of source operator ``op`` computing 1% more."""
+    prims = list(pg.prims)
+    k = next(k for k, p in enumerate(prims) if p.origin.op == op)
+    p = prims[k]
+    prims[k] = Prim(p.name, p.inputs, p.axes, p.body * 1.01, p.out, p.reduce, p.origin)
+    return PrimGraph(pg.inputs, pg.constants, tuple(prims), pg.outputs)
+
+
+def test_a_correct_compilation_checks_every_stage():
+    model, args = _block()
+    cm = tilefuse.compile(model, args, verify=True, time_limit=2.0)
+    assert cm.report.verified == ALL_STAGES
+    assert cm.report.to_dict()["verified"] == ALL_STAGES
+    torch.testing.assert_close(cm(*args), model(*args), rtol=1e-4, atol=1e-5)
+    assert tilefuse.compile(model, args, time_limit=2.0).report.verified == []
+
+
+def test_the_environment_switches_it_on(monkeypatch):
+    model, args = _block()
+    monkeypatch.setenv("TILEFUSE_VERIFY", "1")
+    assert tilefuse.compile(model, args, backend="reference", time_limit=2.0).report.verified[:2] == ["import", "simplify"]
+    assert tilefuse.compile(model, args, backend="reference", time_limit=2.0, verify=False).report.verified == []
+
+
+def test_a_wrong_fission_is_blamed_on_the_import(monkeypatch):
+    real = api.fission
+    monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh"))
+    model, args = _block()
+    with pytest.raises(VerifyError) as e:
+        tilefuse.compile(model, args, verify=True, time_limit=2.0)
+    assert e.value.stage == "import" and "against the model itself" in str(e.value)
+
+
+@pytest.mark.parametrize("stage", ["simplify", "fold", "vertical"])
+def test_a_wrong_graph_rewrite_is_blamed_on_its_stage_and_first_value(monkeypatch, stage):
+    stages = list(api.GRAPH_STAGES)
+    k = next(i for i, (n, _) in enumerate(stages) if n == stage)
+    real = stages[k][1]
+    stages[k] = (stage, lambda pg: _perturbed(real(pg), "Tanh"))
+    monkeypatch.setattr(api, "GRAPH_STAGES", tuple(stages))
+    model, args = _block()
+    with pytest.raises(VerifyError) as e:
+        tilefuse.compile(model, args, verify=True, time_limit=2.0)
+    err = e.value
+    assert err.stage == stage and err.origin.op == "Tanh"
+    assert f"stage '{stage}'" in str(err) and err.value in str(err) and "tanh" in str(err).lower()
+
+
+def test_a_wrong_constant_fold_is_blamed_on_the_folded_value(monkeypatch):
+    stages = list(api.GRAPH_STAGES)
+    k = next(i for i, (n, _) in enumerate(stages) if n == "fold")
+    real = stages[k][1]
+
+    def fold(pg):
+        out = real(pg)
+        new = [c for c in out.constants if c.name not in pg.constant_map]
+        assert new, "BatchNorm's scale and shift fold"
+        bad = Constant(new[0].name, new[0].data + 0.5)
+        return PrimGraph(out.inputs, tuple(bad if c is new[0] else c for c in out.constants), out.prims, out.outputs)
+    stages[k] = ("fold", fold)
+    monkeypatch.setattr(api, "GRAPH_STAGES", tuple(stages))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
+    with pytest.raises(VerifyError) as e:
+        tilefuse.compile(model, (torch.randn(1, 3, 6, 6),), verify=True, time_limit=2.0)
+    assert e.value.stage == "fold"
+
+
+def test_a_wrong_horizontal_merge_is_blamed(monkeypatch):
+    from tilefuse import zoo
+    real = api.horizontal
+
+    def merge(pg):
+        out = real(pg)
+        merged = [c for c in out.constants if c.name not in pg.constant_map]
+        assert merged, "Q/K/V weights are concatenated"
+        consts = tuple(Constant(c.name, c.data * 1.5) if c is merged[0] else c for c in out.constants)
+        return PrimGraph(out.inputs, consts, out.prims, out.outputs)
+    monkeypatch.setattr(api, "horizontal", merge)
+    model, sets = zoo.build("bert", "tiny")
+    with pytest.raises(VerifyError) as e:
+        tilefuse.compile(model, sets[0], target="h100", backend="reference", verify=True, time_limit=2.0)
+    assert e.value.stage == "horizontal"
+
+
+def test_a_wrong_kernel_is_blamed_and_named(monkeypatch):
+    real = api.build_kernels
+
+    def build(plan, pg):
+        kernels = list(real(plan, pg))
+        k = next(i for i, b in enumerate(kernels) if any(p.origin.op == "Tanh" for p in plan.kernels[i].prims))
+        b = kernels[k]
+
+        def run(ins, outs, run=b.run):
+            run(ins, outs)
+            outs[0].add_(1e-3)
+        kernels[k] = dataclasses.replace(b, run=run)
+        return kernels
+    monkeypatch.setattr(api, "build_kernels", build)
+    model, args = _block()
+    with pytest.raises(VerifyError) as e:
+        tilefuse.compile(model, args, verify=True, time_limit=2.0)
+    assert e.value.stage == "kernels" and "as kernel" in str(e.value)
+
+
+def test_h100_plans_are_verified_through_their_kernels_here():
+    model, args = _block()
+    cm = tilefuse.compile(model, args, target="h100", verify=True, time_limit=2.0)
+    assert cm.report.verified[-1] == "kernels"
+
+
+def test_onnx_models_are_verified_against_onnxruntime(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    model, args = _block()
+    path = tmp_path / "block.onnx"
+    torch.onnx.export(model, args, str(path), dynamo=True, verbose=False)
+    assert tilefuse.compile_onnx(str(path), verify=True, time_limit=2.0).report.verified == ALL_STAGES
+    real = api.fission
+    monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh"))
+    with pytest.raises(VerifyError) as e:
+        tilefuse.compile_onnx(str(path), verify=True, time_limit=2.0)
+    assert e.value.stage == "import"
+
+
+def test_torch_compile_verifies_against_the_traced_graph(monkeypatch):
+    model, args = _block()
+    real = api.fission
+    monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh"))
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="tilefuse", options={"verify": True})
+    # a graph tilefuse cannot compile runs eagerly with a warning; a VerifyError is not hidden that way
+    with pytest.raises(Exception, match="stage 'import'"):
+        with torch.no_grad():
+            fn(*args)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype,err", [(torch.float32, 1e-3), (torch.float16, 0.05), (torch.bfloat16, 0.1)])
+def test_difference_holds_each_type_to_its_tolerance(dtype, err):
+    want = torch.linspace(-4, 4, 64).to(dtype)
+    assert difference(want.clone(), want) is None
+    assert difference(want + err, want) is not None
+    nan = torch.tensor([float("nan"), float("inf"), 1.0]).to(dtype)
+    assert difference(nan.clone(), nan) is None
+    assert difference(torch.tensor([0.0, float("inf"), 1.0]).to(dtype), nan) is not None
+    assert difference(torch.tensor([float("nan"), -float("inf"), 1.0]).to(dtype), nan) is not None
+    assert "int64" in difference(torch.zeros(3, dtype=torch.int64), torch.zeros(3, dtype=torch.int32))
+    assert difference(torch.tensor([1, 2]), torch.tensor([1, 3])) is not None

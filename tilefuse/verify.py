@@ -1,0 +1,276 @@
+"""Translation validation: every stage of the pipeline checked against its own input.
+
+``compile(..., verify=True)`` (or ``TILEFUSE_VERIFY=1``) evaluates the program before and after
+each stage on the same inputs and raises ``VerifyError`` naming the first stage whose output
+differs and, in it, the first value that differs (in topological order) with its source operator:
+
+- ``import``: the frontend's graph split into prims, evaluated by the reference executor, against
+  the model itself (eager PyTorch, or onnxruntime for ONNX when it is installed);
+- every graph-to-graph stage (``simplify``, ``fold``, ``vertical``, ``horizontal``): every tensor
+  the stage kept (a prim, or a prim folded into a constant, keeps its name) against the same
+  tensor before it;
+- ``plan``: the plan's kernels evaluated one after another by the reference executor (the
+  grouping, what each kernel reads and writes);
+- ``kernels``: each generated or library kernel run alone on the reference values of its inputs
+  (on the target's GPU when attached, else in Triton's interpreter), every output it writes
+  against the reference.
+
+The reference executor is the meaning of the IR, so a stage is blamed only for what it changed;
+a kernel run on exact inputs is blamed only for its own error.  Floats are compared within the
+tolerance of their type, scaled by the tensor's largest finite magnitude (a reduction's rounding
+grows with its values); NaN must match NaN, infinities themselves, integers and bools exactly.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from .errors import TilefuseError
+from .ir.dtypes import DType
+from .ir.evaluate import eval_prim
+from .ir.prim import PrimGraph, TensorDecl
+
+_log = logging.getLogger("tilefuse.plan")
+
+# (rtol, atol relative to the tensor's largest finite magnitude) per float type
+TOLERANCE = {
+    DType.float64: (1e-9, 1e-9),
+    DType.float32: (1e-4, 1e-5),
+    DType.float16: (1e-2, 1e-3),
+    DType.bfloat16: (2e-2, 8e-3),
+}
+
+
+class VerifyError(TilefuseError):
+    """A stage of the pipeline changed what the program computes (a bug in tilefuse).
+
+    ``stage`` is the first stage whose output differs from its input; ``value`` the first tensor
+    (in topological order) that differs, ``origin`` its source operator."""
+
+    def __init__(self, stage: str, value: str | None, detail: str, origin=None):
+        self.stage, self.value, self.origin = stage, value, origin
+        where = f" {value!r}" if value else ""
+        src = f" (from {origin})" if origin else ""
+        super().__init__(f"verify: stage '{stage}' changed the program: value{where}{src} {detail}. "
+                         "This is a bug in tilefuse; please report it with `tilefuse minify`'s test case")
+
+
+def enabled(verify: bool | None) -> bool:
+    """The option as given, else ``TILEFUSE_VERIFY`` (1/true/yes/on)."""
+    if verify is not None:
+        return bool(verify)
+    return os.environ.get("TILEFUSE_VERIFY", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def random_feeds(inputs: Sequence[TensorDecl], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random inputs for a graph: normal floats, small non-negative integers (valid as token ids
+    and indices for most models), fair bools."""
+    g = torch.Generator().manual_seed(seed)
+    feeds = {}
+    for d in inputs:
+        shape, dt = d.type.shape, d.type.dtype
+        if dt.is_float:
+            t = torch.randn(shape, generator=g).to(dt.to_torch())
+        elif dt is DType.bool:
+            t = torch.rand(shape, generator=g) < 0.5
+        else:
+            t = torch.randint(0, 8, shape, generator=g).to(dt.to_torch())
+        feeds[d.name] = t
+    return feeds
+
+
+def difference(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """None when ``got`` equals ``want`` within ``want``'s type's tolerance, else what differs."""
+    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
+        return (f"is {str(got.dtype).replace('torch.', '')}{list(got.shape)}, "
+                f"want {str(want.dtype).replace('torch.', '')}{list(want.shape)}")
+    if want.numel() == 0:
+        return None
+    g, w = got.detach().cpu(), want.detach().cpu()
+    if w.is_floating_point():
+        rtol, atol = TOLERANCE[DType.from_torch(w.dtype)]
+        g64, w64 = g.double(), w.double()
+        finite = w64[torch.isfinite(w64)]
+        scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+        err = (g64 - w64).abs()
+        both_nan = torch.isnan(g64) & torch.isnan(w64)
+        same_inf = torch.isinf(w64) & (g64 == w64)
+        close = torch.isfinite(w64) & (err <= atol * scale + rtol * w64.abs())
+        bad = ~(close | both_nan | same_inf)
+    else:
+        bad = g != w
+        err = None
+    if not bad.any():
+        return None
+    first = tuple(bad.nonzero()[0].tolist())
+    worst = f"max abs error {err[bad & torch.isfinite(err)].max().item():.4g}, " \
+        if err is not None and torch.isfinite(err[bad]).any() else ""
+    return (f"differs at {int(bad.sum())} of {w.numel()} elements ({worst}first at {list(first)}: "
+            f"got {g[first].item()}, want {w[first].item()})")
+
+
+def evaluate(pg: PrimGraph, feeds: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every tensor of ``pg`` (inputs, constants and prims) by name, by the reference executor."""
+    env: dict[str, torch.Tensor] = {c.name: c.data for c in pg.constants}
+    env.update((d.name, feeds[d.name]) for d in pg.inputs)
+    for p in pg.prims:
+        env[p.name] = eval_prim(p, [env[n] for n in p.inputs])
+    return env
+
+
+class Verifier:
+    """Checks the stages of one compilation on one set of inputs (``feeds``: graph input name ->
+    tensor).  ``expected`` gives the model's own outputs (eager PyTorch, onnxruntime), flattened
+    as ``leaves`` flattens the reference's graph outputs, for the ``import`` check."""
+
+    def __init__(self, feeds: Mapping[str, torch.Tensor],
+                 expected: Callable[[], list[torch.Tensor]] | None = None,
+                 leaves: Callable[[list[torch.Tensor]], list[torch.Tensor]] = list):
+        self.feeds = {n: t.detach().cpu() for n, t in feeds.items()}
+        self.expected, self.leaves = expected, leaves
+        self._graph: PrimGraph | None = None
+        self._values: dict[str, torch.Tensor] = {}
+        self.stages: list[str] = []        # the stages checked, in order
+
+    def values(self, pg: PrimGraph) -> dict[str, torch.Tensor]:
+        if pg is not self._graph:
+            self._graph, self._values = pg, evaluate(pg, self.feeds)
+        return self._values
+
+    def imported(self, pg: PrimGraph) -> None:
+        """The prims of the frontend's graph against the model's own outputs."""
+        self.stages.append("import")
+        if self.expected is None:
+            _log.info("verify: no oracle for the model itself; the import stage is not checked")
+            return
+        vals = self.values(pg)
+        got = self.leaves([vals[o] for o in pg.outputs])
+        want = self.expected()
+        if len(got) != len(want):
+            raise VerifyError("import", None, f"gives {len(got)} outputs, the model {len(want)}")
+        for k, (g, w) in enumerate(zip(got, want)):
+            bad = difference(g, w.detach().cpu())
+            if bad:
+                name = pg.outputs[k] if len(got) == len(pg.outputs) else f"output {k}"
+                raise VerifyError("import", name, bad + " (against the model itself)", _origin(pg, name))
+
+    def stage(self, name: str, before: PrimGraph, after: PrimGraph) -> None:
+        """Every tensor ``after`` shares with ``before`` (by name) and every output (by position)
+        against ``before``'s; the first that differs is blamed."""
+        self.stages.append(name)
+        if after is before:
+            return
+        old = self.values(before)
+        new = evaluate(after, self.feeds)
+        folded = [c.name for c in after.constants if c.name in old and c.name not in before.constant_map]
+        for n in folded + [p.name for p in after.prims]:
+            if n in old:
+                bad = difference(new[n], old[n])
+                if bad:
+                    raise VerifyError(name, n, bad, _origin(after, n) or _origin(before, n))
+        for k, (a, b) in enumerate(zip(after.outputs, before.outputs)):
+            bad = difference(new[a], old[b])
+            if bad:
+                raise VerifyError(name, a, f"(output {k}) {bad}", _origin(after, a))
+        self._graph, self._values = after, new
+
+    def plan(self, plan, pg: PrimGraph) -> None:
+        """The plan's kernels, each evaluated by the reference on the values earlier kernels wrote."""
+        self.stages.append("plan")
+        vals = self.values(pg)
+        buffers = {n: vals[n] for n in plan.sources}
+        for i, k in enumerate(plan.kernels):
+            local: dict[str, torch.Tensor] = {}
+            for p in k.prims:
+                local[p.name] = eval_prim(p, [local[n] if n in local else buffers[n] for n in p.inputs])
+            for t in k.outputs:
+                bad = difference(local[t], vals[t])
+                if bad:
+                    raise VerifyError("plan", t, f"as kernel {i} {k.candidate} computes it {bad}", _origin(pg, t))
+                buffers[t] = local[t]
+
+    def kernels(self, built: Sequence, pg: PrimGraph, device: torch.device) -> None:
+        """Each built kernel alone, on the reference values of its inputs, on ``device``."""
+        self.stages.append("kernels")
+        vals = self.values(pg)
+        for i, b in enumerate(built):
+            ins = [vals[n].to(device).contiguous() for n in b.inputs]
+            outs = [torch.empty(vals[n].shape, dtype=vals[n].dtype, device=device) for n in b.outputs]
+            try:
+                b.run(ins, outs)
+            except Exception as e:
+                raise VerifyError("kernels", b.outputs[0] if b.outputs else None,
+                                  f"could not be computed: kernel {i} {b.name} ({b.family}) raised "
+                                  f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                                  _origin(pg, b.outputs[0]) if b.outputs else None) from e
+            for n, o in zip(b.outputs, outs):
+                bad = difference(o, vals[n])
+                if bad:
+                    raise VerifyError("kernels", n, f"as kernel {i} {b.name} ({b.family}) writes it {bad}",
+                                      _origin(pg, n))
+
+
+def _origin(pg: PrimGraph, name: str):
+    p = pg.producers.get(name)
+    return p.origin if p is not None else None
+
+
+def kernel_device(target) -> torch.device | None:
+    """Where the ``kernels`` check runs a plan's kernels: the target's GPU when attached, the CPU
+    when kernels run in Triton's interpreter, else nowhere (a GPU plan for another GPU)."""
+    if target.is_present():
+        return torch.device(target.device)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return torch.device("cpu")
+    return None
+
+
+def eager_oracle(model, args: tuple, kwargs: Mapping) -> Callable[[], list[torch.Tensor]]:
+    """The model's own outputs (eval mode, no gradients), as tensor leaves."""
+    from torch.utils import _pytree as pytree
+
+    def run() -> list[torch.Tensor]:
+        was = getattr(model, "training", False)
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+        try:
+            with torch.no_grad():
+                out = model(*args, **kwargs)
+        finally:
+            if isinstance(model, torch.nn.Module):
+                model.train(was)
+        return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return run
+
+
+def tensor_leaves(unflatten: Callable[[list], object]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """Graph outputs -> the tensor leaves of the structure the model returns (its order)."""
+    from torch.utils import _pytree as pytree
+    return lambda outs: [t for t in pytree.tree_leaves(unflatten(list(outs))) if isinstance(t, torch.Tensor)]
+
+
+def onnx_oracle(model_or_path, feeds: Mapping[str, torch.Tensor]) -> Callable[[], list[torch.Tensor]] | None:
+    """onnxruntime's outputs for ``feeds`` (None when onnxruntime is not installed)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    from .frontend.onnx_load import load_model
+
+    def run() -> list[torch.Tensor]:
+        model, _ = load_model(model_or_path)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = {i.name for i in sess.get_inputs()}
+        outs = sess.run(None, {n: _numpy(t) for n, t in feeds.items() if n in names})
+        return [torch.from_numpy(o.copy()) if o.dtype.kind != "V" else torch.tensor(o) for o in outs]
+    return run
+
+
+def _numpy(t: torch.Tensor):
+    return (t.float() if t.dtype is torch.bfloat16 else t).numpy()
+
