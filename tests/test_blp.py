@@ -153,7 +153,7 @@ def test_fallback_on_timeout():
     seg = segment({"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"], "e": ["d"]}, ["e"])
     cands = enumerate_candidates(seg, lambda c: 1.0 + 0.1 * len(c.names) + 0.3 * len(c.outputs))
     sel = select(seg, cands, time_limit=0.0)
-    assert sel.status == "fallback"
+    assert sel.status == "time_limit+fallback"
     assert math.isinf(sel.mip_gap)
     assert_orderable(seg, sel)
     best = select(seg, cands)
@@ -175,7 +175,7 @@ def test_greedy_fallback_when_only_redundant_plans_exist():
     p = _Problem(seg, cands)
     assert _partition(p, list(range(len(cands)))) is None
     sel = select(seg, cands, time_limit=0.0)
-    assert sel.status == "fallback"
+    assert sel.status == "time_limit+fallback"
     assert sel.objective == pytest.approx(2.2)
     assert_orderable(seg, sel)
 

@@ -136,5 +136,6 @@ def test_orchestrate_without_solver_time_uses_the_fallback():
     # Fusing saves nothing here, so the greedy plan is no cheaper than the fallback (else
     # plan_strategies would take it, status "fallback+greedy").
     plan = optimal_plan(pg, lambda c: float(len(c.names)), time_limit=0.0)
-    assert plan.solver["status"] == "fallback"
+    assert plan.solver["status"] == "time_limit+fallback"
+    assert plan.solver["time_limit_cut"] == ["segment 0: candidates and solver"]
     assert same(execute_reference(plan, pg, feeds()), run_reference(pg, feeds()))

@@ -126,7 +126,7 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
         strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3),
                         "traffic_bytes": traffic[s]}
                     for s, p in plans.items()},
-        solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds")},
+        solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds", "time_limit_cut")},
         ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
         memory={"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
                 "intermediates": len(m.offsets)},

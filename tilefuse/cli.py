@@ -197,8 +197,12 @@ def cmd_compile(args, console: Console) -> int:
 
 def solver_line(solver: dict) -> str:
     """``solver: optimal over 12 segments (3.1k candidates, 0.84 s)``."""
-    return (f"solver: {solver['status']} over {solver['num_segments']} segment(s) "
+    line = (f"solver: {solver['status']} over {solver['num_segments']} segment(s) "
             f"({solver['num_candidates']} candidates, {solver['seconds']:.2f} s)")
+    cut = solver.get("time_limit_cut")
+    if cut:       # the wall-clock guard, not the work budget, ended the search somewhere
+        line += f"; the time limit cut {len(cut)} segment(s), so the plan may differ from run to run"
+    return line
 
 
 def _random_feeds(model, seed: int = 0) -> dict:

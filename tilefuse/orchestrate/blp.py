@@ -43,6 +43,11 @@ from .segment import Segment
 from .states import TooManyStates, bits, execution_states, levels_above
 
 DEFAULT_TIME_LIMIT = 10.0
+# The solver's work budget: branch-and-bound nodes per solve and lazy-cut rounds per segment.
+# Work, not seconds, bounds the search, so a loaded machine finds the plan an idle one does; the
+# time limit is only an outer guard (a "time_limit" status says it cut).
+MAX_NODES = 20_000
+MAX_LAZY_ROUNDS = 64
 
 
 class NoPlanError(RuntimeError):
@@ -54,7 +59,7 @@ class Selection:
     chosen: tuple[Candidate, ...]     # executable order
     costs: tuple[float, ...]          # cost of each chosen kernel
     objective: float                  # Σ costs
-    status: str                       # optimal | time_limit | fallback | empty
+    status: str                       # optimal | work_limit | time_limit | fallback | empty
     mip_gap: float                    # relative gap reported by HiGHS (inf when unknown)
     seconds: float
     lazy_rounds: int
@@ -255,6 +260,7 @@ class _Solver:
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", 1e-6)
         h.setOptionValue("mip_abs_gap", 1e-9)
+        h.setOptionValue("mip_max_nodes", MAX_NODES)
         costs = np.array([p.costs[k] for k in alive], dtype=np.float64)
         # Costs are seconds (~1e-6): rescale so gaps and tolerances mean something.
         scale = float(np.mean(np.abs(costs))) if n else 1.0
@@ -334,6 +340,8 @@ class _Solver:
         gap = float(info.mip_gap) if has_solution else math.inf
         if status == highspy.HighsModelStatus.kTimeLimit:
             return "time_limit", chosen, gap
+        if status in (highspy.HighsModelStatus.kSolutionLimit, highspy.HighsModelStatus.kIterationLimit):
+            return "work_limit", chosen, gap
         return h.modelStatusToString(status).lower().replace(" ", "_"), chosen, gap
 
 
@@ -361,6 +369,9 @@ def select(seg: Segment, cands: list[tuple[Candidate, float]], *,
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0:
             break
+        if rounds >= MAX_LAZY_ROUNDS:
+            status = "work_limit"
+            break
         status, chosen, gap = solver.solve(left)
         if chosen is None:
             break
@@ -374,7 +385,8 @@ def select(seg: Segment, cands: list[tuple[Candidate, float]], *,
         solver.add_cut(*_cut(p, alive, stuck, written))
     if fallback is not None:
         order, _, _ = _order(p, fallback)
-        return _selection(p, order, "fallback", math.inf, t0, rounds)
+        timed_out = status == "time_limit"     # the guard cut the search, not its work budget
+        return _selection(p, order, "time_limit+fallback" if timed_out else "fallback", math.inf, t0, rounds)
     raise NoPlanError(f"selection for the segment starting at prim {seg.prims[0].name} "
                       f"({seg.prims[0].origin}) ended with status {status} and no orderable plan, "
                       "and the fallback heuristics found none")

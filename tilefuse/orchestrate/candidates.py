@@ -76,12 +76,14 @@ def live_mask(seg: Segment) -> int:
 
 
 def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAPS,
-                         seconds: float | None = None) -> list[tuple[Candidate, float]]:
+                         seconds: float | None = None, cut: list | None = None) -> list[tuple[Candidate, float]]:
     """Every buildable candidate of the segment with its cost, in a deterministic order.
 
-    Candidates that write no live prim are skipped: no selection needs them.  Sets are visited
-    smallest first; with a time budget ``seconds`` the enumeration stops when it runs out, keeping
-    the smaller kernels (single prims always come first, so a plan always exists).
+    Candidates that write no live prim are skipped: no selection needs them.  The work is bounded
+    by ``caps`` (``max_convex`` sets per segment), so the same segment gives the same candidates
+    on a loaded machine or an idle one.  Sets are visited smallest first; ``seconds`` is only an
+    outer guard: when it runs out the enumeration stops, keeping the smaller kernels (single prims
+    always come first, so a plan always exists), and ``"candidates"`` is appended to ``cut``.
     """
     _, convex = seg.enumerate(caps)
     live = live_mask(seg)
@@ -89,6 +91,8 @@ def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAP
     deadline = None if seconds is None else time.perf_counter() + seconds
     for members in sorted(convex, key=lambda m: (m.bit_count(), m)):
         if deadline is not None and members.bit_count() > 1 and time.perf_counter() > deadline:
+            if cut is not None:
+                cut.append("candidates")
             break
         for out_mask in output_variants(seg, members):
             if not out_mask & live:

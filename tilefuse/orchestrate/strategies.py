@@ -26,7 +26,8 @@ from .segment import split_segments
 from .states import DEFAULT_CAPS, Caps
 
 STRATEGIES = ("unfused", "greedy", "optimal")
-_STATUS_RANK = ("fallback", "fallback+greedy", "time_limit+greedy", "time_limit", "optimal", "empty")
+_STATUS_RANK = ("time_limit+fallback", "time_limit+fallback+greedy", "time_limit+greedy", "time_limit",
+                "fallback", "fallback+greedy", "work_limit+greedy", "work_limit", "optimal", "empty")
 _plan, _solver, _cost = logger("plan"), logger("solver"), logger("cost")
 
 
@@ -43,6 +44,7 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
     solved = {} if solved is None else solved
     chosen: dict[str, list[Selection]] = {s: [] for s in STRATEGIES}
     num_candidates = 0
+    time_cuts: list[str] = []      # where the wall-clock guard cut the work-bounded search
     mine: dict[tuple, dict[str, Selection]] = {}        # this graph's distinct segments
     for k, seg in enumerate(segments):
         key = seg.canonical_key()
@@ -52,9 +54,16 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
         else:
             unfused = selection_from_groups(seg, unfused_groups(seg, coster), coster, "unfused")
             greedy = selection_from_groups(seg, greedy_groups(seg, coster, caps), coster, "greedy")
-            cands = enumerate_candidates(seg, coster, caps, seconds=time_limit)
+            cut: list[str] = []
+            cands = enumerate_candidates(seg, coster, caps, seconds=time_limit, cut=cut)
             num_candidates += len(cands)
             optimal = select(seg, cands, time_limit=time_limit)
+            if "time_limit" in optimal.status:
+                cut.append("solver")
+            if cut:
+                time_cuts.append(f"segment {k}: {' and '.join(cut)}")
+                _solver.info("segment %d: the time limit (%.3g s) cut the %s; the plan may differ from run "
+                                "to run (raise time_limit)", k, time_limit, " and ".join(cut))
             if optimal.objective > greedy.objective:
                 optimal = replace(greedy, status=f"{optimal.status}+greedy")
             _log_segment(k, seg, cands, coster, optimal, greedy, unfused)
@@ -74,6 +83,7 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
         "lazy_rounds": sum(sel["optimal"].lazy_rounds for sel in mine.values()),
         "mip_gap": max((sel["optimal"].mip_gap for sel in mine.values()), default=0.0),
         "seconds": round(time.perf_counter() - t0, 4),
+        "time_limit_cut": time_cuts,
     }
     plans = {}
     for s in STRATEGIES:
