@@ -29,18 +29,11 @@ def _body(cost, target):
     (H200, 4.80, 4.30, 0.05),            # H200 4.8 TB/s; a device-to-device copy measured at ~4.3 TB/s
 ])
 def test_large_copy_bandwidth(target, peak_tb, measured_tb, tol):
-    assert target.dram_bw == pytest.approx(peak_tb * 1e12)
     n = GiB // 2                         # 1 GiB of fp16, read and written
     plan, coster = plan_op("Relu", [meta(n)], (n,), target=target.name)      # a copy's traffic
     ((cost, s),) = chosen(plan, coster, "fused")
     rate = 2 * n * 2 / _body(cost, target)          # read + write bytes, as the copy benchmarks count
     assert rate == pytest.approx(measured_tb * 1e12, rel=tol)
-
-
-def test_tensor_core_peaks_are_the_datasheets():
-    assert H100.peak(DType.bfloat16, True) == pytest.approx(989.4e12)
-    assert H100.peak(DType.float16, True) == pytest.approx(989.4e12)
-    assert A100.peak(DType.float16, True) == pytest.approx(312e12)
 
 
 def test_8192_cubed_bf16_gemm_on_h200_about_790_tflops():
@@ -55,17 +48,15 @@ def test_8192_cubed_bf16_gemm_on_h200_about_790_tflops():
 
 @pytest.mark.parametrize("target", [H100, H200, A100])
 def test_launch_overheads(target):
-    # 2-5 us per launch from Python (Souffle: ~2 us per launch on an A100); ~1 us per CUDA-graph node
-    assert 2e-6 <= target.launch_s <= 5e-6
-    assert 0.5e-6 <= target.launch_graph_s <= 1.5e-6
-    # a tiny kernel is launch-bound either way, and a CUDA graph saves the difference
+    # 2-5 us per launch from Python (Souffle: ~2 us per launch on an A100); ~1 us per CUDA-graph
+    # node: a tiny kernel is launch-bound either way, and a CUDA graph saves the difference
     plan, coster = plan_op("Relu", [meta(256)], (256,), target=target.name)
     ((eager, _),) = chosen(plan, coster, "fused")
     plan, coster = plan_op("Relu", [meta(256)], (256,), target=target.name, cuda_graph=True)
     ((graph, _),) = chosen(plan, coster, "fused")
     assert eager.bound == "launch"
     assert eager.seconds - graph.seconds == pytest.approx(target.launch_s - target.launch_graph_s)
-    assert 2e-6 <= eager.seconds <= 8e-6
+    assert 2e-6 <= eager.seconds <= 8e-6 and 1e-6 <= graph.seconds <= 4e-6
 
 
 @pytest.mark.parametrize("n", [1024, 2048, 4096, 8192])

@@ -1,14 +1,17 @@
 """Plans of all three strategies on random graphs mixing elementwise, reductions and matmuls."""
+import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from test_orchestrate_properties import brute_optimum
 from tilefuse.cost.target import Target
 from tilefuse.fission.registry import Fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.ir.expr import maximum
 from tilefuse.ir.prim import Constant, Origin, PrimGraph, TensorDecl
+from tilefuse.orchestrate import enumerate_candidates, make_segment
 from tilefuse.orchestrate.costing import Coster
 from tilefuse.orchestrate.plan import execute_reference
 from tilefuse.orchestrate.strategies import plan_strategies
@@ -49,8 +52,8 @@ def graphs(draw, max_ops=8):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs(), st.sampled_from(["h100", "cpu"]))
-def test_every_strategy_orders_and_reproduces_the_reference_and_optimal_is_cheapest(pg, target):
-    plans = plan_strategies(pg, Coster(pg.types, Target.get(target)), time_limit=5.0)
+def test_every_strategy_orders_and_reproduces_the_reference_and_the_solver_beats_greedy_on_its_own(pg, target):
+    plans = plan_strategies(pg, Coster(pg.types, Target.get(target)), time_limit=30.0)
     feeds = {"x": torch.randn(*SHAPE, generator=torch.Generator().manual_seed(0))}
     want = run_reference(pg, feeds)
     for name, plan in plans.items():
@@ -58,8 +61,23 @@ def test_every_strategy_orders_and_reproduces_the_reference_and_optimal_is_cheap
         got = execute_reference(plan, pg, feeds)
         assert all(torch.equal(g, w) for g, w in zip(got, want)), name
         assert all(k.schedule is not None for k in plan.kernels)
-    eps = 1e-12
-    assert plans["optimal"].cost <= plans["greedy"].cost + eps <= plans["unfused"].cost + 2 * eps
+    # plan_strategies replaces an optimum worse than greedy by greedy (status "...+greedy"), so
+    # optimal <= greedy holds by construction; what must hold is that it never has to
+    assert plans["optimal"].solver["status"] == "optimal"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(max_ops=2), st.sampled_from(["h100", "cpu"]))
+def test_the_optimal_plan_is_the_cheapest_selection_of_its_candidates_by_brute_force(pg, target):
+    coster = Coster(pg.types, Target.get(target))
+    plans = plan_strategies(pg, coster, time_limit=30.0)
+    assume(plans["optimal"].solver["num_segments"] == 1)
+    seg = make_segment(pg, 0, len(pg.prims))
+    cands = enumerate_candidates(seg, coster)
+    assume(len(cands) <= 16)                   # keep the exhaustive search small
+    best = brute_optimum(seg, cands)
+    assert plans["optimal"].cost == pytest.approx(best, rel=1e-9)
+    assert plans["greedy"].cost >= best - 1e-15 and plans["unfused"].cost >= best - 1e-15
 
 
 def test_optimum_fuses_a_shared_row_reduction_with_both_consumers_into_one_multi_output_kernel():
