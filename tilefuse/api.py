@@ -119,7 +119,7 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
     traffic = {s: _traffic(p, coster) for s, p in plans.items()}
     return Report(
         target=target.name, backend=backend, strategy=strategy,
-        num_ops=len(graph.nodes), num_prims=len(primgraph.prims),
+        num_ops=len(_operators(graph)), num_prims=len(primgraph.prims),
         prims_by_category=count_by_category(primgraph.prims),
         num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster, kernel_names([k.schedule for k in plan.kernels], primgraph.prims)),
         est_total_us=round(plan.cost * 1e6, 3),
@@ -127,13 +127,20 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
                         "traffic_bytes": traffic[s]}
                     for s, p in plans.items()},
         solver={k: plan.solver[k] for k in ("status", "num_segments", "num_candidates", "seconds", "time_limit_cut")},
-        ops_by_type=dict(sorted(Counter(n.op for n in graph.nodes).items())),
+        ops_by_type=dict(sorted(Counter(op for op, _ in _operators(graph)).items())),
         memory={"intermediate_peak_bytes": m.arena_bytes, "intermediate_total_bytes": m.unplanned_bytes,
                 "intermediates": len(m.offsets)},
         launch="cuda_graph" if coster.cuda_graph else "per_launch",
         traffic_bytes=traffic[strategy], compulsory_bytes=bound.compulsory_bytes, total_flops=bound.flops,
         roofline_us=round(bound.seconds * 1e6, 6),
     )
+
+
+def _operators(graph) -> list[tuple[str, str]]:
+    """(type, name) of the source operators: the graph's nodes, or a PrimGraph's prims' origins."""
+    if isinstance(graph, PrimGraph):
+        return list(dict.fromkeys((p.origin.op, p.origin.name) for p in graph.prims))
+    return [(n.op, n.name) for n in graph.nodes]
 
 
 def _measure(primgraph: PrimGraph, tgt: Target, measure, *, time_limit: float, cuda_graph: bool):
@@ -152,10 +159,14 @@ def _measure(primgraph: PrimGraph, tgt: Target, measure, *, time_limit: float, c
 
 
 def prims(graph, check: Verifier | None = None) -> PrimGraph:
-    """The operator graph as a simplified PrimGraph: fission, then ``GRAPH_STAGES``."""
-    pg = fission(graph)
-    if check is not None:
-        check.imported(pg)
+    """The operator graph (or a PrimGraph: ``compile_prims``) as a simplified PrimGraph: fission,
+    then ``GRAPH_STAGES``."""
+    if isinstance(graph, PrimGraph):
+        pg = graph
+    else:
+        pg = fission(graph)
+        if check is not None:
+            check.imported(pg)
     for name, stage in GRAPH_STAGES:
         new = stage(pg)
         if check is not None:
@@ -174,7 +185,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                           f"got backend={backend!r}, target {tgt.name!r}")
     with _stage("splitting operators into prims"):
         primgraph = prims(graph, check)
-    _log.info("%d operators -> %d prims (%s)", len(graph.nodes), len(primgraph.prims),
+    _log.info("%d operators -> %d prims (%s)", len(_operators(graph)), len(primgraph.prims),
               ", ".join(f"{k} {v}" for k, v in count_by_category(primgraph.prims).items() if v))
     with _stage(f"planning for {tgt.name}"):
         chosen, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
@@ -276,6 +287,20 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
                          eager_oracle(model, tuple(example_inputs), kwargs), tensor_leaves(imported.unflatten_outputs))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                      time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, check=check)
+
+
+def compile_prims(primgraph: PrimGraph, *, target: str | Target = "auto", backend: str = "triton",
+                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
+                  cuda_graph: bool = False, verify: bool | None = None,
+                  feeds: dict | None = None) -> CompiledModel:
+    """Compile a PrimGraph (the stages after fission): how ``tilefuse.minify``'s test cases, and
+    tests of the later stages, start.  The result is called with one tensor per graph input, in
+    order.  ``verify`` checks every stage on ``feeds`` (graph input name -> tensor; default
+    random)."""
+    _check_options(backend, strategy, time_limit)
+    check = Verifier(feeds or random_feeds(primgraph.inputs)) if enabled(verify) else None
+    return _pipeline(Imported(primgraph), target=target, backend=backend, strategy=strategy,
+                     t0=time.perf_counter(), dump=dump, time_limit=time_limit, cuda_graph=cuda_graph, check=check)
 
 
 def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "triton",

@@ -282,6 +282,17 @@ def cmd_run(args, console: Console) -> int:
     return 0
 
 
+def cmd_minify(args, console: Console) -> int:
+    import tilefuse
+    feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
+    found = tilefuse.minify(args.model, feeds, target=args.target, backend=args.backend, strategy=args.strategy,
+                            out=args.output, input_shapes=_input_shapes(args),
+                            progress=lambda line: console.print(line, soft_wrap=True, highlight=False))
+    console.print(f"[green]{found.original_prims} prims -> {found.num_prims}[/]; the test case is "
+                  f"{found.path} (run it with pytest; attach it to a bug report)", soft_wrap=True)
+    return 0
+
+
 class _Bar:
     """``tilefuse.progress`` reports as rich progress bars, one per step (``what``)."""
 
@@ -401,9 +412,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="compare every output with onnxruntime")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-5)
+    p = sub.add_parser("minify", help="shrink a model tilefuse compiles wrong (against onnxruntime) or fails "
+                       "to compile to a small prim graph, written as a test case", parents=[common, shaped])
+    p.add_argument("model")
+    p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")
+    p.add_argument("--target", default="cpu", help="the plan's target (default cpu; a GPU plan's kernels run here "
+                   "in the interpreter)")
+    p.add_argument("--backend", default="triton", choices=["triton", "reference"])
+    p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "unfused"])
+    p.add_argument("-o", "--output", default="test_minified.py", help="the test case to write")
     args = parser.parse_args(argv)
     console = Console()
-    handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile, "run": cmd_run}[args.command]
+    handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile, "run": cmd_run,
+               "minify": cmd_minify}[args.command]
     try:
         with _quiet_third_parties(not args.debug):
             return handler(args, console)
