@@ -36,7 +36,7 @@ from .ir.dtypes import DType, TensorType
 from .ir.expr import Var
 from .ir.printer import format_expr, parse_expr
 from .ir.prim import Constant, Opaque, Origin, Prim, PrimGraph, Reduce, TensorDecl
-from .verify import VerifyError, difference, evaluate
+from .verify import VerifyError, difference, evaluate, floor
 
 
 class MinifyError(TilefuseError):
@@ -91,8 +91,9 @@ def failure_of(pg: PrimGraph, feeds: dict[str, torch.Tensor], *, target: str = "
         return Failure(type(e).__name__, None, None, _line(e))
     got = list(got) if isinstance(got, (tuple, list)) else [got]
     want = evaluate(pg, feeds)
+    lo = floor(pg.types.values())
     for name, g in zip(pg.outputs, got):
-        bad = difference(g, want[name])
+        bad = difference(g, want[name], lo)
         if bad:
             return Failure("mismatch", None, name, f"output {name!r} {bad}")
     return None

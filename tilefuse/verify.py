@@ -82,8 +82,16 @@ def random_feeds(inputs: Sequence[TensorDecl], seed: int = 0) -> dict[str, torch
     return feeds
 
 
-def difference(got: torch.Tensor, want: torch.Tensor) -> str | None:
-    """None when ``got`` equals ``want`` within ``want``'s type's tolerance, else what differs."""
+def floor(types) -> DType | None:
+    """The least precise float type among ``types`` (TensorTypes): a value computed from a
+    16-bit one carries its rounding, even when it is cast to fp32 afterwards."""
+    floats = [t.dtype for t in types if t.dtype in TOLERANCE]
+    return max(floats, key=lambda d: TOLERANCE[d][0], default=None)
+
+
+def difference(got: torch.Tensor, want: torch.Tensor, floor: DType | None = None) -> str | None:
+    """None when ``got`` equals ``want`` within the tolerance of ``want``'s type (or of ``floor``,
+    the least precise float type it was computed through, if looser), else what differs."""
     if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
         return (f"is {str(got.dtype).replace('torch.', '')}{list(got.shape)}, "
                 f"want {str(want.dtype).replace('torch.', '')}{list(want.shape)}")
@@ -91,7 +99,7 @@ def difference(got: torch.Tensor, want: torch.Tensor) -> str | None:
         return None
     g, w = got.detach().cpu(), want.detach().cpu()
     if w.is_floating_point():
-        rtol, atol = TOLERANCE[DType.from_torch(w.dtype)]
+        rtol, atol = max(TOLERANCE[DType.from_torch(w.dtype)], TOLERANCE.get(floor, (0.0, 0.0)))
         g64, w64 = g.double(), w.double()
         finite = w64[torch.isfinite(w64)]
         scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
@@ -151,8 +159,9 @@ class Verifier:
         want = self.expected()
         if len(got) != len(want):
             raise VerifyError("import", None, f"gives {len(got)} outputs, the model {len(want)}")
+        lo = floor(pg.types.values())
         for k, (g, w) in enumerate(zip(got, want)):
-            bad = difference(g, w.detach().cpu())
+            bad = difference(g, w.detach().cpu(), lo)
             if bad:
                 name = pg.outputs[k] if len(got) == len(pg.outputs) else f"output {k}"
                 raise VerifyError("import", name, bad + " (against the model itself)", _origin(pg, name))
@@ -165,14 +174,15 @@ class Verifier:
             return
         old = self.values(before)
         new = evaluate(after, self.feeds)
+        lo = floor(before.types.values())
         folded = [c.name for c in after.constants if c.name in old and c.name not in before.constant_map]
         for n in folded + [p.name for p in after.prims]:
             if n in old:
-                bad = difference(new[n], old[n])
+                bad = difference(new[n], old[n], lo)
                 if bad:
                     raise VerifyError(name, n, bad, _origin(after, n) or _origin(before, n))
         for k, (a, b) in enumerate(zip(after.outputs, before.outputs)):
-            bad = difference(new[a], old[b])
+            bad = difference(new[a], old[b], lo)
             if bad:
                 raise VerifyError(name, a, f"(output {k}) {bad}", _origin(after, a))
         self._graph, self._values = after, new
@@ -181,13 +191,14 @@ class Verifier:
         """The plan's kernels, each evaluated by the reference on the values earlier kernels wrote."""
         self.stages.append("plan")
         vals = self.values(pg)
+        lo = floor(pg.types.values())
         buffers = {n: vals[n] for n in plan.sources}
         for i, k in enumerate(plan.kernels):
             local: dict[str, torch.Tensor] = {}
             for p in k.prims:
                 local[p.name] = eval_prim(p, [local[n] if n in local else buffers[n] for n in p.inputs])
             for t in k.outputs:
-                bad = difference(local[t], vals[t])
+                bad = difference(local[t], vals[t], lo)
                 if bad:
                     raise VerifyError("plan", t, f"as kernel {i} {k.candidate} computes it {bad}", _origin(pg, t))
                 buffers[t] = local[t]
@@ -196,6 +207,7 @@ class Verifier:
         """Each built kernel alone, on the reference values of its inputs, on ``device``."""
         self.stages.append("kernels")
         vals = self.values(pg)
+        lo = floor(pg.types.values())
         for i, b in enumerate(built):
             ins = [vals[n].to(device).contiguous() for n in b.inputs]
             outs = [torch.empty(vals[n].shape, dtype=vals[n].dtype, device=device) for n in b.outputs]
@@ -207,7 +219,7 @@ class Verifier:
                                   f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
                                   _origin(pg, b.outputs[0]) if b.outputs else None) from e
             for n, o in zip(b.outputs, outs):
-                bad = difference(o, vals[n])
+                bad = difference(o, vals[n], lo)
                 if bad:
                     raise VerifyError("kernels", n, f"as kernel {i} {b.name} ({b.family}) writes it {bad}",
                                       _origin(pg, n))
