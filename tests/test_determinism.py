@@ -43,7 +43,7 @@ def _compile_in(target: str, env: dict) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-@pytest.mark.parametrize("target", ["h100", "cpu"])
+@pytest.mark.parametrize("target", ["h100", pytest.param("cpu", marks=pytest.mark.slow)])
 def test_two_compiles_in_parallel_on_a_loaded_machine_give_identical_plans(target, tmp_path):
     burn = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
