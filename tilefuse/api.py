@@ -39,7 +39,7 @@ from .transform.fold import fold_constants
 from .transform.horizontal import horizontal
 from .transform.vertical import vertical
 from .transform.simplify import simplify_graph
-from .verify import Verifier, eager_oracle, enabled, kernel_device, onnx_oracle, random_feeds, tensor_leaves
+from .verify import Verifier, eager_float64, eager_oracle, enabled, kernel_device, onnx_oracle, random_feeds, tensor_leaves
 
 BACKENDS = ("reference", "triton")
 # The graph-to-graph stages after fission, in order (each checked against its input by ``verify``).
@@ -284,7 +284,8 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
         kwargs = dict(options.get("example_kwargs") or {})
         tensors = imported.flatten_inputs(tuple(example_inputs), kwargs)
         check = Verifier({d.name: t for d, t in zip(imported.graph.inputs, tensors)},
-                         eager_oracle(model, tuple(example_inputs), kwargs), tensor_leaves(imported.unflatten_outputs))
+                         eager_oracle(model, tuple(example_inputs), kwargs), tensor_leaves(imported.unflatten_outputs),
+                         eager_float64(model, tuple(example_inputs), kwargs))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                      time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, check=check)
 

@@ -215,13 +215,13 @@ def minify(model, example_inputs: Sequence | dict | None = None, *, target: str 
     ``strategy`` are those of the failing compilation; an h100 plan's kernels run here in the
     interpreter; ``input_shapes`` pins an ONNX model's dynamic dims."""
     from .fission import fission
-    graph, feeds, expected, leaves = _import(model, example_inputs, example_kwargs, input_shapes)
+    graph, feeds, expected, leaves, exact = _import(model, example_inputs, example_kwargs, input_shapes)
     pg = fission(graph)
     say = progress or (lambda _: None)
     # the model itself against the compiled model: is there anything to minify?
     from .verify import Verifier
     try:
-        check = Verifier(feeds, expected, leaves)
+        check = Verifier(feeds, expected, leaves, exact)
         check.imported(pg)
     except VerifyError as e:
         raise MinifyError(f"the frontend's prims already differ from the model ({e}); the bug is in the frontend "
@@ -244,8 +244,9 @@ def _describe(model) -> str:
 
 
 def _import(model, example_inputs, example_kwargs, input_shapes=None):
-    """(graph, feeds by input name, the model's own outputs, how to flatten graph outputs like them)."""
-    from .verify import eager_oracle, onnx_oracle, random_feeds, tensor_leaves
+    """(graph, feeds by input name, the model's own outputs, how to flatten graph outputs like them,
+    the model's outputs in float64 where it can run so)."""
+    from .verify import eager_float64, eager_oracle, onnx_oracle, random_feeds, tensor_leaves
     if isinstance(model, torch.nn.Module) or callable(model) and not isinstance(model, (str, bytes, Path)):
         from .frontend.torch import import_torch
         args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -253,14 +254,15 @@ def _import(model, example_inputs, example_kwargs, input_shapes=None):
         imported = import_torch(model, args, example_kwargs=kwargs)
         tensors = imported.flatten_inputs(args, kwargs)
         feeds = {d.name: t.detach() for d, t in zip(imported.graph.inputs, tensors)}
-        return imported.graph, feeds, eager_oracle(model, args, kwargs), tensor_leaves(imported.unflatten_outputs)
+        return (imported.graph, feeds, eager_oracle(model, args, kwargs), tensor_leaves(imported.unflatten_outputs),
+                eager_float64(model, args, kwargs))
     from .frontend.onnx import import_onnx
     graph = import_onnx(model, input_shapes=input_shapes).graph
     if example_inputs is None:
         feeds = random_feeds(graph.inputs)
     else:
         feeds = {k: torch.as_tensor(v) for k, v in dict(example_inputs).items()}
-    return graph, feeds, onnx_oracle(model, feeds), list
+    return graph, feeds, onnx_oracle(model, feeds), list, None
 
 
 # ---------------------------------------------------------------- the test case
