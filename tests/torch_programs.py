@@ -64,7 +64,10 @@ class Program:
         for k, s in enumerate(self.steps):
             names = [f"v{a}" for a in s.args]
             consts = [f"c{c}" for c in s.consts]
-            lines.append(f"    v{n_in + k} = {OPS[s.op].fmt(names, consts, s.params)}")
+            spec, out = OPS[s.op], f"v{n_in + k}"
+            statements = spec.lines(out, names, consts, s.params) if spec.lines else \
+                [f"{out} = {spec.fmt(names, consts, s.params)}"]
+            lines += [f"    {line}" for line in statements]
         lines.append("    return " + ", ".join(f"v{o}" for o in self.outputs))
         return "\n".join(lines)
 
@@ -100,18 +103,18 @@ class Op:
     """``draw(d, x, pool) -> (args, params, consts) | None`` picks operands (``x`` the value the
     step is about, ``pool`` every value so far) and parameters; ``fn(tensors, consts, *params)``
     runs it; ``fmt(names, consts, params)`` prints it."""
-    arity: str                                   # "one": acts on one value; "any": draws its own
     draw: Callable
     fn: Callable
     fmt: Callable
     floats_only: bool = False
+    lines: Callable | None = None    # (out, names, consts, params) -> statements, where one line won't do
 
 
 OPS: dict[str, Op] = {}
 
 
-def op(name: str, draw, fn, fmt, arity="one", floats_only=False):
-    OPS[name] = Op(arity, draw, fn, fmt, floats_only)
+def op(name: str, draw, fn, fmt, floats_only=False, lines=None):
+    OPS[name] = Op(draw, fn, fmt, floats_only, lines)
 
 
 def _dim(d, rank: int) -> int:
@@ -673,15 +676,15 @@ def _setitem(t, c, k, a, b, how):
     return y
 
 
-def _fmt_setitem(n, c, p):
+def _setitem_lines(out, n, c, p):
     k, a, b, how = p
     where = ", ".join([":"] * k + [f"{a}:{'' if b is None else b}"])
-    rhs = {"scalar": "= 0.5", "value": f"= {n[1] if len(n) > 1 else ''}", "mul_": ".mul_(2)", "index_add": "+= 1"}[how]
-    sep = "" if how == "mul_" else " "
-    return f"(y := {n[0]}.clone(), y[{where}]{sep}{rhs}) -> y"
+    update = {"scalar": f"{out}[{where}] = 0.5", "value": f"{out}[{where}] = {n[-1]}",
+              "mul_": f"{out}[{where}].mul_(2)", "index_add": f"{out}[{where}] += 1"}[how]
+    return [f"{out} = {n[0]}.clone()", update]
 
 
-op("setitem", _draw_setitem, _setitem, _fmt_setitem, floats_only=True)
+op("setitem", _draw_setitem, _setitem, None, floats_only=True, lines=_setitem_lines)
 
 
 # ---------------------------------------------------------------- drawing programs
