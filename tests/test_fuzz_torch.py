@@ -95,3 +95,19 @@ def test_the_fuzzer_finds_the_layout_composition_bug(monkeypatch):
             found.append(str(e))
     run()
     assert found and "stage 'vertical'" in found[0]
+
+
+# ---------------------------------------------------------------- failures the fuzzer found
+
+def _program(shape, dtype, steps, consts=(), outputs=None):
+    from torch_programs import Step
+    steps = tuple(Step(op, args, params, tuple(range(len(consts))) if c else ()) for op, args, params, c in steps)
+    return Program(((shape, dtype),), steps, outputs or (len(steps),), tuple(consts), seed=3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_gemm_over_a_gathered_batch(dtype):
+    # the gemm kernel loads the gathered batch index once per program; its bounds (a scalar
+    # condition) and-ed into the block mask gave the interpreter an int32 mask it refused
+    check(_program((4, 5, 4, 4), dtype, [("index_select", (0,), (0,), True), ("matmul", (1, 1), (), False)],
+                   consts=(torch.tensor([0, 0, 3]),)))

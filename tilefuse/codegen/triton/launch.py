@@ -127,6 +127,7 @@ def _require_interpreter() -> None:
     _bf16_dot_in_interpreter()
     _bf16_rounding_in_interpreter()
     _nan_max_min_in_interpreter()
+    _bool_masks_in_interpreter()
 
 
 def _interpret_language() -> None:
@@ -193,6 +194,32 @@ def _bf16_rounding_in_interpreter() -> None:
 
     cast_impl._tilefuse_bf16 = True
     InterpreterBuilder.cast_impl = cast_impl
+
+
+def _bool_masks_in_interpreter() -> None:
+    """A block mask and-ed with a scalar condition (the bounds of a gathered batch index, which a
+    gemm kernel loads once per program) holds int32 data in the interpreter (Triton 3.9), and its
+    masked load and store refuse that ("mask has unsupported dtype"): hand them bools."""
+    import numpy as np
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+    load, store = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
+    if getattr(load, "_tilefuse_bool", False):
+        return
+
+    def boolean(mask):
+        if mask is None or mask.data.dtype == np.bool_:
+            return mask
+        return TensorHandle(mask.data != 0, mask.dtype)
+
+    def create_masked_load(self, ptrs, mask, other, *args):
+        return load(self, ptrs, boolean(mask), other, *args)
+
+    def create_masked_store(self, ptrs, value, mask, *args):
+        return store(self, ptrs, value, boolean(mask), *args)
+
+    create_masked_load._tilefuse_bool = True
+    InterpreterBuilder.create_masked_load = create_masked_load
+    InterpreterBuilder.create_masked_store = create_masked_store
 
 
 _KERNEL_MODULE = "tilefuse_kernel_"
