@@ -122,12 +122,19 @@ def _reshaped(cx, n, x: str, shape) -> str:
 
 
 # ---------------------------------------------------------------------- rules
+# Reductions whose no-op (empty axes, noop_with_empty_axes=1) is the input itself; the others still
+# apply their per-element part (|x|, x², sqrt(x²), log x), as onnxruntime and onnx's reference do.
+_NOOP_IS_IDENTITY = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp"}
+
+
 @rule(*_REDUCES)
 def _reduce(cx, n):
     if not n.attrs.get("axes"):
         n.attrs.pop("axes", None)
         if n.attrs.get("noop_with_empty_axes", 0):
-            return cx.emit(n, "Identity", n.inputs[:1], n.outputs)
+            if n.op in _NOOP_IS_IDENTITY:
+                return cx.emit(n, "Identity", n.inputs[:1], n.outputs)
+            return cx.emit(n, n.op, n.inputs[:1], n.outputs, n.attrs)
     n.attrs.pop("noop_with_empty_axes", None)
     cx.emit(n, n.op, n.inputs, n.outputs, n.attrs)
 
