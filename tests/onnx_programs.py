@@ -31,7 +31,7 @@ purpose) or on a shifted, positive input.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -58,6 +58,7 @@ INPUT_MAG = 6.0      # |randn| over at most 4096 draws
 # "rejected" and "rejected <why>" (checker or onnxruntime refused a finished model), "refused <op>"
 # (shape inference refused a step), "op <op>" (node types in returned programs).
 STATS: Counter = Counter()
+REJECTED: deque = deque(maxlen=20)      # (why, model) of the latest rejected models
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,12 @@ def allows(op: str, opset: int, dtype: int, slot: int = 0) -> bool:
 
 # Element types onnxruntime's CPU kernels lack although the schema allows them (probed, 1.32):
 # a model with one is refused when run.
-ORT_LACKS = {"DepthToSpace": {I64, I32, BOOL}, "SpaceToDepth": {I64, I32, BOOL}, "Where": {BOOL}}
+ORT_LACKS = {"DepthToSpace": {I64, I32, BOOL}, "SpaceToDepth": {I64, I32, BOOL}, "Where": {BOOL}, "Relu": {I64}}
 
 
-def runs(op: str, opset: int, dtype: int) -> bool:
-    """Whether onnx's schema and onnxruntime's CPU kernels both take ``op`` on ``dtype``."""
-    return allows(op, opset, dtype) and dtype not in ORT_LACKS.get(op, ())
+def runs(op: str, opset: int, dtype: int, slot: int = 0) -> bool:
+    """Whether onnx's schema and onnxruntime's CPU kernels both take ``op`` on ``dtype`` (in ``slot``)."""
+    return allows(op, opset, dtype, slot) and dtype not in ORT_LACKS.get(op, ())
 
 
 class Builder:
@@ -195,7 +196,7 @@ class Builder:
             if any(not dim.HasField("dim_value") for dim in dims):
                 raise Refused(op)
             shape = tuple(dim.dim_value for dim in dims)
-            if 0 in shape or math.prod(shape) > MAX_NUMEL or len(shape) > MAX_RANK:
+            if any(n < 1 for n in shape) or math.prod(shape) > MAX_NUMEL or len(shape) > MAX_RANK:
                 raise Refused(op)
             outs.append((o, shape, got[o].tensor_type.elem_type))
         for (o, _, _), t in zip(outs, node.output):
@@ -234,6 +235,12 @@ class Builder:
         graph = helper.make_graph(list(self.nodes), "program", ins, outs, list(self.inits))
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=8
                                  if self.opset <= 17 else 10)
+
+
+def _pick(d, b: "Builder", seq):
+    """One of ``seq``: ``sampled_from`` leans towards the first entries, so they come in an order
+    of the program's seed (operators spread evenly over programs; a draw still shrinks)."""
+    return d(st.sampled_from([seq[i] for i in b.rng.permutation(len(seq))]))
 
 
 def _dim(d, rank: int) -> int:
@@ -438,7 +445,7 @@ def _split(d, b, x):
         return None
     k = _dim(d, x.rank)
     n = x.shape[k]
-    kind = d(st.sampled_from(["sizes", "equal", "chunk", "unbind"]))
+    kind = _pick(d, b, ["sizes", "equal", "chunk", "unbind"])
     ins, attrs = [x.name], {"axis": k}
     if kind == "sizes" or (kind == "unbind" and n > 6):
         cuts = sorted(set(d(st.lists(st.integers(1, n - 1), max_size=3)))) if n > 1 else []
@@ -536,7 +543,7 @@ def _pad(d, b, x):
     if x.rank == 0:
         return None
     modes = ["constant", "reflect", "edge"] + (["wrap"] if b.opset >= 19 else [])
-    mode = d(st.sampled_from(modes))
+    mode = _pick(d, b, modes)
     axes = list(range(x.rank))
     with_axes = b.opset >= 18 and d(st.booleans())
     if with_axes:
@@ -559,24 +566,41 @@ def _pad(d, b, x):
     return [b.val(out, max(x.mag, abs(cv or 0.0)), x.nan, x.exact)]
 
 
+def _blocks(d, b: Builder, x: Val, block: int, depth: bool) -> Val | None:
+    """x itself when it is [N, C, H, W] with C divisible by block² (``depth``) or H and W by
+    block (else); otherwise x reshaped into such a shape, where its size allows."""
+    if x.rank == 4 and (x.shape[1] % (block * block) == 0 if depth else
+                        x.shape[2] % block == 0 and x.shape[3] % block == 0):
+        return x
+    if x.numel % (block * block):
+        return None
+    rest = x.numel // (block * block)
+    h = d(st.sampled_from([k for k in range(1, rest + 1) if rest % k == 0 and k <= 4]))
+    c = rest // h
+    shape = (1, c * block * block, h, 1) if depth else (1, c, h * block, block)
+    (out,) = b.emit("Reshape", [x.name, b.ints(shape)])
+    return b.like(out, x)
+
+
 def _depth_to_space(d, b, x):
-    if x.rank != 4 or not runs("DepthToSpace", b.opset, x.dtype):
+    if not runs("DepthToSpace", b.opset, x.dtype):
         return None
-    sizes = [s for s in (2, 3) if x.shape[1] % (s * s) == 0]
-    if not sizes:
+    block = d(st.sampled_from([2, 3]))
+    x = _blocks(d, b, x, block, True)
+    if x is None:
         return None
-    mode = d(st.sampled_from(["DCR", "CRD", None]))
-    (out,) = b.emit("DepthToSpace", [x.name], blocksize=d(st.sampled_from(sizes)), mode=mode)
+    (out,) = b.emit("DepthToSpace", [x.name], blocksize=block, mode=d(st.sampled_from(["DCR", "CRD", None])))
     return [b.like(out, x)]
 
 
 def _space_to_depth(d, b, x):
-    if x.rank != 4 or not runs("SpaceToDepth", b.opset, x.dtype):
+    if not runs("SpaceToDepth", b.opset, x.dtype):
         return None
-    sizes = [s for s in (2, 3) if x.shape[2] % s == 0 and x.shape[3] % s == 0]
-    if not sizes:
+    block = d(st.sampled_from([2, 3]))
+    x = _blocks(d, b, x, block, False)
+    if x is None:
         return None
-    (out,) = b.emit("SpaceToDepth", [x.name], blocksize=d(st.sampled_from(sizes)))
+    (out,) = b.emit("SpaceToDepth", [x.name], blocksize=block)
     return [b.like(out, x)]
 
 
@@ -603,8 +627,8 @@ EXACT_UNARY = {"Abs", "Neg", "Sign", "Relu", "Floor", "Ceil", "Round"}
 def _unary(d, b, x):
     if x.dtype == BOOL:
         return None
-    name = d(st.sampled_from(sorted(UNARY) + sorted(DOMAIN)))
-    if not allows(name, b.opset, x.dtype) or (name not in EXACT_UNARY and not x.is_float):
+    name = _pick(d, b, sorted(UNARY) + sorted(DOMAIN))
+    if not runs(name, b.opset, x.dtype) or (name not in EXACT_UNARY and not x.is_float):
         return None
     attrs = {"alpha": d(st.sampled_from([0.01, 0.2]))} if name == "LeakyRelu" else {}
     if name in DOMAIN:
@@ -627,8 +651,8 @@ VARIADIC = ("Min", "Max", "Sum", "Mean")
 def _binary(d, b, x):
     if x.dtype == BOOL:
         return None
-    name = d(st.sampled_from(["Add", "Sub", "Mul", "Div", "Pow", "Mod", "Add", "Mul"] + list(VARIADIC)))
-    if not allows(name, b.opset, x.dtype):
+    name = _pick(d, b, ["Add", "Sub", "Mul", "Div", "Pow", "Mod", "Add", "Mul"] + list(VARIADIC))
+    if not runs(name, b.opset, x.dtype):
         return None
     if name == "Div":
         return _div(d, b, x)
@@ -704,7 +728,7 @@ def _mod(d, b, x):
 
 
 def _where(d, b, x):
-    if not runs("Where", b.opset, x.dtype):
+    if not runs("Where", b.opset, x.dtype, slot=1):
         return None
     kind = d(st.sampled_from(["compare", "pool", "const"]))
     bools = [v for v in b.vals if v.dtype == BOOL and _broadcast(v.shape, x.shape) is not None]
@@ -724,8 +748,8 @@ def _where(d, b, x):
 def _compare(d, b, x):
     if x.dtype == BOOL:
         return None
-    name = d(st.sampled_from(["Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"]))
-    if not allows(name, b.opset, x.dtype):
+    name = _pick(d, b, ["Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal"])
+    if not runs(name, b.opset, x.dtype):
         return None
     y = _partner(d, b, x)
     if name == "Equal" and x.is_float and not (x.exact and y.exact):
@@ -739,7 +763,7 @@ def _compare(d, b, x):
 def _logic(d, b, x):
     if x.dtype != BOOL:
         return None
-    name = d(st.sampled_from(["And", "Or", "Xor", "Not"]))
+    name = _pick(d, b, ["And", "Or", "Xor", "Not"])
     if name == "Not":
         (out,) = b.emit("Not", [x.name])
     else:
@@ -748,7 +772,7 @@ def _logic(d, b, x):
 
 
 def _cast(d, b, x):
-    to = d(st.sampled_from([F32, F16, I64, BOOL, I32]))
+    to = _pick(d, b, [F32, F16, I64, BOOL, I32])
     if to == x.dtype:
         return None
     if to in (I64, I32) and x.is_float and not (x.finite and x.mag < 2.0 ** 30):
@@ -756,7 +780,7 @@ def _cast(d, b, x):
     mag = min(x.mag, 1.0) if to == BOOL else x.mag
     if to == F16 and x.mag > LIMIT[F16]:
         mag = math.inf      # the cast itself rounds to infinity: defined
-    like = to == F32 and d(st.integers(0, 3)) == 0 and allows("CastLike", b.opset, x.dtype)
+    like = to == F32 and d(st.integers(0, 3)) == 0 and runs("CastLike", b.opset, x.dtype)
     if like:
         (out,) = b.emit("CastLike", [x.name, b.const(np.zeros((1,)), to)])
     else:
@@ -765,10 +789,12 @@ def _cast(d, b, x):
 
 
 def _clip(d, b, x):
-    if x.dtype == BOOL or not allows("Clip", b.opset, x.dtype):
+    if x.dtype == BOOL or not runs("Clip", b.opset, x.dtype):
         return None
-    lo = d(st.sampled_from([-1.0, -0.5, None])) if x.is_float else d(st.sampled_from([-2, 0, None]))
-    hi = d(st.sampled_from([0.5, 1.0, None])) if x.is_float else d(st.sampled_from([1, 3, None]))
+    # onnxruntime's fp16 Clip-11 leaves infinities where an omitted bound should clip them to ±65504
+    omit = [None] if x.dtype != F16 or b.opset >= 12 else []
+    lo = d(st.sampled_from([-1.0, -0.5] + omit)) if x.is_float else d(st.sampled_from([-2, 0, None]))
+    hi = d(st.sampled_from([0.5, 1.0] + omit)) if x.is_float else d(st.sampled_from([1, 3, None]))
     ins = [x.name, "" if lo is None else b.const(np.array(lo), x.dtype)]
     if hi is not None:
         ins.append(b.const(np.array(hi), x.dtype))
@@ -778,8 +804,8 @@ def _clip(d, b, x):
 
 
 def _isnan(d, b, x):
-    name = d(st.sampled_from(["IsNaN", "IsInf"]))
-    if not x.is_float or not allows(name, b.opset, x.dtype):
+    name = _pick(d, b, ["IsNaN", "IsInf"])
+    if not x.is_float or not runs(name, b.opset, x.dtype):
         return None
     (out,) = b.emit(name, [x.name])
     return [b.val(out, 1.0)]
@@ -787,20 +813,25 @@ def _isnan(d, b, x):
 
 # ---------------------------------------------------------------- reductions, normalization
 
+def _power(m: float, n: float) -> float:
+    """m ** n, infinite where it would overflow a float."""
+    return math.inf if m > 1 and n * math.log(m) > 700 else m ** n
+
+
 # name -> bound of the result from (bound m, reduced count n)
 REDUCE = {
     "ReduceSum": lambda m, n: m * n, "ReduceMean": lambda m, n: m, "ReduceMax": lambda m, n: m,
-    "ReduceMin": lambda m, n: m, "ReduceProd": lambda m, n: m ** n, "ReduceL1": lambda m, n: m * n,
+    "ReduceMin": lambda m, n: m, "ReduceProd": lambda m, n: _power(m, n), "ReduceL1": lambda m, n: m * n,
     "ReduceL2": lambda m, n: m * math.sqrt(n), "ReduceSumSquare": lambda m, n: m * m * n,
     "ReduceLogSumExp": lambda m, n: m + math.log(n) + 1,
 }
 
 
 def _reduce(d, b, x):
-    name = d(st.sampled_from(sorted(REDUCE)))
+    name = _pick(d, b, sorted(REDUCE))
     if name in ("ReduceMax", "ReduceMin") and x.nan:
         return None         # onnxruntime's max over all axes skips NaN, over some axes it propagates
-    if x.dtype == BOOL or not allows(name, b.opset, x.dtype) or (name == "ReduceLogSumExp" and not x.is_float):
+    if x.dtype == BOOL or not runs(name, b.opset, x.dtype) or (name == "ReduceLogSumExp" and not x.is_float):
         return None
     kind = d(st.sampled_from(["axes", "axes", "all", "noop"]))
     axes = _axes(d, x.rank) if kind == "axes" and x.rank else None
@@ -830,8 +861,8 @@ def _reduce(d, b, x):
 def _argmax(d, b, x):
     if x.rank == 0 or x.nan or x.dtype == BOOL:       # onnxruntime's ArgMax over NaN is unspecified
         return None
-    name = d(st.sampled_from(["ArgMax", "ArgMin"]))
-    if not allows(name, b.opset, x.dtype):
+    name = _pick(d, b, ["ArgMax", "ArgMin"])
+    if not runs(name, b.opset, x.dtype):
         return None
     k = _dim(d, x.rank)
     last = d(st.sampled_from([0, 1, None])) if b.opset >= 12 else None
@@ -843,7 +874,7 @@ def _softmax(d, b, x):
     """Softmax/LogSoftmax on any axis (before opset 13: over the axes from ``axis`` on)."""
     if not x.is_float or x.rank == 0:
         return None
-    name = d(st.sampled_from(["Softmax", "LogSoftmax"]))
+    name = _pick(d, b, ["Softmax", "LogSoftmax"])
     axis = _dim(d, x.rank) if d(st.integers(0, 3)) else None
     if axis is None and b.opset < 13 and x.rank < 2:
         return None
@@ -853,7 +884,7 @@ def _softmax(d, b, x):
 
 
 def _cumsum(d, b, x):
-    if x.rank == 0 or x.dtype == BOOL or not allows("CumSum", b.opset, x.dtype):
+    if x.rank == 0 or x.dtype == BOOL or not runs("CumSum", b.opset, x.dtype):
         return None
     k = _dim(d, x.rank)
     mag = x.mag * x.shape[k]
@@ -963,7 +994,7 @@ def _conv(d, b, x):
     """Conv or ConvTranspose over x's last 1 or 2 dims (pads, strides, dilations, groups, bias)."""
     if not x.is_float or x.rank not in (3, 4):
         return None
-    transpose = d(st.integers(0, 3)) == 0
+    transpose = d(st.integers(0, 2)) == 0
     nd, c = x.rank - 2, x.shape[1]
     groups = d(st.sampled_from([g for g in (1, 1, 2, 3, c) if c % g == 0]))
     per = d(st.integers(1, 2))
@@ -975,10 +1006,15 @@ def _conv(d, b, x):
     attrs = dict(kernel_shape=kernel if d(st.booleans()) else None, group=groups if groups > 1 or d(st.booleans()) else None,
                  strides=strides if strides != [1] * nd or d(st.booleans()) else None,
                  dilations=dil if dil != [1] * nd or d(st.booleans()) else None)
-    if not transpose and d(st.integers(0, 4)) == 0 and (dil == [1] * nd or d(st.booleans())):
-        attrs["auto_pad"] = d(st.sampled_from(["SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if not transpose and d(st.integers(0, 4)) == 0:      # onnxruntime: SAME only without dilation
+        attrs["auto_pad"] = d(st.sampled_from(["SAME_UPPER", "SAME_LOWER", "VALID"] if dil == [1] * nd else ["VALID"]))
     else:
         attrs["pads"] = pads
+    if not transpose and attrs.get("auto_pad", "SAME")[:4] != "SAME":     # the window must fit
+        pads_ = attrs.get("pads", [0] * 2 * nd)
+        if any(n + pads_[i] + pads_[i + nd] < (k - 1) * dl + 1
+               for i, (n, k, dl) in enumerate(zip(x.shape[2:], kernel, dil))):
+            return None
     fan = (c // groups) * math.prod(kernel)
     wshape = (c, per, *kernel) if transpose else (cout, c // groups, *kernel)
     w = _weight(b, wshape, x.dtype, fan)
@@ -989,7 +1025,7 @@ def _conv(d, b, x):
         ins.append(bv.name)
         bias = bv.mag
     if transpose:
-        op = [d(st.integers(0, max(s, dl) - 1)) for s, dl in zip(strides, dil)]
+        op = [d(st.integers(0, s - 1)) for s in strides]      # onnxruntime: below the stride
         if any(op):
             attrs["output_padding"] = op
     mag = fan * x.mag * w.mag + bias
@@ -1016,7 +1052,7 @@ def _scatter_mag(data: Val, upd: Val, reduction, count: int) -> float:
     if reduction == "add":
         return data.mag + count * upd.mag
     if reduction == "mul":
-        return data.mag * max(upd.mag, 1.0) ** count
+        return data.mag * _power(max(upd.mag, 1.0), count)
     return max(data.mag, upd.mag)
 
 
@@ -1100,10 +1136,18 @@ OPS = {
 SPLITS = ["reshape", "unsqueeze", "flatten", "split", "expand"]
 PICKS = ["slice", "gather", "gather_elements", "gather_nd", "split", "squeeze", "slice"]
 MOVES = ["transpose", "reshape", "depth_to_space", "space_to_depth", "tile", "pad", "concat", "unsqueeze"]
-ARITH = ["unary", "binary", "reduce", "matmul", "softmax", "where", "scatter_nd", "scatter_elements", "gemm",
-         "conv", "layer_norm", "cumsum"]
 VIEWS = ["reshape", "flatten", "transpose", "squeeze", "unsqueeze", "slice", "expand", "concat", "split",
          "gather", "gather_elements", "gather_nd", "tile", "pad", "depth_to_space", "space_to_depth", "identity"]
+ELEMENTWISE = ["unary", "unary", "unary", "binary", "binary", "where", "compare", "logic", "cast", "clip", "isnan"]
+REDUCTIONS = ["reduce", "reduce", "argmax", "softmax", "cumsum", "layer_norm"]
+CONTRACTIONS = ["matmul", "matmul", "gemm", "conv", "conv"]
+SCATTERS = ["scatter_nd", "scatter_elements"]
+ARITH = ELEMENTWISE + REDUCTIONS + CONTRACTIONS + SCATTERS
+# Mixed programs draw a family, then an operator of it (a draw over all operators would leave
+# each unary function to one step in a thousand).
+FAMILIES = [VIEWS, VIEWS, VIEWS, ELEMENTWISE, ELEMENTWISE, ELEMENTWISE, REDUCTIONS, REDUCTIONS, CONTRACTIONS,
+            SCATTERS]
+assert set(VIEWS + ARITH) == set(OPS)
 
 
 def make_feeds(inputs, seed: int, special: bool) -> dict[str, np.ndarray]:
@@ -1145,8 +1189,11 @@ class OnnxProgram:
     seed: int
     special: bool            # NaN, infinities and signed zeros among the float inputs
     expected: tuple = field(compare=False)     # onnxruntime's outputs on feeds()
+    given: tuple | None = field(default=None, compare=False)     # (name, array) feeds of a hand-built case
 
     def feeds(self) -> dict[str, np.ndarray]:
+        if self.given is not None:
+            return {n: a.copy() for n, a in self.given}
         return make_feeds(self.inputs, self.seed, self.special)
 
     def source(self) -> str:
@@ -1156,15 +1203,19 @@ class OnnxProgram:
         return f"OnnxProgram(\n{self.source()}\n)"
 
 
-def program(model: onnx.ModelProto, seed: int = 0, special: bool = False) -> OnnxProgram:
-    """A hand-built model as a program (regression tests): checked, and run by onnxruntime."""
+def program(model: onnx.ModelProto, seed: int = 0, special: bool = False, feeds: dict | None = None) -> OnnxProgram:
+    """A hand-built model as a program (regression tests): checked, and run by onnxruntime on
+    ``feeds`` (default: ``make_feeds`` of ``seed`` and ``special``)."""
     onnx.checker.check_model(model, full_check=True)
     inputs = tuple((i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim), i.type.tensor_type.elem_type)
                    for i in model.graph.input)
-    return OnnxProgram(model, inputs, seed, special, tuple(run_onnxruntime(model, make_feeds(inputs, seed, special))))
+    given = tuple((n, np.asarray(a)) for n, a in feeds.items()) if feeds is not None else None
+    p = OnnxProgram(model, inputs, seed, special, (), given)
+    return OnnxProgram(model, inputs, seed, special, tuple(run_onnxruntime(model, p.feeds())), given)
 
 
-def _reject(why: str):
+def _reject(why: str, model: onnx.ModelProto):
+    REJECTED.append((why, model))
     STATS["rejected"] += 1
     STATS[f"rejected {why}"] += 1
     assume(False)
@@ -1196,12 +1247,12 @@ def programs(draw, max_steps: int = 8, dtypes=(F32, F32, F16)) -> OnnxProgram:
             break
         if views:   # split a dim, move dims or pick from them, pick, more views, then compute
             names = ([SPLITS, PICKS + MOVES, PICKS][steps] if steps < 3 else
-                     ARITH if steps == want - 1 else VIEWS)
+                     ARITH if steps >= want - 2 else VIEWS)
         else:
-            names = list(OPS)
+            names = _pick(d, b, FAMILIES)
         k = d(st.integers(0, len(b.vals) - 1))
         x = b.vals[-1] if views or d(st.booleans()) else b.vals[k]
-        name = d(st.sampled_from(names))
+        name = _pick(d, b, names)
         mark = b.mark()
         try:
             got = OPS[name](d, b, x)
@@ -1223,16 +1274,16 @@ def programs(draw, max_steps: int = 8, dtypes=(F32, F32, F16)) -> OnnxProgram:
     try:
         onnx.checker.check_model(model, full_check=True)
     except Exception as e:      # noqa: BLE001
-        _reject(f"checker: {str(e).splitlines()[0][:120]}")
+        _reject(f"checker: {str(e).splitlines()[0][:120]}", model)
     inputs = tuple((v.name, v.shape, v.dtype) for v in b.inputs)
     feeds = make_feeds(inputs, seed, special)
     try:
         expected = run_onnxruntime(model, feeds)
     except Exception as e:      # noqa: BLE001
-        _reject(f"onnxruntime: {str(e).splitlines()[0][:160]}")
+        _reject(f"onnxruntime: {str(e).splitlines()[0][:160]}", model)
     declared = [tuple(d.dim_value for d in o.type.tensor_type.shape.dim) for o in model.graph.output]
     if [tuple(e.shape) for e in expected] != declared:
-        _reject(f"onnxruntime's shapes {[e.shape for e in expected]} differ from onnx's {declared}")
+        _reject(f"onnxruntime's shapes {[e.shape for e in expected]} differ from onnx's {declared}", model)
     STATS["programs"] += 1
     for n in model.graph.node:
         STATS[f"op {n.op_type}"] += 1

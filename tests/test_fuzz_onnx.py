@@ -10,7 +10,7 @@ infinities exactly, integers and bools exactly, floats within the tolerance of t
 (``tilefuse.verify.difference``).  A failure prints the graph as ONNX text and, from ``verify``,
 the stage that changed it.
 
-The default run is a derandomized batch; ``--runslow`` draws 2,000 programs.
+The default run is a derandomized batch of 120; ``--runslow`` draws 2,000 programs.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def check(program: OnnxProgram, configs=CONFIGS) -> None:
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@settings(FUZZ, max_examples=20, derandomize=True, database=None)
+@settings(FUZZ, max_examples=120, derandomize=True, database=None)
 @given(programs())
 def test_programs_match_onnxruntime(program):
     check(program)
@@ -96,3 +96,17 @@ def test_a_reduction_over_no_axes_applies_its_elementwise_part(op, dtype):
     model = _model([node], [("x", dtype, [2, 3])], [("y", dtype, [2, 3])],
                    [numpy_helper.from_array(np.zeros((0,), np.int64), "axes")])
     check(program(model, seed=4))
+
+
+@pytest.mark.parametrize("dtype", [TP.FLOAT, TP.FLOAT16])
+@pytest.mark.parametrize("bounds", [("",), ("", "hi"), ("lo",), ("lo", "")])
+def test_an_omitted_clip_bound_is_the_types_lowest_or_largest_value(bounds, dtype):
+    # an omitted min (max) was no bound, so -inf (inf) passed through; the spec and onnxruntime
+    # clip it to numeric_limits::lowest() (max()): -3.4e38 in fp32, -65504 in fp16
+    node = helper.make_node("Clip", ["x", *bounds], ["y"])
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    inits = [numpy_helper.from_array(np.array(-1.0, np_dtype), "lo"), numpy_helper.from_array(np.array(0.5, np_dtype), "hi")]
+    model = _model([node], [("x", dtype, [3, 4])], [("y", dtype, [3, 4])],
+                   [i for i in inits if i.name in bounds], opset=13)
+    x = np.array([[-np.inf, np.inf, np.nan, 0.25], [2, -2, -0.0, 3e4], [-3e4, 7, -7, 0.75]], np_dtype)
+    check(program(model, feeds={"x": x}))

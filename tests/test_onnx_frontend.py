@@ -386,7 +386,9 @@ def test_clip_attributes_become_inputs():
         assert node.op == "Clip" and len(node.inputs) == 3
         torch.testing.assert_close(tilefuse.compile_onnx(m)(x), x.clamp(-0.5, 0.5))
     only_max = _one("Clip", [], [(2, 3, 4)], {"max": 0.5}, opset=6)
-    assert import_onnx(only_max).graph.nodes[0].inputs[1] == ""
+    g = import_onnx(only_max).graph
+    # an omitted min is float32's lowest (Clip-6's default; from opset 11 numeric_limits::lowest())
+    assert g.constant_map[g.nodes[0].inputs[1]].data.item() == torch.finfo(torch.float32).min
 
 
 def test_resize_forms():

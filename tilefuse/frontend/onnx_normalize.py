@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 import onnx
+import torch
 
 from ..errors import UnsupportedAttribute, UnsupportedOperator
 from ..ir.dtypes import DType
@@ -209,14 +210,21 @@ def _pad(cx, n):
 
 @rule("Clip")
 def _clip(cx, n):
-    """Before opset 11 min and max are attributes."""
-    if n.since >= 11:
-        return cx.emit(n, n.op, n.inputs, n.outputs, n.attrs)
+    """Before opset 11 min and max are attributes.  An omitted bound of a float Clip is the type's
+    lowest (largest) finite value, as the spec says and onnxruntime does: -inf becomes lowest()
+    (the canonical Clip's omitted bound is no bound, as torch.clamp's)."""
     x = n.inputs[0]
-    bounds = [_scalar_const(cx, n, n.attrs[k], x) if k in n.attrs else "" for k in ("min", "max")]
-    while bounds and not bounds[-1]:
-        bounds.pop()
-    cx.emit(n, "Clip", [x, *bounds], n.outputs)
+    if n.since >= 11:
+        given = list(n.inputs[1:3]) + [""] * (3 - len(n.inputs))
+    else:
+        given = [_scalar_const(cx, n, n.attrs[k], x) if k in n.attrs else "" for k in ("min", "max")]
+    dt = DType.from_onnx(cx.vtype(x)[1])
+    if dt.is_float:
+        top = float(torch.finfo(dt.to_torch()).max)
+        given = [b or _scalar_const(cx, n, sign * top, x) for b, sign in zip(given, (-1, 1))]
+    while given and not given[-1]:
+        given.pop()
+    cx.emit(n, "Clip", [x, *given], n.outputs)
 
 
 @rule("Split")

@@ -211,11 +211,11 @@ def _bool_masks_in_interpreter() -> None:
             return mask
         return TensorHandle(mask.data != 0, mask.dtype)
 
-    def create_masked_load(self, ptrs, mask, other, *args):
-        return load(self, ptrs, boolean(mask), other, *args)
+    def create_masked_load(self, ptrs, mask, other, *args, **kwargs):
+        return load(self, ptrs, boolean(mask), other, *args, **kwargs)
 
-    def create_masked_store(self, ptrs, value, mask, *args):
-        return store(self, ptrs, value, boolean(mask), *args)
+    def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
+        return store(self, ptrs, value, boolean(mask), *args, **kwargs)
 
     create_masked_load._tilefuse_bool = True
     InterpreterBuilder.create_masked_load = create_masked_load
