@@ -630,6 +630,8 @@ def _unary(d, b, x):
     name = _pick(d, b, sorted(UNARY) + sorted(DOMAIN))
     if not runs(name, b.opset, x.dtype) or (name not in EXACT_UNARY and not x.is_float):
         return None
+    if name == "Sign" and x.dtype == F16 and x.nan:
+        return None         # onnxruntime's fp16 Sign gives 0 for NaN (fp32, numpy and the spec's reference: NaN)
     attrs = {"alpha": d(st.sampled_from([0.01, 0.2]))} if name == "LeakyRelu" else {}
     if name in DOMAIN:
         if d(st.booleans()):        # raw: NaN for negatives, infinities at 0
@@ -752,8 +754,8 @@ def _compare(d, b, x):
     if not runs(name, b.opset, x.dtype):
         return None
     y = _partner(d, b, x)
-    if name == "Equal" and x.is_float and not (x.exact and y.exact):
-        name = "Less"       # float equality after rounding depends on the order of operations
+    if x.is_float and not (x.exact and y.exact):
+        return None         # rounded values order by the order of operations near a tie (either side is right)
     operands = d(st.permutations([x, y]))
     # LessOrEqual and GreaterOrEqual are functions: inference for the node alone gives no shape
     (out,) = b.emit(name, [v.name for v in operands], expect=_broadcast(x.shape, y.shape))

@@ -110,3 +110,35 @@ def test_an_omitted_clip_bound_is_the_types_lowest_or_largest_value(bounds, dtyp
                    [i for i in inits if i.name in bounds], opset=13)
     x = np.array([[-np.inf, np.inf, np.nan, 0.25], [2, -2, -0.0, 3e4], [-3e4, 7, -7, 0.75]], np_dtype)
     check(program(model, feeds={"x": x}))
+
+
+def test_the_sign_of_nan_is_nan():
+    # onnxruntime's (and numpy's, and onnx's reference) Sign keeps NaN; torch.sign, which the
+    # canonical Sign follows, gives 0
+    model = _model([helper.make_node("Sign", ["x"], ["y"])], [("x", TP.FLOAT, [2, 3])], [("y", TP.FLOAT, [2, 3])])
+    x = np.array([[np.nan, -np.inf, np.inf], [-0.0, 0.0, -2.5]], np.float32)
+    check(program(model, feeds={"x": x}))
+
+
+def test_the_sign_of_an_fp16_nan_is_nan_as_the_spec_says():
+    # onnxruntime 1.32's fp16 Sign gives 0 for NaN, unlike its fp32/fp64 kernels and onnx's
+    # reference evaluator: tilefuse follows the reference (the fuzzer draws no fp16 Sign over NaN)
+    from onnx.reference import ReferenceEvaluator
+    model = _model([helper.make_node("Sign", ["x"], ["y"])], [("x", TP.FLOAT16, [4])], [("y", TP.FLOAT16, [4])])
+    x = np.array([np.nan, -np.inf, 0.0, 3.0], np.float16)
+    want = torch.from_numpy(ReferenceEvaluator(model).run(None, {"x": x})[0])
+    for backend in ("reference", "triton"):
+        got = tilefuse.compile_onnx(model, backend=backend).run({"x": x})[0]
+        assert difference(_tensor(got), want) is None, backend
+
+
+@pytest.mark.parametrize("x", [np.inf, -np.inf, np.nan, 2.0])
+def test_a_contraction_with_a_broadcast_operand_keeps_infinities(x):
+    # sum_r c[r] * x (a MatMul of a vector and a broadcast scalar): the reference evaluated it as
+    # einsum, which sums c first and gives x * sum(c), -inf for x = inf; eager and onnxruntime
+    # multiply first and sum inf - inf = NaN
+    c = numpy_helper.from_array(np.array([-0.79, 0.40, -0.44], np.float32), "c")
+    shape = numpy_helper.from_array(np.array([3], np.int64), "shape")
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["v"]), helper.make_node("MatMul", ["c", "v"], ["y"])]
+    model = _model(nodes, [("x", TP.FLOAT, [])], [("y", TP.FLOAT, [])], [c, shape], opset=13)
+    check(program(model, feeds={"x": np.array(x, np.float32)}))

@@ -227,6 +227,20 @@ def _clip(cx, n):
     cx.emit(n, "Clip", [x, *given], n.outputs)
 
 
+@rule("Sign")
+def _sign(cx, n):
+    """ONNX's Sign of NaN is NaN (onnxruntime, numpy); the canonical Sign is torch's, which gives 0."""
+    x, = n.inputs
+    shape, elem = cx.vtype(x)
+    if not DType.from_onnx(elem).is_float:
+        return cx.emit(n, "Sign", [x], n.outputs)
+    sign = cx.new_value(f"{n.name}_sign", shape, elem)
+    nan = cx.new_value(f"{n.name}_isnan", shape, onnx.TensorProto.BOOL)
+    cx.emit(n, "Sign", [x], [sign])
+    cx.emit(n, "IsNaN", [x], [nan])
+    cx.emit(n, "Where", [nan, x, sign], n.outputs)
+
+
 @rule("Split")
 def _split(cx, n):
     """Sizes always explicit, read off the (inferred) output types."""

@@ -215,8 +215,11 @@ def _einsum(prim: Prim, body: Expr, inputs, device) -> torch.Tensor | None:
         return None  # einsum would neither sum over nor broadcast along a variable no factor reads
     ext = prim.extents
     operands, specs = [], []
+    summed = set(prim.reduce.axes)
     for vs, fs in groups.items():
-        order = [v for v in allv if v in vs]
+        # every operand spans every summed variable: einsum would sum a factor's partners first
+        # and multiply once (x * sum c for sum c*x), which is not eager's result for inf/NaN x
+        order = [v for v in allv if v in vs or v in summed]
         if math.prod(ext[v] for v in order) > CHUNK_ELEMS * 4:
             return None
         g = Grid(prim, inputs, var_env(order, ext, device))
