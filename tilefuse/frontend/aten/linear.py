@@ -1,7 +1,9 @@
 """ATen converters: contractions (mm, addmm, linear, baddbmm, einsum)."""
 from __future__ import annotations
 
-from ...ir.dtypes import TensorType
+import torch
+
+from ...ir.dtypes import DType, TensorType
 from .emitter import Emitter
 from .registry import Converter, converts
 
@@ -68,3 +70,40 @@ def _addbmm(em, a):
 def _einsum(em, a):
     dt = em.out_type().dtype
     return em.op("Einsum", [em.cast(x, dt) for x in a.tensors], {"equation": a.equation.replace(" ", "")})
+
+
+def _grouped(em: Emitter, x: str, w: str, offs: str) -> str:
+    """out[s] = x[s] @ w[e] for the rows s of group e, offs[e-1] <= s < offs[e] (offs: the groups'
+    cumulative ends, a mixture-of-experts' tokens sorted by expert); rows past the last end are 0.
+    A row's group is the number of ends at or before it, its weights gathered per row: one GEMM
+    over a gathered batch, whatever the (run-time) group sizes."""
+    if em.rank(x) != 2 or em.rank(w) != 3 or em.rank(offs) != 1:
+        raise em.unsupported(f"a grouped matmul of {list(em.shape(x))} by {list(em.shape(w))}; "
+                             "only 2-d rows by 3-d per-group weights with offsets")
+    (s, k), (e, _, n) = em.shape(x), em.shape(w)
+    out = em.out_type()
+    i64, b = DType.int64, DType.bool
+    ends = em.reshape(em.cast(offs, i64), (1, e))
+    rows = em.const(torch.arange(s, dtype=torch.int64).reshape(s, 1))
+    passed = em.op("LessOrEqual", [ends, rows], out=TensorType((s, e), b))
+    group = em.op("ReduceSum", [em.cast(passed, i64)], {"axes": (1,), "keepdims": 0}, TensorType((s,), i64))
+    inside = em.op("Less", [group, em.scalar(e, i64)], out=TensorType((s,), b))
+    group = em.op("Min", [group, em.scalar(e - 1, i64)], out=TensorType((s,), i64))
+    wg = em.op("Gather", [w, group], {"axis": 0}, TensorType((s, k, n), em.dtype(w)))
+    prod = em.op("MatMul", [em.reshape(em.cast(x, out.dtype), (s, 1, k)), em.cast(wg, out.dtype)],
+                 out=TensorType((s, 1, n), out.dtype))
+    prod = em.reshape(prod, (s, n))
+    zero = em.scalar(0.0 if out.dtype.is_float else 0, out.dtype)
+    return em.op("Where", [em.reshape(inside, (s, 1)), prod, zero], out=out)
+
+
+@converts("transformers.grouped_mm_fallback.default")
+def _grouped_mm_fallback(em, a):
+    return _grouped(em, a.input, a.weight, a.offs)
+
+
+@converts("aten._grouped_mm.default")
+def _grouped_mm(em, a):
+    if a.offs is None or a.bias is not None:
+        raise em.unsupported("a grouped matmul without offsets or with a bias")
+    return _grouped(em, a.self, a.mat2, a.offs)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ...ir.dtypes import DType, TensorType
 from .common import norm_dim, norm_dims, reduce_type
 from .emitter import Emitter
@@ -157,3 +159,29 @@ def _softmax(op: str) -> Converter:
 
 converts("aten._softmax.default", "aten.softmax.int")(_softmax("Softmax"))
 converts("aten._log_softmax.default", "aten.log_softmax.int")(_softmax("LogSoftmax"))
+
+
+@converts("aten.histc.default")
+def _histc(em, a):
+    """Counts per bin of [min, max] split into ``bins`` equal bins (the last one closed), values
+    outside or NaN not counted: each element's bin index compared with every bin and summed (a
+    mixture-of-experts router counts its tokens per expert so).  torch derives the range from the
+    data when min == max; that range is a run-time value, so it is refused."""
+    lo, hi, bins = float(a.min), float(a.max), int(a.bins)
+    if not lo < hi:
+        raise em.bad_attr("min", a.min, "histc over the data's own range (min == max) is not supported; "
+                          "give the range")
+    out = em.out_type()
+    dt = out.dtype
+    n = math.prod(em.shape(a.self))
+    x = em.reshape(a.self, (n, 1))
+    flat, mask = TensorType((n, 1), dt), TensorType((n, 1), DType.bool)
+    pos = em.op("Mul", [em.op("Sub", [x, em.scalar(lo, dt)], out=flat), em.scalar(float(bins), dt)], out=flat)
+    pos = em.op("Floor", [em.op("Div", [pos, em.scalar(hi - lo, dt)], out=flat)], out=flat)
+    pos = em.op("Min", [pos, em.scalar(float(bins - 1), dt)], out=flat)     # max itself is in the last bin
+    inside = em.op("And", [em.op("GreaterOrEqual", [x, em.scalar(lo, dt)], out=mask),
+                           em.op("LessOrEqual", [x, em.scalar(hi, dt)], out=mask)], out=mask)
+    hit = em.op("Equal", [pos, em.const(torch.arange(bins, dtype=dt.to_torch()))], out=TensorType((n, bins), DType.bool))
+    hit = em.op("And", [hit, inside], out=TensorType((n, bins), DType.bool))
+    counts = em.op("Cast", [hit], {"to": dt.to_onnx()}, TensorType((n, bins), dt))
+    return em.op("ReduceSum", [counts], {"axes": (0,), "keepdims": 0}, out)
