@@ -421,6 +421,23 @@ def test_buffer_mutation_is_rejected():
         import_torch(Counter(), (torch.randn(2),))
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_buffer_written_with_its_own_value_is_not_a_mutation(persistent):
+    # CTRL moves its positional table to the input's device and dtype in forward, which export
+    # records as a buffer mutation; a write of the same value is none
+    class Moves(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("table", torch.randn(4, 3), persistent=persistent)
+
+        def forward(self, x):
+            self.table = self.table.to(dtype=x.dtype)
+            return x @ self.table
+    m, x = Moves(), torch.randn(2, 4)
+    want = m(x)
+    torch.testing.assert_close(tilefuse.compile(m, (x,), backend="reference")(x), want)
+
+
 @pytest.fixture(scope="module")
 def kw_model():
     model = Fn(_kwargs).eval()

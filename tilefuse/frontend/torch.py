@@ -104,6 +104,9 @@ def import_exported(ep: ExportedProgram, name: str = "model") -> Imported:
     em, outs = fx_to_graph(ep.graph, inputs=inputs, constants=constants, values=values)
     graph_outputs, out_leaves = [], []
     for value, spec in zip(outs, sig.output_specs):
+        buffer = ep.state_dict.get(spec.target, ep.constants.get(spec.target))     # constants: non-persistent
+        if spec.kind is OutputKind.BUFFER_MUTATION and _unchanged(em, value, buffer):
+            continue    # the buffer written with its own value (CTRL's ``self.pos_encoding = ....to(device)``)
         if spec.kind is not OutputKind.USER_OUTPUT:
             raise _unsupported_signature(None, f"the model mutates {spec.target!r} in forward "
                                          f"({spec.kind.name}); tilefuse compiles pure functions")
@@ -115,6 +118,14 @@ def import_exported(ep: ExportedProgram, name: str = "model") -> Imported:
     graph = em.graph(graph_outputs, name)
     in_spec, out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
     return Imported(graph, _flattener(in_spec, user_leaves), _unflattener(out_spec, out_leaves))
+
+
+def _unchanged(em, value, buffer) -> bool:
+    """Whether a mutated buffer's new value is a constant equal to the buffer's value."""
+    if not isinstance(value, str) or not em.is_const(value) or buffer is None:
+        return False
+    new = em.consts[value]
+    return new.dtype == buffer.dtype and new.shape == buffer.shape and bool(torch.equal(new, buffer))
 
 
 def _unsupported_signature(node, detail: str) -> UnsupportedOperator:
