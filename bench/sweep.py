@@ -591,14 +591,21 @@ def _collect(arch, pid: int, r: int, status: int, started: float, timed_out: boo
             "reason": f"process died ({why}) without a record", "seconds": seconds}
 
 
-def sweep(archs: list, jobs: int, timeout: float, time_limit: float, build_only: bool = False, log=print) -> list[dict]:
+def sweep(archs: list, jobs: int, timeout: float, time_limit: float, build_only: bool = False, log=print,
+          on_record=None) -> list[dict]:
     """Every architecture in its own forked process, ``jobs`` at a time, each killed after
     ``timeout`` seconds.  Single-threaded: the parent only forks, waits and reads pipes."""
     import signal
-    # Import once what every child needs (the fork inherits it).
-    import torch  # noqa: F401
+    # Import once what every child needs (the fork inherits it), tilefuse's lazily imported
+    # modules included, by compiling a tiny model: every child then runs the same code, even
+    # when the tree changes during a sweep.  One thread: a forked child inherits no thread pool.
+    import torch
     import transformers  # noqa: F401
-    import tilefuse  # noqa: F401
+    import tilefuse
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        tilefuse.compile(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU()), (torch.randn(2, 4),),
+                         verify=True)
     pending, running, records = list(archs), {}, []
     while pending or running:
         while pending and len(running) < jobs:
@@ -619,6 +626,8 @@ def sweep(archs: list, jobs: int, timeout: float, time_limit: float, build_only:
                 del running[pid]
                 rec = _collect(arch, pid, r, status, started, late)
                 records.append(rec)
+                if on_record is not None:
+                    on_record(rec)
                 log(f"[{len(records)}/{len(archs)}] {rec['model_type']}: {rec['outcome']} ({rec.get('seconds')} s) "
                     f"{rec.get('reason', '')[:160]}")
     return sorted(records, key=lambda rec: rec["model_type"])
@@ -687,7 +696,7 @@ def main(argv=None) -> int:
         return 0
     archs = architectures()
     kept: list[dict] = []
-    if args.update:
+    if args.update and Path(args.json).exists():
         old = json.loads(Path(args.json).read_text())
         redo = set(args.redo.split(",")) if args.redo else set()
         chosen = {r["model_type"] for r in old["architectures"] if r["outcome"] in redo}
@@ -695,34 +704,49 @@ def main(argv=None) -> int:
         chosen |= {a[0] for a in archs} - {r["model_type"] for r in old["architectures"]}   # new ones
         kept = [r for r in old["architectures"] if r["model_type"] not in chosen]
         archs = [a for a in archs if a[0] in chosen]
-    elif args.only:
+    else:
+        args.update = False
+    if not args.update and args.only:
         wanted = set(args.only.split(","))
         archs = [a for a in archs if a[0] in wanted]
     t0 = time.time()
-    records = sweep(archs, args.jobs, args.timeout, args.time_limit, args.build_only,
-                    log=lambda line: print(line, flush=True))
     ver = versions()
-    for r in records:
-        r["tilefuse_commit"] = ver["tilefuse_commit"]
     commands = [" ".join(["python"] + [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])]
     if args.update:
-        records = sorted(kept + records, key=lambda r: r["model_type"])
-        commands = old.get("commands", []) + commands
-    data = {
-        "commands": commands,      # the full sweep, then each --update (records name their commit)
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores; no GPU: every kernel ran on the CPU "
-                   "in Triton's interpreter (TRITON_INTERPRET=1)",
-        "versions": ver,
-        "settings": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "vocab": VOCAB, "image": IMAGE,
-                     "batch": BATCH, "seq": SEQ, "timeout_s": args.timeout, "time_limit": args.time_limit,
-                     "jobs": args.jobs},
-        "wall_seconds": round(time.time() - t0) + (old.get("wall_seconds", 0) if args.update else 0),
-        "summary": summary(records),
-        "architectures": records,
-    }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+        commands = old.get("commands", [old.get("command")]) + commands
+    wall = old.get("wall_seconds", 0) if args.update else 0
+    total = len(architectures())
+    done: list[dict] = []
+
+    def write(rec: dict | None = None) -> dict:
+        """The JSON as it stands, rewritten after every architecture: a sweep stopped at any point
+        keeps what it ran, and ``--update`` goes on with the architectures it lacks."""
+        if rec is not None:
+            done.append({**rec, "tilefuse_commit": ver["tilefuse_commit"]})
+        records = sorted(kept + done, key=lambda r: r["model_type"])
+        data = {
+            "commands": commands,      # the first sweep, then each --update (records name their commit)
+            "date": datetime.date.today().isoformat(),
+            "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores; no GPU: every kernel ran on the CPU "
+                       "in Triton's interpreter (TRITON_INTERPRET=1)",
+            "versions": ver,
+            "settings": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "vocab": VOCAB, "image": IMAGE,
+                         "batch": BATCH, "seq": SEQ, "timeout_s": args.timeout, "time_limit": args.time_limit,
+                         "jobs": args.jobs},
+            "wall_seconds": wall + round(time.time() - t0),
+            "complete": len(records) == total,
+            "summary": summary(records),
+            "architectures": records,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(args.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(args.json)
+        return data
+
+    sweep(archs, args.jobs, args.timeout, args.time_limit, args.build_only,
+          log=lambda line: print(line, flush=True), on_record=write)
+    data = write()
     print(json.dumps(data["summary"]))
     return 0
 
