@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import tilefuse
+
 from tilefuse.families.chain import ChainTile, chain_body
 
 from gemm_eval import _cache, _seed, HALF_TOL, compile_h100, forced, gemm_kernels, run_cpu, whole  # noqa: F401
@@ -43,6 +45,27 @@ def test_attention_without_mask(t):
     rescaling across chunks; H split across programs; K looped inside the key loop."""
     built, body = forced(sdpa(), t, *qkv(), tol=TOL, family="chain")
     assert body.softmax is not None and "tl.dot" in built.source
+
+
+def _attention_with_sinks(q, k, v, sinks):
+    """GPT-OSS/Flint attention: a learned logit per head joins the softmax, then is sliced off."""
+    w = q @ k.transpose(2, 3) * 0.25
+    w = torch.cat([w, sinks.reshape(1, -1, 1, 1).expand(*w.shape[:-1], 1)], dim=-1)
+    return F.softmax(w, dim=-1)[..., :-1] @ v
+
+
+def test_a_softmax_over_more_columns_than_the_keys_is_not_a_chain():
+    # the sink column was dropped: the chain kernel's online softmax ran over the 24 keys of the
+    # second product while the softmax's max and sum range over 25 (found by the sweep: flint)
+    q, k, v = qkv()
+    sinks = torch.randn(3)
+    pg = compile_h100(_attention_with_sinks, q, k, v, sinks).primgraph
+    assert chain_body(whole(pg)) is None
+    want = _attention_with_sinks(q, k, v, sinks)
+    for target in ("cpu", "h100"):
+        cm = tilefuse.compile(_attention_with_sinks, (q, k, v, sinks), target=target)
+        got = cm(q, k, v, sinks) if target == "cpu" else cm.emulate(q, k, v, sinks)
+        torch.testing.assert_close(got, want, **TOL)
 
 
 def test_attention_additive_mask_and_alibi_bias():

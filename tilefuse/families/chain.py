@@ -192,7 +192,7 @@ def chain_body(group: Group) -> ChainBody | None:
     if operands is None:
         return None
     p, d = operands
-    instances = [_keyed(i, nvars, bs | ms) for i in inl.instances]
+    instances = [_keyed(i, nvars, c2.reduce.extents, bs | ms) for i in inl.instances]
     if any(i is None for i in instances) or _reads(d, nin) or any(_reads(d, i.slot) for i in instances):
         return None
     # where the score tile is read: one index, a permutation of the first contraction's axes
@@ -319,10 +319,13 @@ def _reads(e: Expr, slot: int) -> bool:
     return any(isinstance(n, Load) and n.tensor == slot for n in walk(e))
 
 
-def _keyed(inst: Instance, nvars, rows: set) -> Instance | None:
+def _keyed(inst: Instance, nvars, extents, rows: set) -> Instance | None:
     """An instance reducing over the keys for one row (its index over batch and row variables),
-    with its reduced variables renamed to the keys'."""
-    if len(inst.rvars) != len(nvars) or any(free_vars(e) - rows for e in inst.index):
+    with its reduced variables renamed to the keys'.  It must reduce over exactly the keys'
+    extents: a softmax over more columns than the second contraction reads (attention sinks: a
+    logit per head concatenated to the scores, sliced off after) is not the online softmax."""
+    if len(inst.rvars) != len(nvars) or tuple(inst.rext) != tuple(extents) \
+            or any(free_vars(e) - rows for e in inst.index):
         return None
     body = substitute(inst.body, dict(zip(inst.rvars, nvars)))
     return Instance(inst.slot, inst.prim, inst.index, body, nvars, inst.rext, inst.combiner, inst.dtype)
