@@ -545,3 +545,16 @@ def test_backend_is_registered():
     import torch._dynamo
     import tilefuse.frontend.dynamo as d
     assert torch._dynamo.lookup_backend("tilefuse") is d.tilefuse_backend
+
+
+def test_a_complex_constant_is_refused_by_name():
+    # LLaMA 4's rotary table is complex64: the import crashed with a TypeError from the dtype table
+    class Rotary(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("freqs", torch.polar(torch.ones(4, 2), torch.randn(4, 2)))
+
+        def forward(self, x):
+            return torch.view_as_real(torch.view_as_complex(x.reshape(4, 2, 2)) * self.freqs).flatten(1)
+    with pytest.raises(UnsupportedOperator, match=r"freqs.*complex64 is not supported"):
+        import_torch(Rotary(), (torch.randn(4, 4),))

@@ -86,8 +86,15 @@ class Emitter:
             name = self.claim(name)
         else:
             name = self.fresh(f"{self.fx.name}.c" if self.fx is not None else "const")
+        try:
+            dtype = DType.from_torch(data.dtype)
+        except TypeError:       # complex rotary tables (LLaMA 4), quantized buffers...
+            detail = f"a constant of dtype {str(data.dtype).replace('torch.', '')} is not supported"
+            if self.fx is not None:
+                raise self.unsupported(detail) from None
+            raise UnsupportedOperator(Node("constant", name, (), (), Attrs()), detail) from None
         self.consts[name] = data
-        self.types[name] = TensorType(tuple(data.shape), DType.from_torch(data.dtype))
+        self.types[name] = TensorType(tuple(data.shape), dtype)
         return name
 
     def scalar(self, value, dtype: DType) -> str:
