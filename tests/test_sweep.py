@@ -26,9 +26,10 @@ sweep = _sweep()
 
 # One or two of each family: encoders, decoders (learned, rotary, ALiBi positions; GQA; parallel
 # residual), encoder-decoders, mixture of experts, state spaces, vision transformers (windows,
-# hierarchies), convolutional nets (depthwise, batch norm), speech.
+# hierarchies, cosine attention: swin2sr, whose near-zero normalized vectors once made verify blame
+# rounding), convolutional nets (depthwise, batch norm), speech.
 SUBSET = ["bert", "albert", "deberta-v2", "gpt2", "llama", "qwen2", "gpt_neox", "bloom", "mixtral", "mamba",
-          "t5", "bart", "vit", "swin", "segformer", "convnext", "resnet", "mobilenet_v2", "whisper", "wav2vec2"]
+          "t5", "bart", "vit", "swin2sr", "segformer", "convnext", "resnet", "mobilenet_v2", "whisper", "wav2vec2"]
 
 
 @pytest.fixture(scope="module", autouse=True)

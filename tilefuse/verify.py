@@ -182,19 +182,29 @@ class Verifier:
 
     def stage(self, name: str, before: PrimGraph, after: PrimGraph) -> None:
         """Every tensor ``after`` shares with ``before`` (by name) and every output (by position)
-        against ``before``'s; the first that differs is blamed."""
+        against ``before``'s; the first that differs is blamed.  Each prim of ``after`` is
+        evaluated on ``before``'s values of the tensors they share (as each kernel is, below): a
+        rewrite is held to what it computes itself, not to rounding of an earlier, legitimate
+        reordering that an ill-conditioned op downstream amplifies (a merged projection's sums,
+        then a normalization of a near-zero vector: Swin2SR's cosine attention)."""
         self.stages.append(name)
         if after is before:
             return
         old = self.values(before)
-        new = evaluate(after, self.feeds)
         lo = floor(before.types.values())
+        new: dict[str, torch.Tensor] = {c.name: c.data for c in after.constants}
+        new.update((d.name, self.feeds[d.name]) for d in after.inputs)
         folded = [c.name for c in after.constants if c.name in old and c.name not in before.constant_map]
-        for n in folded + [p.name for p in after.prims]:
-            if n in old:
-                bad = difference(new[n], old[n], lo)
+        for n in folded:
+            bad = difference(new[n], old[n], lo)
+            if bad:
+                raise VerifyError(name, n, bad, _origin(after, n) or _origin(before, n))
+        for p in after.prims:
+            new[p.name] = eval_prim(p, [old[n] if n in old else new[n] for n in p.inputs])
+            if p.name in old:
+                bad = difference(new[p.name], old[p.name], lo)
                 if bad:
-                    raise VerifyError(name, n, bad, _origin(after, n) or _origin(before, n))
+                    raise VerifyError(name, p.name, bad, _origin(after, p.name) or _origin(before, p.name))
         for k, (a, b) in enumerate(zip(after.outputs, before.outputs)):
             bad = difference(new[a], old[b], lo)
             if bad:
@@ -202,20 +212,19 @@ class Verifier:
         self._graph, self._values = after, new
 
     def plan(self, plan, pg: PrimGraph) -> None:
-        """The plan's kernels, each evaluated by the reference on the values earlier kernels wrote."""
+        """The plan's kernels, each evaluated by the reference on the reference values of what it
+        reads (not on what earlier kernels wrote: as in ``stage``, rounding is not compounded)."""
         self.stages.append("plan")
         vals = self.values(pg)
         lo = floor(pg.types.values())
-        buffers = {n: vals[n] for n in plan.sources}
         for i, k in enumerate(plan.kernels):
             local: dict[str, torch.Tensor] = {}
             for p in k.prims:
-                local[p.name] = eval_prim(p, [local[n] if n in local else buffers[n] for n in p.inputs])
+                local[p.name] = eval_prim(p, [local[n] if n in local else vals[n] for n in p.inputs])
             for t in k.outputs:
                 bad = difference(local[t], vals[t], lo)
                 if bad:
                     raise VerifyError("plan", t, f"as kernel {i} {k.candidate} computes it {bad}", _origin(pg, t))
-                buffers[t] = local[t]
 
     def kernels(self, built: Sequence, pg: PrimGraph, device: torch.device) -> None:
         """Each built kernel alone, on the reference values of its inputs, on ``device``."""
