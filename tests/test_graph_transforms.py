@@ -139,6 +139,30 @@ def test_projections_sharing_an_input_are_merged(kv):
     same_values(pg, v, feeds)
 
 
+class QKVAndTable(QKV):
+    """A model that also returns a constant (a positional table: SAM3's vision model does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(4, 3))
+
+    def forward(self, x):
+        return *super().forward(x), self.table.t()
+
+
+def test_a_constant_output_survives_the_merge():
+    # the merge kept only the constants prims read: a graph output that is a constant was dropped
+    # ("graph output 'permute_12' is never produced", SAM3's vision model in the sweep)
+    model, x = QKVAndTable().eval(), torch.randn(2, 5, 32)
+    pg, feeds = prims_of(model, x)
+    h = horizontal(pg)
+    assert h is not pg and h.outputs[-1] in h.constant_map
+    same_values(pg, h, feeds)
+    with torch.no_grad():
+        for got, want in zip(tilefuse.compile(model, (x,))(x), model(x)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_contractions_that_are_no_siblings_are_left_alone():
     """Different activations, or a different index map on the shared input: nothing to merge."""
     w1, w2 = torch.randn(8, 6), torch.randn(8, 6)

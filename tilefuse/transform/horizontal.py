@@ -76,7 +76,7 @@ def horizontal(pg: PrimGraph) -> PrimGraph:
     for p in pg.prims:
         prims += merged_at.get(p.name, [])
         prims.append(replaced.get(p.name, p))
-    used = {n for p in prims for n in p.inputs}
+    used = {n for p in prims for n in p.inputs} | set(pg.outputs)     # an output may be a constant
     constants = tuple(c for c in pg.constants if c.name in used) + tuple(new_consts)
     return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
 
