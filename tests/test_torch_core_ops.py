@@ -140,3 +140,14 @@ def test_complex_values_outside_ffts_are_rejected():
     with pytest.raises(UnsupportedOperator, match="read by aten.abs") as e:
         import_torch(lambda x: torch.fft.fft(x).abs(), (rand(4),))
     assert e.value.op == "aten._fft_r2c.default"
+
+
+@pytest.mark.parametrize("fn", [lambda x: F.max_pool2d(x, 2), lambda x: F.max_pool2d(x, 3, 1, 1),
+                                lambda x: F.avg_pool2d(x, 2), lambda x: F.adaptive_avg_pool2d(x, 1),
+                                lambda x: F.adaptive_avg_pool2d(x, (2, 3)), lambda x: F.max_pool2d(x, 8, ceil_mode=True)],
+                         ids=["max", "max_padded", "avg", "global", "adaptive", "whole_window"])
+def test_unbatched_pooling_matches_eager(fn):
+    # a (C, H, W) input (SuperPoint pools one so); it was refused, and an adaptive pool of one
+    # read C as the batch
+    x = rand(3, 6, 6)
+    torch.testing.assert_close(tilefuse.compile(fn, (x,))(x), fn(x))

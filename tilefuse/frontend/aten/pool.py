@@ -1,17 +1,29 @@
 """ATen converters: max, average and adaptive average pooling."""
 from __future__ import annotations
 
+from ...ir.dtypes import TensorType
 from .common import tup
 from .emitter import Emitter, op_name
 from .registry import converts
 
 
 def _pool_nd(em: Emitter, x: str) -> int:
-    """Spatial rank from the op name (max_pool2d -> 2); unbatched inputs are not supported."""
+    """Spatial rank from the op name (max_pool2d -> 2); the input is (N, C, ...) or unbatched (C, ...)."""
     nd = int(next(c for c in op_name(em.fx.target).split(".")[1] if c.isdigit()))
-    if em.rank(x) != nd + 2:
-        raise em.unsupported(f"pooling needs a batched (N, C, ...) input, got rank {em.rank(x)}")
+    if em.rank(x) not in (nd + 1, nd + 2):
+        raise em.unsupported(f"pooling needs an (N, C, ...) or (C, ...) input, got rank {em.rank(x)}")
     return nd
+
+
+def _batched(em: Emitter, x: str, emit) -> str:
+    """``emit(x, out_type)`` on x with a batch of one in front when x is unbatched (C, ...), the
+    result reshaped back: the canonical pooling ops take (N, C, ...) only."""
+    nd = _pool_nd(em, x)
+    out = em.out_type(0)
+    if em.rank(x) == nd + 2:
+        return emit(x, out)
+    y = emit(em.reshape(x, (1, *em.shape(x))), TensorType((1, *out.shape), out.dtype))
+    return em.reshape(y, out.shape)
 
 
 def _pool_attrs(em: Emitter, x: str, kernel, stride, padding, ceil_mode, dilation=None) -> dict:
@@ -24,18 +36,19 @@ def _pool_attrs(em: Emitter, x: str, kernel, stride, padding, ceil_mode, dilatio
     return attrs
 
 
-def _whole_input_window(em: Emitter, x: str, attrs: dict) -> bool:
+def _whole_input_window(x_shape, out_shape, attrs: dict) -> bool:
     """One unpadded window covering the whole input (e.g. EfficientNet's AvgPool2d(1280, ceil_mode=True)
     on a small map): torch clips the window to the input, so the pool is a global one."""
-    spatial = em.shape(x)[2:]
-    return (not any(attrs["pads"]) and all(k >= n for k, n in zip(attrs["kernel_shape"], spatial))
-            and all(s == 1 for s in em.out_type(0).shape[2:]))
+    return (not any(attrs["pads"]) and all(k >= n for k, n in zip(attrs["kernel_shape"], x_shape[2:]))
+            and all(s == 1 for s in out_shape[2:]))
 
 
 def _pool(em: Emitter, op: str, x: str, attrs: dict) -> str:
-    if _whole_input_window(em, x, attrs):
-        return em.op("Global" + op, [x], out=em.out_type(0))
-    return em.op(op, [x], attrs, em.out_type(0))
+    def emit(x, out):
+        if _whole_input_window(em.shape(x), out.shape, attrs):
+            return em.op("Global" + op, [x], out=out)
+        return em.op(op, [x], attrs, out)
+    return _batched(em, x, emit)
 
 
 @converts("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
@@ -66,9 +79,11 @@ def _avg_pool(em, a):
           "aten._adaptive_avg_pool3d.default", "aten.adaptive_avg_pool3d.default",
           "aten.adaptive_avg_pool1d.default")
 def _adaptive_avg_pool(em, a):
-    out = em.out_type()
-    if all(s == 1 for s in out.shape[2:]):
-        return em.op("GlobalAveragePool", [a.self])
-    if out.shape == em.shape(a.self):
+    if em.out_type().shape == em.shape(a.self):
         return a.self
-    return em.op("AdaptiveAveragePool", [a.self])
+
+    def emit(x, out):
+        if all(s == 1 for s in out.shape[2:]):
+            return em.op("GlobalAveragePool", [x], out=out)
+        return em.op("AdaptiveAveragePool", [x], out=out)
+    return _batched(em, a.self, emit)
