@@ -99,7 +99,7 @@ KIND_RULES = [
     ("skip", r"^(num_channels|in_channels|input_channels|out_channels|audio_channels|channels|num_labels|"
              r"chunk_size_feed_forward|type_vocab_size|num_feat_extract_layers|conv_kernel|d_conv|"
              r"num_conv_pos_embeddings|num_conv_pos_embedding_groups|input_size|num_codebooks)$"),
-    ("vocab", r"(^|_)vocab_size$|^vocab_size_per_layer_input$|^num_embeddings$|^codebook_size$|^vocab_offset$"),
+    ("vocab", r"(^|_)vocab_size$|^vocab_size_per_layer_input$|^num_embeddings$|^codebook_size$|^vocab_offset$|^n_words$"),
     ("token", r"(token_id|token_index|_token_ids|_token)$"),
     ("kv_heads", r"(key_value_heads|kv_heads|^n_head_kv|^num_kv_heads|^multi_query_group_num)$"),
     ("heads", r"(heads|^n_head|^n_heads|^attention_heads)$"),
@@ -162,7 +162,7 @@ class Shrinker:
         for cfg in configs(root):
             for name, v in fields(cfg).items():
                 k = kind(name)
-                if k == "width" and (_int(v) or _ints(v)) and "hidden" in name or name in ("d_model", "n_embd", "embed_dim", "dim"):
+                if k == "width" and (_int(v) or _ints(v)) and "hidden" in name or name in ("d_model", "n_embd", "embed_dim", "emb_dim", "dim"):
                     widths += [x for x in (v if isinstance(v, (list, tuple)) else [v]) if _int(x)]
                 if k == "head_dim" and _int(v):
                     head_dims.append(v)

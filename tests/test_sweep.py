@@ -51,7 +51,7 @@ def test_shrunk_configs_respect_the_bounds():
     # vocab <= 128, image <= 64 px (the two SAM3 video configs rebuild a prompt encoder at its
     # default image size in __post_init__; the sweep records what they do)
     from transformers import CONFIG_MAPPING
-    bounds = {"hidden_size": 64, "d_model": 64, "n_embd": 64, "num_hidden_layers": 2, "num_layers": 2,
+    bounds = {"hidden_size": 64, "d_model": 64, "n_embd": 64, "emb_dim": 64, "num_hidden_layers": 2, "num_layers": 2,
               "n_layer": 2, "encoder_layers": 2, "decoder_layers": 2}
     kind_bounds = {"heads": 4, "vocab": 128, "image": 64}
     over, built = [], 0

@@ -558,3 +558,23 @@ def test_a_complex_constant_is_refused_by_name():
             return torch.view_as_real(torch.view_as_complex(x.reshape(4, 2, 2)) * self.freqs).flatten(1)
     with pytest.raises(UnsupportedOperator, match=r"freqs.*complex64 is not supported"):
         import_torch(Rotary(), (torch.randn(4, 4),))
+
+
+def test_an_item_only_asserted_on_is_dropped_with_the_assertion():
+    # XLM and FlauBERT check `lengths.max().item() <= slen`: export keeps the .item() for a
+    # runtime assertion, which tilefuse drops as it drops every assertion
+    class Checked(nn.Module):
+        def forward(self, ids):
+            lengths = (ids != 0).sum(dim=1)
+            torch._check(lengths.max().item() <= ids.shape[1])
+            return ids * 2 + lengths[:, None]
+    m, ids = Checked(), torch.tensor([[1, 2, 0], [3, 0, 0]])
+    torch.testing.assert_close(tilefuse.compile(m, (ids,), backend="reference")(ids), m(ids))
+
+
+def test_computing_with_an_item_is_refused_naming_it():
+    class Splits(nn.Module):
+        def forward(self, x, n):
+            return x[: n.item()] * 2
+    with pytest.raises(UnsupportedOperator, match=r"reads the value of \.item\(\) \(node '_local_scalar_dense'"):
+        import_torch(Splits(), (torch.randn(5), torch.tensor(3)))

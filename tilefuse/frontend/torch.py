@@ -197,6 +197,9 @@ def fx_to_graph(graph: fx.Graph, *, inputs: Mapping[fx.Node, str], constants: Ma
         elif node.op == "output":
             outs = pytree.tree_leaves(fx.node.map_arg(node.args[0], lambda n: env[n]),
                                       is_leaf=lambda x: x is None)
+            scalar = next((o for o in outs if isinstance(o, DataScalar)), None)
+            if scalar is not None:
+                raise UnsupportedOperator(scalar.node, "the value of .item() is a model output; it depends on the data")
         else:
             raise UnsupportedOperator(Node(node.op, node.name, (), ()), "unexpected FX node kind")
     return em, outs
@@ -209,6 +212,27 @@ def _get_attr(owner, target: str) -> torch.Tensor:
     return obj
 
 
+class DataScalar:
+    """The value of ``.item()`` (``aten._local_scalar_dense``): known only at run time.  Runtime
+    checks on it (``assert x.max().item() <= n``: export's ``_assert_scalar``) are dropped as
+    every assertion is; anything that computes with it is refused, naming the ``.item()``."""
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    def refusal(self, em: Emitter) -> UnsupportedOperator:
+        loc = f" at {self.node.location}" if self.node.location else ""
+        return em.unsupported(f"it reads the value of .item() (node '{self.node.name}'{loc}), which depends on "
+                              "the data")
+
+
+def _data_scalar(node: fx.Node, env: Mapping[fx.Node, Any]) -> DataScalar | None:
+    for arg in pytree.tree_leaves((node.args, node.kwargs)):
+        if isinstance(arg, fx.Node) and isinstance(env.get(arg), DataScalar):
+            return env[arg]
+    return None
+
+
 def convert_node(em: Emitter, node: fx.Node, env: Mapping[fx.Node, Any]):
     """The canonical value(s) of one ATen node: emitted nodes, a folded constant, or a Python value."""
     em.begin(node, source_location(node))
@@ -218,6 +242,13 @@ def convert_node(em: Emitter, node: fx.Node, env: Mapping[fx.Node, Any]):
     val = node.meta.get("val")
     if name in NO_OPS:
         return None
+    if name == "aten._local_scalar_dense.default":
+        return DataScalar(em.node_ref())
+    scalar = _data_scalar(node, env)
+    if scalar is not None:
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return scalar      # Python arithmetic or a comparison on it: for an assertion, or refused later
+        raise scalar.refusal(em)
     if isinstance(val, (int, float, bool)) and not isinstance(val, torch.Tensor):
         return val  # shape arithmetic, specialized to the example's static shapes
     if not isinstance(node.target, torch._ops.OpOverload):
