@@ -215,3 +215,18 @@ def test_chain_kernel_source_keeps_the_query_tile_out_of_the_key_loop():
     assert src.index("tl.load(in0") < loop
     assert src.count("tl.load(in0") == 1
     assert re.search(r"^\s+st\d+, st\d+, st\d+ = \w+, \w+, \w+$", src, re.M)
+
+
+@pytest.mark.parametrize("x", [float("inf"), -2.5])
+def test_a_chain_zeroes_the_scores_past_the_keys_before_the_second_product(x):
+    # (x·xᵀ)·xᵀ of a broadcast scalar: the first product's padded key columns held inf (its B
+    # operand, a broadcast, is not a masked load), and 0 · inf in the second product gave NaN
+    # where eager gives inf (found by the ONNX fuzzer)
+    def f(s):
+        v = s.reshape(1, 1).expand(3, 3)
+        return (v @ v.t()) @ v.t() - 0.5
+    s = torch.tensor(x)
+    for target in ("cpu", "h100"):
+        cm = tilefuse.compile(f, (s,), target=target)
+        got = cm(s) if target == "cpu" else cm.emulate(s)
+        torch.testing.assert_close(got, f(s), **TOL)

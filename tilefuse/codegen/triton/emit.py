@@ -525,7 +525,9 @@ class _Printer:
         if e.dtype is not dt:
             v = self.emit(f"{v.text}.to({TL[dt]})", deps=[v])
         ka = self.axis_by_name[kaxis]
-        if ka.masked and not (isinstance(e, Load) and kaxis in v.axes):
+        # a masked memory load over K reads 0 past it; an on-chip tile (a chain's scores: Load of
+        # a result slot, no index) holds whatever the first product made of its padded columns
+        if ka.masked and not (isinstance(e, Load) and e.index and kaxis in v.axes):
             m = self.mask(ka)
             v = self.emit(f"tl.where({m.text}, {v.text}, 0.0).to({TL[dt]})", deps=[v, m])
         if self.tiled(v) != frozenset(axes):
