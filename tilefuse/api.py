@@ -226,7 +226,7 @@ def _verify_plan(check: Verifier, plan: Plan, primgraph: PrimGraph, kernels, tgt
     if device is None:
         _log.warning("verify: the %s plan's kernels cannot run on this machine; they are not checked", tgt.name)
         return
-    check.kernels(kernels, primgraph, device)
+    check.kernels(kernels, primgraph, device, plan)
 
 
 def _log_plan(report: Report) -> None:
