@@ -1,4 +1,4 @@
-"""Unit tests of the cost model (cost/model.py, schedule/tiles.py): every term can be seen to act."""
+"""Unit tests of the cost model (cost/model.py, cost/tiles.py): every term can be seen to act."""
 import pytest
 import torch
 
@@ -8,7 +8,7 @@ from tilefuse.cost.model import INFEASIBLE, Resources, Work, estimate, occupancy
 from tilefuse.cost.target import Target
 from tilefuse.families.fused import _ranked
 from tilefuse.ir.dtypes import DType, TensorType
-from tilefuse.schedule.tiles import split_l2
+from tilefuse.cost.tiles import split_l2
 
 H100 = Target.get("h100")
 

@@ -14,7 +14,7 @@ from tilefuse.fission.reduce import softmax
 from tilefuse.fission.registry import Fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import Var
-from tilefuse.schedule.tiles import tile_box
+from tilefuse.cost.tiles import tile_box
 
 MiB = 1 << 20
 H100 = Target.get("h100")

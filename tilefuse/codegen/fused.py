@@ -17,6 +17,7 @@ the reference executor does.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -28,23 +29,42 @@ from .triton.ops import BOOL_COMBINER, HALF
 
 
 def fused_kernel(s, name: str) -> Kernel:
-    """The kernel computing fused schedule ``s`` under the function name ``name``."""
+    """The kernel computing fused schedule ``s`` under the function name ``name``: the template
+    of its body bound to its tile (what the family costed), named and commented."""
     b = s.body
+    k = tiled(fused_template(b, s.one_pass), b, s.xblock, s.rblock, s.num_warps, s.num_stages)
+    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
+    comments = (f"{name}: fused kernel (tilefuse), anchor {b.anchor}, XBLOCK={s.xblock} RBLOCK={s.rblock} "
+                f"num_warps={s.num_warps} num_stages={s.num_stages}" + (", one pass" if s.one_pass else ""),
+                "implements:", *(f"  {o}" for o in origins),
+                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
+                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    return replace(k, name=name, comments=comments)
+
+
+def tiled(template: Kernel, b, xblock: int, rblock: int, num_warps: int, num_stages: int) -> Kernel:
+    """``template`` with a tile bound: XBLOCK rows per program (at most the rows, rounded up to a
+    power of two), RBLOCK-wide chunks."""
+    return template.bound({"XBLOCK": min(xblock, _pow2(math.prod(b.xext))), "RBLOCK": rblock}, num_warps, num_stages)
+
+
+def fused_template(b, one_pass: bool) -> Kernel:
+    """A fused body (``families/fused.FusedBody``) as a kernel whose blocks are bound later
+    (``Kernel.bound``): in one pass the reductions run over the row's inner axis ``r`` itself,
+    looped each over its own axis."""
     types = b.group.types
-    one = s.one_pass
-    xn = math.prod(b.xext)
-    axes = [TileAxis("x", b.xvars, b.xext, min(s.xblock, _pow2(xn)), 0, grid=0, block_name="XBLOCK")]
+    axes = [TileAxis("x", b.xvars, b.xext, 1, 0, grid=0, block_name="XBLOCK")]
     if b.ivars:
-        axes.append(TileAxis("r", b.ivars, b.iext, s.rblock, 1, block_name="RBLOCK"))
+        axes.append(TileAxis("r", b.ivars, b.iext, 1, 1, block_name="RBLOCK"))
     body: list = []
     rename: dict[Var, Var] = {}
     for inst in b.instances:
-        if one:
+        if one_pass:
             rename.update(zip(inst.rvars, b.ivars))
             axis = "r"
         else:
             axis = f"r{inst.slot}"
-            axes.append(TileAxis(axis, inst.rvars, inst.rext, s.rblock, 1, block_name="RBLOCK"))
+            axes.append(TileAxis(axis, inst.rvars, inst.rext, 1, 1, block_name="RBLOCK"))
         body.append(reduction(inst, substitute(inst.body, rename) if rename else inst.body, axis))
     rows, inner = [], []
     for k, st in enumerate(b.stores):
@@ -56,15 +76,9 @@ def fused_kernel(s, name: str) -> Kernel:
         (rows if st.row_only else inner).append(store)
     body += rows
     body += ([Loop("r", tuple(inner))] if b.ivars else inner) if inner else []
-    reused = frozenset() if one else _reused(b)
-    origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
-    comments = (f"{name}: fused kernel (tilefuse), anchor {b.anchor}, XBLOCK={s.xblock} RBLOCK={s.rblock} "
-                f"num_warps={s.num_warps} num_stages={s.num_stages}" + (", one pass" if one else ""),
-                "implements:", *(f"  {o}" for o in origins),
-                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
-                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
-    return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
-                  tuple(axes), tuple(body), s.num_warps, s.num_stages, comments, reused)
+    reused = frozenset() if one_pass else _reused(b)
+    return Kernel("fused", tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
+                  tuple(axes), tuple(body), 1, 1, (), reused)
 
 
 def reduction(inst, body: Expr, axis: str) -> Reduce:

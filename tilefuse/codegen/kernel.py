@@ -42,8 +42,8 @@ arithmetic in the IR's dtypes.  Backends (``codegen/triton``) print a kernel; te
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Union
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Union
 
 from ..ir.dtypes import DType, TensorType
 from ..ir.expr import Expr, Load, Var
@@ -199,6 +199,13 @@ class Kernel:
         """Nothing to compute: an empty output or an empty program-split axis."""
         return any(t.numel == 0 for t in self.outputs) or any(a.grid is not None and a.extent == 0
                                                              for a in self.axes)
+
+    def bound(self, blocks: Mapping[str, int], num_warps: int, num_stages: int) -> "Kernel":
+        """This kernel with block sizes bound by constexpr name (a family lowers a body once and
+        binds each candidate tile), and its warps and pipeline depth."""
+        axes = tuple(replace(a, block=blocks[a.block_name]) if blocks.get(a.block_name, a.block) != a.block else a
+                     for a in self.axes)
+        return replace(self, axes=axes, num_warps=num_warps, num_stages=num_stages)
 
     def axis(self, name: str) -> TileAxis:
         for a in self.axes:

@@ -8,7 +8,7 @@ checked by the calibration table (``tests/test_calibration.py``, docs/cost-model
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -54,6 +54,15 @@ class Target:
     legacy_mma_share: float = 1.0           # tensor-core rate of warp-level mma.sync where wgmma exists
     program_s: float = 0.0                  # per program and loop chunk of a generated kernel,
                                             # on targets that interpret them sequentially (cpu)
+
+    def __hash__(self) -> int:
+        # by value, the mappings as their sorted items: caches are keyed by what a target is
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(tuple(sorted(v.items())) if isinstance(v, Mapping) else v
+                           for v in (getattr(self, f.name) for f in fields(self))))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def device(self) -> str:

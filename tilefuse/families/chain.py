@@ -24,7 +24,7 @@ through the inverse of its index map (``families/anchor.py``), as in the gemm fa
 
 Cost: tensor-core flops of the padded tiles (the scores once per column tile) at the rate the two
 products' tiles sustain (``schedule/search.tile_rate``), the softmax's arithmetic on CUDA cores,
-every operand load site's box per program (``schedule/tiles.py``) through L2, from DRAM once when
+every operand load site's box per program (``cost/tiles.py``) through L2, from DRAM once when
 the heads the resident programs work on fit in L2 (``_memory``), the output once.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from ..ir.expr import Cast, Const, Expr, Load, Select, Unary, Var, binary, cast,
 from ..schedule import tiling
 from ..schedule.search import GemmShape, GemmTile, tile_rate
 from ..schedule.tiling import ChainShape
-from ..schedule.tiles import load_sites, site_elems, tile_box
+from ..cost.tiles import load_sites, site_elems, tile_box
 from .anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
 from .base import Built, Family, Group, Schedule
 

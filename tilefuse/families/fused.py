@@ -16,11 +16,11 @@ map (a permutation/projection of its axes), or have the anchor's shape; otherwis
 rejected, as are nested reductions (a reduction used inside another's reduced loop; their traffic
 can still be modelled: ``tile_traffic``).  Rejection is the common case and is cheap.
 
-Cost: the traffic the schedule issues (``schedule/tiles.py``: Welder's tile propagation with
-coalescing, loads counted loop by loop as the emitter issues them, re-reads split between L2 and
-DRAM), fp32 CUDA-core flops, and the program's resources (warps, registers from the values a
-thread holds) for occupancy, all timed by ``cost.model.estimate``.  The tile space is XBLOCK ×
-RBLOCK × num_warps; ``schedules`` returns the best few, best first.
+Cost: ``cost.work.work`` of the kernel the template prints (``codegen/fused.py``: the body is
+lowered once per form, one pass or looped, and each candidate's XBLOCK and RBLOCK bound to it),
+timed by ``cost.model.estimate``: one description of each kernel.  The tile space is XBLOCK ×
+RBLOCK × num_warps; ``schedules`` returns the best few, best first.  ``tile_traffic`` keeps
+Welder's traffic of a group this family does not build (a reduction nested in another's row).
 """
 from __future__ import annotations
 
@@ -29,11 +29,12 @@ from dataclasses import dataclass
 
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.inline import Inliner, Instance, injective_store
-from ..cost.model import Resources, Work, coalesced_elems, estimate, expr_flops, occupancy
+from ..codegen.fused import fused_template, tiled
+from ..cost.model import coalesced_elems, estimate
 from ..cost.target import Target
-from ..ir.dtypes import DType
+from ..cost.tiles import load_sites, requested_bytes
+from ..cost.work import work
 from ..ir.expr import Expr, Var, free_vars, substitute, walk
-from ..schedule.tiles import load_sites, requested_bytes, split_l2, tile_box
 from .base import Built, Family, Group, Schedule
 
 MAX_EXPR_NODES = 4000          # beyond this, inlining has blown up (stencils of stencils): reject
@@ -133,7 +134,9 @@ class FusedFamily(Family):
 
 
 def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
-    """Every feasible (XBLOCK, RBLOCK, warps) schedule, fastest first.
+    """Every feasible (XBLOCK, RBLOCK, warps) schedule, fastest first, each costed from the kernel
+    it prints (``cost.work``): the body is lowered once per form (one pass, looped) and each
+    candidate tile bound to it.
 
     Schedules within ``RESOLUTION`` of the fastest are ties the model cannot separate (its
     per-program and latency constants are assumptions until measured); among them the simplest
@@ -142,16 +145,22 @@ def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:
     then about 8 tile elements per thread (so warps grow with the row), then fewest warps, then
     the smallest chunk.  Deterministic.
     """
-    flops = _flops(b)
-    loops_looped = _loops(b, one_pass=False)
-    loops_one = _loops(b, one_pass=True) if _can_one_pass(b) else None
+    templates = {one: fused_template(b, one) for one in ((True, False) if _can_one_pass(b) else (False,))}
     scored = []
     for xb, rb in _tile_options(b):
-        one = loops_one is not None and rb >= _loop_max(b.instances, b.iext)
-        for sched in _with_tile(b, loops_one if one else loops_looped, one, flops, xb, rb, target):
-            t = estimate(sched.work, target).seconds
+        one = _can_one_pass(b) and rb >= _loop_max(b.instances, b.iext)
+        kernel = tiled(templates[one], b, xb, rb, 1, 1)
+        # a loop of several chunks overlaps the next chunk's loads with this one's arithmetic
+        stages = 2 if any(a.looped for a in kernel.axes) else 1
+        for warps in WARPS:
+            elems = -(-(xb * rb) // (warps * target.warp_size))
+            lo, hi = ELEMS_PER_THREAD
+            if not (lo <= elems <= hi or (elems < lo and warps == 1) or (elems > hi and warps == WARPS[-1])):
+                continue   # too few elements per thread (idle lanes) or too many (registers)
+            w = work(kernel.bound({}, warps, stages), target)
+            t = estimate(w, target).seconds
             if t != float("inf"):
-                scored.append((t, sched))
+                scored.append((t, FusedSchedule("fused", b.group, w.programs, w, b, xb, rb, warps, stages)))
     if not scored:
         return []
     best = min(t for t, _ in scored)
@@ -282,13 +291,6 @@ def _kvar(inst: Instance, j: int) -> Var:
     return Var(f"k_{inst.prim}_{j}")
 
 
-def _loop_extents(b: FusedBody, one_pass: bool) -> list[int]:
-    inner = math.prod(b.iext)
-    if one_pass:
-        return [inner]
-    return [math.prod(i.rext) for i in b.instances] + [inner]
-
-
 def _tile_options(b: FusedBody):
     xn = math.prod(b.xext)
     loop = _loop_max(b.instances, b.iext)
@@ -318,58 +320,6 @@ def _traffic(b: FusedBody, loops, box: dict[Var, int], target: Target) -> tuple[
     """(bytes one program covering ``box`` requests per input, bytes stored by the kernel)."""
     g = b.group
     per_input = requested_bytes(loops, _ranges(b, box), [g.types[n] for n in b.inputs], target, _ranges(b, {}))
-    return per_input, sum(_stored_bytes(g.types[s.tensor], target) for s in b.stores)
-
-
-def _stored_bytes(t, target: Target) -> float:
-    """An output written whole, in the transactions that carry it (a tiny one still costs one)."""
-    return coalesced_elems(t.shape, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
-
-
-def _registers(b: FusedBody, loops, elems_per_thread: int) -> int:
-    """32-bit registers per thread: a base for indices and pointers, plus the tile values a thread
-    holds at once: its loads in the widest loop and the value computed from them (reductions
-    leave one value per row, not per element)."""
-    widest = max((len(sites) for sites in loops), default=0)
-    live = min(widest, 8) + 1
-    return 24 + elems_per_thread * live
-
-
-def _with_tile(b: FusedBody, loops, one_pass: bool, flops: int, xb: int, rb: int, target: Target):
-    """The schedules of one tile, one per warp count that fits."""
-    g = b.group
-    programs = -(-math.prod(b.xext) // xb)
-    per_input, stores = _traffic(b, loops, tile_box(b.xvars, b.xext, xb), target)
-    # the last program's rows beyond the extent are masked off and move nothing
-    xn = math.prod(b.xext)
-    tail = xn / (programs * min(xb, xn)) if programs else 1.0
-    per_input = [p * tail for p in per_input]
-    extents = _loop_extents(b, one_pass)
-    iterations = sum(-(-n // rb) for n in extents)
-    # a loop of several chunks overlaps the next chunk's loads with this one's arithmetic
-    stages = 2 if any(n > rb for n in extents) else 1
-    inputs = [g.types[n] for n in b.inputs]
-    requested = sum(per_input)
-    for warps in WARPS:
-        elems = -(-(xb * rb) // (warps * target.warp_size))
-        lo, hi = ELEMS_PER_THREAD
-        if not (lo <= elems <= hi or (elems < lo and warps == 1) or (elems > hi and warps == WARPS[-1])):
-            continue   # too few elements per thread (idle lanes) or too many (registers)
-        res = Resources(warps, _registers(b, loops, elems))
-        occ = occupancy(res, target)
-        if occ == 0:
-            continue
-        concurrent = min(programs, occ * target.sm_count)
-        dram, l2 = split_l2(per_input, programs, concurrent, inputs, target)
-        work = Work(programs, dram + stores, l2 + stores, flops, target.peak(DType.float32, False),
-                    inflight_bytes=requested / max(iterations, 1), res=res, chunks=iterations,
-                    requested_bytes=requested * programs + stores)
-        yield FusedSchedule("fused", g, programs, work, b, xb, rb, warps, stages)
-
-
-def _flops(b: FusedBody) -> int:
-    xn = math.prod(b.xext)
-    flops = sum((expr_flops(inst.body) + 1) * xn * math.prod(inst.rext) for inst in b.instances)
-    inner = math.prod(b.iext)
-    flops += sum(expr_flops(s.value) * xn * (1 if s.row_only else inner) for s in b.stores)
-    return int(flops)
+    stored = sum(coalesced_elems(t.shape, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
+                 for t in (g.types[s.tensor] for s in b.stores))
+    return per_input, stored

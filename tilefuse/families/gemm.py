@@ -44,7 +44,7 @@ from ..ir.dtypes import DType
 from ..ir.expr import Cast, Expr, Load, Var, free_vars, substitute, transform, walk
 from ..schedule.search import (GemmShape, GemmTile, core_work, dram_rereads, fixup_work, ranked_tiles,
                                split_reduction)
-from ..schedule.tiles import load_sites, site_elems, tile_box
+from ..cost.tiles import load_sites, site_elems, tile_box
 from .anchor import AccStore, acc_at, acc_reads, dot_operands, downstream, epilogue_store, split_operands, upstream
 from .base import Built, Cost, Family, Group, Schedule
 

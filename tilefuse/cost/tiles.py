@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis.index import affine_form, bounds
-from ..cost.model import coalesced_elems
-from ..cost.target import Target
+from .model import coalesced_elems
+from .target import Target
 from ..ir.dtypes import TensorType
 from ..ir.expr import Load, Var, free_vars, walk
 
@@ -47,17 +47,19 @@ def load_sites(bodies: Iterable, num_inputs: int) -> list[LoadSite]:
         for n in walk(body):
             if isinstance(n, Load) and n.tensor < num_inputs:
                 seen.setdefault(n)
-    out = []
-    for ld in seen:
-        dims = []
-        for e in ld.index:
-            if any(isinstance(x, Load) for x in walk(e)):
-                dims.append(("data", tuple(free_vars(e))))
-                continue
-            form = affine_form(e)
-            dims.append(("affine", form) if form is not None else ("other", e))
-        out.append(LoadSite(ld, tuple(dims)))
-    return out
+    return [load_site(ld) for ld in seen]
+
+
+def load_site(ld: Load) -> LoadSite:
+    """A load's index map, analysed once: per dim affine in variables, data-dependent, or other."""
+    dims = []
+    for e in ld.index:
+        if any(isinstance(x, Load) for x in walk(e)):
+            dims.append(("data", tuple(free_vars(e))))
+            continue
+        form = affine_form(e)
+        dims.append(("affine", form) if form is not None else ("other", e))
+    return LoadSite(ld, tuple(dims))
 
 
 def site_elems(site: LoadSite, ranges: Mapping[Var, tuple[int, int]], t: TensorType, target: Target,
