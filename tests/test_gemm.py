@@ -462,7 +462,7 @@ def test_zoo_h100_plans_run_through_gemm_kernels_on_cpu(name):
     from tilefuse import zoo
     model, sets = zoo.build(name, "tiny")
     cm = tilefuse.compile(model, sets[0], target="h100", backend="triton")
-    assert sum(k.family == "gemm" for k in cm.kernels) >= 5
+    assert sum(k.family == "gemm" for k in cm.kernels) >= 4        # with fused prologues/epilogues
     got = run_cpu(cm, *sets[0])
     with torch.no_grad():
         want = [t for t in pytree.tree_leaves(model(*sets[0])) if isinstance(t, torch.Tensor)]

@@ -1,14 +1,6 @@
 """tilefuse: optimal kernel orchestration and Triton code generation for DL inference."""
-import os as _os
-
-import torch as _torch
-
-if not _torch.cuda.is_available():
-    # Without a GPU generated kernels run in Triton's interpreter, which triton.jit selects from this
-    # variable when it decorates a function.  Set before triton is imported, its standard library is
-    # decorated for the interpreter too; if triton came first, the kernel loader re-decorates it.
-    _os.environ.setdefault("TRITON_INTERPRET", "1")
-
+# Importing tilefuse changes no environment and patches nothing: without a GPU, generated kernels
+# switch Triton's interpreter on around their own loading and launches (codegen/triton/interpreter.py).
 from .api import compile, compile_onnx, compile_prims
 from .cost.target import Target
 from .errors import (InputError, ModelLoadError, TargetAbsentError, TilefuseError, UnsupportedAttribute,

@@ -313,9 +313,8 @@ def kernel_device(target) -> torch.device | None:
     when kernels run in Triton's interpreter, else nowhere (a GPU plan for another GPU)."""
     if target.is_present():
         return torch.device(target.device)
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return torch.device("cpu")
-    return None
+    from .codegen.triton.interpreter import interpreted
+    return torch.device("cpu") if interpreted() else None
 
 
 def eager_oracle(model, args: tuple, kwargs: Mapping) -> Callable[[], list[torch.Tensor]]:

@@ -30,6 +30,8 @@ the heads the resident programs work on fit in L2 (``_memory``), the output once
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..analysis.classify import Category, contraction_operands
@@ -412,19 +414,27 @@ def chain_tiles(b: ChainBody, target: Target) -> list[ChainTile]:
             for w in WARPS for st in STAGES]
 
 
-_RANKED: dict[tuple, tuple[Target, tuple[ChainTile, ...]]] = {}
+_RANKED: OrderedDict[tuple, tuple[ChainTile, ...]] = OrderedDict()
+RANKED_CACHE = 1024       # chain bodies whose ranking is kept (least recently used dropped)
+_RANKED_LOCK = threading.Lock()
 
 
 def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
-    """Every tile of the space, fastest first as the cost model times it on this body; cached per
-    chain shape, operand types, softmax and target (a group's other members change its
+    """Every tile of the space, fastest first as the cost model times it on this body; cached by
+    value per chain shape, operand types, softmax and target (a group's other members change its
     prologue's and epilogue's traffic, not the ranking of the tiles)."""
-    key = (chain_shape(b), b.in1, b.in2, b.softmax is not None, target.name, id(target))
-    got = _RANKED.get(key)
-    if got is None:
-        got = _RANKED[key] = (target, tuple(s.tile for s in _best([_schedule(b, t, target)
-                                                                     for t in chain_tiles(b, target)], target)))
-    return got[1]
+    key = (chain_shape(b), b.in1, b.in2, b.softmax is not None, target)
+    with _RANKED_LOCK:
+        got = _RANKED.get(key)
+        if got is not None:
+            _RANKED.move_to_end(key)
+            return got
+    got = tuple(s.tile for s in _best([_schedule(b, t, target) for t in chain_tiles(b, target)], target))
+    with _RANKED_LOCK:
+        _RANKED[key] = got
+        if len(_RANKED) > RANKED_CACHE:
+            _RANKED.popitem(last=False)
+    return got
 
 
 def _best(scheds: list["ChainSchedule"], target: Target) -> list["ChainSchedule"]:

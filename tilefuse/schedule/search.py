@@ -22,6 +22,7 @@ its top few with the group's own prologue and epilogue traffic.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -280,16 +281,10 @@ def fixup_work(s: GemmShape, t: GemmTile, target: Target, *, read: float, writte
                 tile_resources(t, s, target), steps, l2, store_bytes=written)
 
 
-_RANKED: dict[tuple, tuple[Target, tuple[GemmTile, ...]]] = {}
-
-
+@functools.lru_cache(maxsize=2048)
 def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
     """Feasible tiles, fastest first by the modelled time of the core GEMM (ties: least padding,
-    then larger tiles, fewer warps and stages); cached per shape and target."""
-    key = (s, target.name, id(target))
-    got = _RANKED.get(key)
-    if got is not None:
-        return got[1]
+    then larger tiles, fewer warps and stages); cached by value, per shape and target."""
     item = max(s.dtype.itemsize, 1)
     a_bytes, b_bytes = s.batch * s.m * s.k * item, s.batch * s.n * s.k * item
     out_bytes = s.batch * s.m * s.n * item
@@ -310,6 +305,4 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
             scored.append(((sec, padded, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
     scored.sort(key=lambda kv: kv[0])
-    ranked = tuple(t for _, t in scored)
-    _RANKED[key] = (target, ranked)
-    return ranked
+    return tuple(t for _, t in scored)

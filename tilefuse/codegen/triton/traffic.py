@@ -58,7 +58,8 @@ Scope: counters are process-wide, not per thread (the interpreter itself keeps i
 one global builder); a counter sees every interpreted launch while it is open.  Counters nest:
 each open counter sees every access made while it is open, so an outer one includes an inner one.
 Only interpreted kernels are seen; opening a counter when Triton is not in interpreter mode
-(``TRITON_INTERPRET=1``) raises ``RuntimeError``.
+(``TRITON_INTERPRET=1``, or a machine without CUDA, where tilefuse runs its kernels in the
+interpreter) raises ``RuntimeError``.
 
 Triton internals patched while at least one counter is open (restored when the last one closes):
 the methods ``create_masked_load``, ``create_masked_store``, ``create_atomic_rmw`` and
@@ -146,6 +147,9 @@ _NATIVE_MEMORY_FNS = frozenset({"load", "store", "atomic_rmw", "atomic_cas"})
 
 
 def _interpreting() -> bool:
+    from .interpreter import interpreted
+    if interpreted():        # tilefuse runs its kernels in the interpreter (inside ``interpreting()``)
+        return True
     try:
         from triton import knobs
         return bool(knobs.runtime.interpret)
