@@ -116,20 +116,23 @@ def _set(owner, name: str, new) -> None:
 
 
 _REPLACED: dict[int, tuple[object, object]] = {}    # id(JITFunction) -> (it, its interpreted form)
+_BINDINGS: list = [0, ()]     # (modules seen, ((owner, name, JITFunction), ...)): rescanned when new ones load
 
 
 def _interpret_language() -> None:
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
-    owners = [m for n, m in list(sys.modules.items())
-              if m is not None and (n == "triton.language" or n.startswith("triton.language."))]
-    for owner in (*owners, tl.tensor):
-        for name, value in list(vars(owner).items()):
-            if isinstance(value, JITFunction):
-                if id(value) not in _REPLACED:       # the function is kept alive with its id
-                    _REPLACED[id(value)] = (value, InterpretedFunction(value.fn))
-                _set(owner, name, _REPLACED[id(value)][1])
+    if _BINDINGS[0] != len(sys.modules):
+        owners = [m for n, m in list(sys.modules.items())
+                  if m is not None and (n == "triton.language" or n.startswith("triton.language."))]
+        _BINDINGS[:] = [len(sys.modules), tuple((owner, name, value) for owner in (*owners, tl.tensor)
+                                                for name, value in list(vars(owner).items())
+                                                if isinstance(value, JITFunction))]
+    for owner, name, value in _BINDINGS[1]:
+        if id(value) not in _REPLACED:       # the function is kept alive with its id
+            _REPLACED[id(value)] = (value, InterpretedFunction(value.fn))
+        _set(owner, name, _REPLACED[id(value)][1])
 
 
 def _bf16_dot() -> None:
