@@ -5,7 +5,7 @@ counted under Triton's interpreter on this CPU machine, against the bytes the co
                             [--json bench/results/traffic_h100_small.json]
 
 Per model: ``tilefuse.compile(model, inputs, target=...)`` plans for the target (plan only: the
-target is not present) and builds every kernel; ``tilefuse.codegen.audit.audit_traffic`` runs each
+target is not present) and builds every kernel; ``tilefuse.cost.audit.audit_traffic`` runs each
 generated (fused) kernel alone in the interpreter on the values its inputs take for the example
 inputs, counting the 32-byte sectors each load and store touches under its mask (COUNTED, not
 estimated), and compares with ``Work.requested_bytes`` of its schedule (MODELLED: the loads the
@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     import torch
     import triton
     from tilefuse import zoo
-    from tilefuse.codegen.audit import audit_traffic
+    from tilefuse.cost.audit import audit_traffic
 
     results, worst = [], 0.0
     for name in args.models.split(","):

@@ -192,7 +192,7 @@ def test_two_phase_traffic_matches_the_model(m, n, k, t):
     """The sectors the two-phase kernel's loads and stores move under the interpreter (tiles,
     stored rows, the fixup's re-reads and results) are within 10% of what its schedule charges;
     the stored rows are 16-bit (the LayerNorm's fp32 widening is redone on the re-read)."""
-    from tilefuse.codegen.triton.traffic import count_traffic
+    from tilefuse.cost.traffic_counter import count_traffic
     fn = layernorm_model(n, k=k, dtype=torch.float16)
     args = torch.randn(m, k).half(), torch.randn(m, n).half()
     cm = compile_h100(fn, *args)

@@ -18,7 +18,7 @@ from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.evaluate import eval_prim
 from tilefuse.ir.expr import Load, walk
-from tilefuse.runtime.library import library_kernel
+from tilefuse.vendor.torch_call import library_kernel
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 CONV = {1: F.conv1d, 2: F.conv2d}

@@ -1,4 +1,4 @@
-"""Library kernels (runtime/library.py) against the reference executor, prim by prim.
+"""Library kernels (vendor/torch_call.py) against the reference executor, prim by prim.
 
 Contraction prims come from fissioning real operators (their inputs from running the reference on
 the operator's graph, so a conv gets its padded input) or are built by hand for the edge paths
@@ -13,14 +13,14 @@ import torch
 from opcheck import one_node_graph
 
 from tilefuse.ir.evaluate import ReferenceError, eval_prim, run_reference
-import tilefuse.runtime.factors as factor_module
+import tilefuse.vendor.factors as factor_module
 from tilefuse.analysis.classify import Category, classify
 from tilefuse.fission import fission
 from tilefuse.fission.registry import Fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import Const, cast
 from tilefuse.ir.prim import PrimGraph
-from tilefuse.runtime.library import library_kernel
+from tilefuse.vendor.torch_call import library_kernel
 from tilefuse.transform.simplify import simplify_graph
 
 torch.manual_seed(0)

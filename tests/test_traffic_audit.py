@@ -5,7 +5,7 @@ import torch
 
 import tilefuse
 from tilefuse import zoo
-from tilefuse.codegen.audit import audit_traffic
+from tilefuse.cost.audit import audit_traffic
 
 TOLERANCE = 0.10
 

@@ -1,24 +1,37 @@
-"""The interpreter memory-traffic counter (tilefuse.codegen.triton.traffic)."""
-import tilefuse  # noqa: F401  (first: sets TRITON_INTERPRET=1 before triton is imported, without CUDA)
-
+"""The interpreter memory-traffic counter (tilefuse.cost.traffic_counter)."""
 import pytest
 import torch
 import triton
 import triton.language as tl
 
-from tilefuse.codegen.triton.traffic import TensorTraffic, UnsupportedMemoryOp, count_traffic, _interpreting
+import tilefuse
+
+from tilefuse.codegen.triton.interpreter import interpreting
+from tilefuse.cost.traffic_counter import TensorTraffic, UnsupportedMemoryOp, count_traffic, _interpreting
 
 pytestmark = pytest.mark.skipif(not _interpreting(), reason="kernels here run under Triton's interpreter")
 
 
-@triton.jit
+def jit(fn):
+    """``triton.jit`` for the interpreter, as tilefuse decorates its own kernels."""
+    with interpreting():
+        return triton.jit(fn)
+
+
+@pytest.fixture(autouse=True)
+def _interpreter():
+    with interpreting():       # each test's launches run in the interpreter, as tilefuse runs its own
+        yield
+
+
+@jit
 def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask, other=0.0), mask=mask)
 
 
-@triton.jit
+@jit
 def _load_twice(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -27,7 +40,7 @@ def _load_twice(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offs, a + b, mask=mask)
 
 
-@triton.jit
+@jit
 def _row_sum(x_ptr, y_ptr, ncols, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
@@ -35,21 +48,21 @@ def _row_sum(x_ptr, y_ptr, ncols, BLOCK: tl.constexpr):
     tl.store(y_ptr + row, tl.sum(v, axis=0))
 
 
-@triton.jit
+@jit
 def _masked_off(x_ptr, y_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     v = tl.load(x_ptr + offs, mask=offs < 0, other=1.0)
     tl.store(y_ptr + offs, v)
 
 
-@triton.jit
+@jit
 def _atomic_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.atomic_add(out_ptr + offs * 0, tl.load(x_ptr + offs, mask=mask, other=0.0), mask=mask)
 
 
-@triton.jit
+@jit
 def _descriptor_copy(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
     pid = tl.program_id(0)
     src = tl.make_tensor_descriptor(x_ptr, [M, N], [N, 1], [BM, BN])
@@ -236,7 +249,7 @@ def test_uncounted_memory_path_raises(monkeypatch):
             _unmasked_copy[(1,)](x, y, BLOCK=256)
 
 
-@triton.jit
+@jit
 def _unmasked_copy(x_ptr, y_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs))
@@ -251,7 +264,7 @@ def test_unmasked_and_scalar_accesses():
     assert (t.load_bytes, t.store_bytes, t.loads, t.stores) == (2048, 1028, 2, 2)
 
 
-@triton.jit
+@jit
 def _block_ptr_copy(x_ptr, y_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
     pid = tl.program_id(0)
     src = tl.make_block_ptr(x_ptr, (M, N), (N, 1), (pid * BM, 0), (BM, BN), (1, 0))

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .analysis.classify import count_by_category
-from .codegen import build_kernels, kernel_names
+from .build import build_kernels
+from .codegen import kernel_names
 from .cost.roofline import roofline
 from .cost.target import Target
 from .errors import OptionError

@@ -50,7 +50,7 @@ class LibraryFamily(Family):
     name = "library"
 
     def build(self, schedule: LibrarySchedule, name: str) -> Built:
-        from ..runtime.library import library_kernel
+        from ..vendor.torch_call import library_kernel
         (prim,) = schedule.group.prims
         kernel = library_kernel(prim)
         desc = (f"# {name}: library kernel (tilefuse), {kernel!r}\n# implements: {prim.origin}\n"

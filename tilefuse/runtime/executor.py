@@ -1,7 +1,7 @@
 """Running a plan with real kernels (backend ``"triton"``).
 
 A ``Program`` is a plan made runnable on one device: its kernels, built at compile time by their
-families (``codegen.build_kernels``), each writing into buffers it is given (never allocating),
+families (``build.build_kernels``), each writing into buffers it is given (never allocating),
 and a memory plan placing every intermediate in one arena allocated once.
 """
 from __future__ import annotations

@@ -147,7 +147,7 @@ _NATIVE_MEMORY_FNS = frozenset({"load", "store", "atomic_rmw", "atomic_cas"})
 
 
 def _interpreting() -> bool:
-    from .interpreter import interpreted
+    from ..codegen.triton.interpreter import interpreted
     if interpreted():        # tilefuse runs its kernels in the interpreter (inside ``interpreting()``)
         return True
     try:

@@ -36,7 +36,7 @@ def audit_traffic(compiled, *example_args) -> list[KernelTraffic]:
     ``example_args``: the model's inputs (as for calling it), else sample inputs."""
     from ..ir.evaluate import eval_prim
     from ..runtime.executor import sample_io
-    from .triton.traffic import count_traffic
+    from .traffic_counter import count_traffic
     pg = compiled.primgraph
     values = None
     if example_args:
