@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ir.evaluate import eval_prim
+from ..ir.samples import sample_io
+from .traffic_counter import count_traffic
+
 
 @dataclass(frozen=True)
 class KernelTraffic:
@@ -34,9 +38,6 @@ class KernelTraffic:
 def audit_traffic(compiled, *example_args) -> list[KernelTraffic]:
     """Counted vs modelled bytes of every generated (Triton) kernel of ``compiled``, plan order;
     ``example_args``: the model's inputs (as for calling it), else sample inputs."""
-    from ..ir.evaluate import eval_prim
-    from ..runtime.executor import sample_io
-    from .traffic_counter import count_traffic
     pg = compiled.primgraph
     values = None
     if example_args:

@@ -12,6 +12,7 @@ import torch
 
 from ..families import Built, build
 from ..ir.prim import PrimGraph
+from ..ir.samples import sample_io
 from ..orchestrate.plan import Plan
 from ..progress import report
 from .memory import MemoryPlan, plan_memory
@@ -52,22 +53,3 @@ def kernel_runner(sched, pg: PrimGraph, device: torch.device) -> Callable[[], No
     step = build(sched, kernel_names([sched], pg.prims)[0])
     ins, outs = sample_io(step, pg, device)
     return lambda: step.run(ins, outs)
-
-
-def sample_io(kernel: Built, pg: PrimGraph, device: torch.device) -> tuple[list, list]:
-    """(inputs, outputs) to run one kernel alone: weights are the model's, other inputs random
-    floats or zero integers (in range as indices), outputs empty."""
-    consts = pg.constant_map
-    types = pg.types
-
-    def tensor(name: str) -> torch.Tensor:
-        if name in consts:
-            return consts[name].data.to(device)
-        t = types[name]
-        if t.dtype.is_float:
-            return torch.randn(t.shape, device=device).to(t.dtype.to_torch())
-        return torch.zeros(t.shape, dtype=t.dtype.to_torch(), device=device)
-
-    ins = [tensor(n) for n in kernel.inputs]
-    outs = [torch.empty(types[n].shape, dtype=types[n].dtype.to_torch(), device=device) for n in kernel.outputs]
-    return ins, outs
