@@ -132,6 +132,61 @@ def test_the_sign_of_an_fp16_nan_is_nan_as_the_spec_says():
         assert difference(_tensor(got), want) is None, backend
 
 
+def test_log_sum_exp_over_nan_and_inf_is_nan_as_the_spec_and_torch_say():
+    # found by the 2,000-program ONNX fuzz (seed 5151): onnxruntime 1.32 reduces a NaN and an
+    # inf over several axes to inf; onnx's reference evaluator and torch.logsumexp give NaN, as
+    # tilefuse does (the fuzzer draws no LogSumExp over a value that may hold NaN)
+    from onnx.reference import ReferenceEvaluator
+    node = helper.make_node("ReduceLogSumExp", ["x"], ["y"], keepdims=0)
+    model = _model([node], [("x", TP.FLOAT, [2, 3])], [("y", TP.FLOAT, [])])
+    for x in ([[1, np.inf, 1], [1, np.nan, 2]], [[np.inf, 1, 2], [-np.inf, 0, 1]]):
+        x = np.array(x, np.float32)
+        want = torch.from_numpy(np.asarray(ReferenceEvaluator(model).run(None, {"x": x})[0]))
+        assert difference(torch.logsumexp(torch.from_numpy(x).flatten(), 0), want) is None
+        for backend in ("reference", "triton"):
+            got = tilefuse.compile_onnx(model, backend=backend).run({"x": x})[0]
+            assert difference(_tensor(got), want) is None, (backend, x)
+
+
+def test_ceil_of_an_fp16_sum_near_an_integer_is_within_rounding():
+    # found by the 2,000-program ONNX fuzz (seed 5152): sum(sin(x)) over 24 fp16 values is 2.0012
+    # (float64).  The reference rounds each sine to fp16 as torch does: the sum is 2.0006, 2.0 in
+    # fp16, ceil 2.  The fused kernel keeps the sines in fp32 and rounds the sum once: 2.002,
+    # ceil 3, the correctly rounded answer; onnxruntime's fp16 order gives 3 as well.  Both are
+    # within rounding, so the fuzzer draws no Floor/Ceil/Round over a rounded fp16 value
+    from onnx_programs import F16, make_feeds
+    x = make_feeds([("x0", (6, 3, 8), F16), ("x1", (6, 8, 3), F16)], 836, False)["x1"][3:4]
+    axes = numpy_helper.from_array(np.array([-2, -1], np.int64), "axes")
+    nodes = [helper.make_node("Sin", ["x"], ["s"]), helper.make_node("ReduceSum", ["s", "axes"], ["r"], keepdims=0),
+             helper.make_node("Ceil", ["r"], ["y"])]
+    model = _model(nodes, [("x", TP.FLOAT16, [1, 8, 3])], [("y", TP.FLOAT16, [1])], [axes], opset=21)
+    eager = torch.ceil(torch.sin(torch.from_numpy(x)).sum((-2, -1)))
+    exact = torch.ceil(torch.sin(torch.from_numpy(x).double()).sum((-2, -1)).half())
+    assert (eager.item(), exact.item()) == (2.0, 3.0)
+    for backend, want in (("reference", eager), ("triton", exact)):
+        got = tilefuse.compile_onnx(model, backend=backend).run({"x": x})[0]
+        assert difference(_tensor(got), want) is None, backend
+
+
+@pytest.mark.parametrize("reduction", ["min", "max"])
+def test_a_scatter_min_max_onto_nan_is_nan_as_the_spec_and_torch_say(reduction):
+    # found by the 2,000-program ONNX fuzz (seed 5152): onnxruntime 1.32 keeps the update where
+    # the data holds NaN; onnx's reference evaluator and torch.scatter_reduce give NaN, as tilefuse
+    from onnx.reference import ReferenceEvaluator
+    data = np.array([[np.nan, 1.0, 2.0], [0.5, np.nan, -1.0]], np.float32)
+    idx = numpy_helper.from_array(np.array([[0, 2], [1, 0]], np.int64), "idx")
+    upd = numpy_helper.from_array(np.array([[-1.2, 3.0], [0.25, 4.0]], np.float32), "upd")
+    node = helper.make_node("ScatterElements", ["x", "idx", "upd"], ["y"], axis=1, reduction=reduction)
+    model = _model([node], [("x", TP.FLOAT, [2, 3])], [("y", TP.FLOAT, [2, 3])], [idx, upd], opset=18)
+    want = torch.from_numpy(ReferenceEvaluator(model).run(None, {"x": data})[0])
+    eager = torch.from_numpy(data).scatter_reduce(1, torch.tensor([[0, 2], [1, 0]]), torch.tensor([[-1.2, 3.0], [0.25, 4.0]]),
+                                                  "amin" if reduction == "min" else "amax")
+    assert difference(eager, want) is None and torch.isnan(want[0, 0]) and torch.isnan(want[1, 1])
+    for backend in ("reference", "triton"):
+        got = tilefuse.compile_onnx(model, backend=backend).run({"x": data})[0]
+        assert difference(_tensor(got), want) is None, backend
+
+
 @pytest.mark.parametrize("x", [np.inf, -np.inf, np.nan, 2.0])
 def test_a_contraction_with_a_broadcast_operand_keeps_infinities(x):
     # sum_r c[r] * x (a MatMul of a vector and a broadcast scalar): the reference evaluated it as
