@@ -726,6 +726,9 @@ def _pow(d, b, x):
 
 
 def _mod(d, b, x):
+    if x.is_float and not x.exact and x.mag > 8:
+        return None     # fmod keeps a rounded value's absolute error and drops its magnitude: a sum
+                        # of squares near 60 off by an fp32 ulp is 6e-5 off a remainder near 0.5
     fmod = 1 if x.is_float else d(st.sampled_from([0, 1]))       # onnxruntime: fmod=1 for floats
     y = b.const_val(_divisor(d, b, x, [1.5, -2.0, 0.75] if x.is_float else [3, -2, 5]), x.dtype)
     (out,) = b.emit("Mod", [x.name, y.name], fmod=fmod)

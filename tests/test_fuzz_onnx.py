@@ -187,6 +187,23 @@ def test_a_scatter_min_max_onto_nan_is_nan_as_the_spec_and_torch_say(reduction):
         assert difference(_tensor(got), want) is None, backend
 
 
+@pytest.mark.parametrize("dtype", [TP.FLOAT, TP.FLOAT16])
+def test_layer_normalization_of_constant_rows_is_exactly_zero(dtype):
+    # found by the 2,000-program ONNX fuzz (seed 5153): a row of equal values (a Tile of one
+    # column) has that value as its mean, which sum / n misses by an ulp for a third of them and
+    # 1/sqrt(eps) turned into 1e-4 where onnxruntime and torch give 0 (fission/norm.py now
+    # refines the mean by the deviations' sum: the corrected two-pass algorithm)
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    rows = np.random.default_rng(0).standard_normal((64, 1)).astype(np_dtype)
+    x = np.repeat(rows, 6, axis=1)
+    nodes = [helper.make_node("LayerNormalization", ["x", "w"], ["y"], axis=-1, epsilon=1e-5)]
+    w = numpy_helper.from_array(np.full([6], 1.5, np_dtype), "w")
+    model = _model(nodes, [("x", dtype, [64, 6])], [("y", dtype, [64, 6])], [w], opset=18)
+    check(program(model, feeds={"x": x}))
+    for backend in ("reference", "triton"):
+        assert not tilefuse.compile_onnx(model, backend=backend).run({"x": x})[0].any(), backend
+
+
 @pytest.mark.parametrize("x", [np.inf, -np.inf, np.nan, 2.0])
 def test_a_contraction_with_a_broadcast_operand_keeps_infinities(x):
     # sum_r c[r] * x (a MatMul of a vector and a broadcast scalar): the reference evaluated it as

@@ -1,7 +1,10 @@
 """Fission rules: normalization operators, built from sum-reductions and elementwise prims.
 
-Statistics use the math dtype (fp32 for 16-bit inputs): mean = sum / n, and variance = mean of the
-squared deviations from that mean (two passes: no cancellation as in E[x²] - E[x]²).  One final
+Statistics use the math dtype (fp32 for 16-bit inputs) and the corrected two-pass algorithm: a
+first mean m = sum / n, then in one pass over the deviations d = x - m both Σd and Σd²; the mean is
+m + Σd / n and the sum of squared deviations Σd² - (Σd)² / n (no cancellation as in E[x²] - E[x]²,
+and a constant row has exactly its value as mean and 0 as variance, as torch and onnxruntime give:
+sum / n alone is off by an ulp for a third of them, which 1/sqrt(eps) makes 1e-4).  One final
 broadcast prim normalizes, scales and shifts, rounding once to the input type.
 """
 from __future__ import annotations
@@ -40,8 +43,15 @@ def moments(fx: Fission, x: TensorRef, axes: Sequence[int], shape: Sequence[int]
         return cast(x[index(idx)], md)
 
     s = reduce_axes(fx, shape, axes, True, "sum", val)
-    mean = fx.compute(s.shape, lambda i: s[i] / float(n))
-    sq = reduce_axes(fx, shape, axes, True, "sum", lambda idx: _square(val(idx) - mean[stat_index(idx, axes)]))
+    first = fx.compute(s.shape, lambda i: s[i] / float(n))
+
+    def dev(idx: tuple) -> Expr:
+        return val(idx) - first[stat_index(idx, axes)]
+
+    d = reduce_axes(fx, shape, axes, True, "sum", dev)
+    q = reduce_axes(fx, shape, axes, True, "sum", lambda idx: _square(dev(idx)))
+    mean = fx.compute(s.shape, lambda i: first[i] + d[i] / float(n))
+    sq = fx.compute(s.shape, lambda i: binary("max", q[i] - d[i] * d[i] / float(n), Const(0.0, md)))
     return mean, sq, n
 
 
