@@ -22,6 +22,12 @@ def op_name(target) -> str:
     return getattr(target, "__qualname__", None) or str(target)
 
 
+# A permuted constant is copied at import only up to this many elements: a weight's transpose
+# stays a Transpose node that the planner composes into the loads of what reads it (a copy of every
+# Linear weight doubled the memory a compiled model holds).
+COPY_LIMIT = 1 << 16
+
+
 class Emitter:
     """Accumulates canonical nodes, value types and constants while an FX graph is converted.
 
@@ -182,7 +188,7 @@ class Emitter:
             v, perm = src.inputs[0], tuple(src.attrs["perm"][p] for p in perm)
         if perm == tuple(range(len(perm))):
             return v
-        if self.is_const(v):
+        if self.is_const(v) and self.consts[v].numel() <= COPY_LIMIT:
             return self.const(self.consts[v].permute(perm))
         shape = tuple(self.shape(v)[p] for p in perm)
         return self.op("Transpose", [v], {"perm": perm}, TensorType(shape, self.dtype(v)))
