@@ -27,9 +27,21 @@ def _square(v: Expr) -> Expr:
     return v * v
 
 
+class Stat:
+    """A per-statistic value given by an expression of reduction prims (no prim of its own: a
+    normalization keeps as many prims as with a plain mean), indexed like a TensorRef."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: DType, at: Callable[[tuple], Expr]):
+        self.shape, self.dtype, self._at = shape, dtype, at
+
+    def __getitem__(self, idx: tuple) -> Expr:
+        return self._at(idx)
+
+
 def moments(fx: Fission, x: TensorRef, axes: Sequence[int], shape: Sequence[int] | None = None,
-            index: Index | None = None) -> tuple[TensorRef, TensorRef, int]:
-    """(mean, sum of squared deviations, count) of ``x`` over ``axes``, keepdims, in the math dtype.
+            index: Index | None = None) -> tuple[Stat, Stat, int]:
+    """(mean, sum of squared deviations, count) of ``x`` over ``axes``, keepdims, in the math dtype
+    (the corrected two-pass algorithm of the module docstring: three reduction prims).
 
     ``shape``/``index`` describe a view of ``x`` (GroupNormalization splits channels into groups):
     ``index`` maps a view index to an index of ``x``.
@@ -43,19 +55,18 @@ def moments(fx: Fission, x: TensorRef, axes: Sequence[int], shape: Sequence[int]
         return cast(x[index(idx)], md)
 
     s = reduce_axes(fx, shape, axes, True, "sum", val)
-    first = fx.compute(s.shape, lambda i: s[i] / float(n))
 
-    def dev(idx: tuple) -> Expr:
-        return val(idx) - first[stat_index(idx, axes)]
+    def dev(idx: tuple) -> Expr:          # the deviation from the first mean, sum / n
+        return val(idx) - s[stat_index(idx, axes)] / float(n)
 
     d = reduce_axes(fx, shape, axes, True, "sum", dev)
     q = reduce_axes(fx, shape, axes, True, "sum", lambda idx: _square(dev(idx)))
-    mean = fx.compute(s.shape, lambda i: first[i] + d[i] / float(n))
-    sq = fx.compute(s.shape, lambda i: binary("max", q[i] - d[i] * d[i] / float(n), Const(0.0, md)))
+    mean = Stat(s.shape, md, lambda i: s[i] / float(n) + d[i] / float(n))
+    sq = Stat(s.shape, md, lambda i: binary("max", q[i] - d[i] * d[i] / float(n), Const(0.0, md)))
     return mean, sq, n
 
 
-def inv_std(fx: Fission, sq: TensorRef, n: int, eps: float) -> TensorRef:
+def inv_std(fx: Fission, sq: TensorRef | Stat, n: int, eps: float) -> TensorRef:
     """1 / sqrt(sq / n + eps) per statistic."""
     return fx.compute(sq.shape, lambda i: unary("rsqrt", sq[i] / float(n) + eps))
 
@@ -66,8 +77,10 @@ def _check_stash(node: Node) -> None:
         raise UnsupportedAttribute(node, "stash_type", stash, "only float32 statistics (stash_type=1) are supported")
 
 
-def _as(fx: Fission, t: TensorRef, dtype: DType) -> TensorRef:
-    return t if t.dtype is dtype else fx.compute(t.shape, lambda i: cast(t[i], dtype))
+def _as(fx: Fission, t: TensorRef | Stat, dtype: DType) -> TensorRef:
+    if isinstance(t, TensorRef) and t.dtype is dtype:
+        return t
+    return fx.compute(t.shape, lambda i: cast(t[i], dtype))
 
 
 def _channel(t: TensorRef | None, i: tuple, md: DType, default: float) -> Expr | float:
@@ -92,6 +105,8 @@ def layer_norm(fx: Fission, node: Node, ins: list) -> list:
     md = acc_dtype(x.dtype)
     mean, sq, n = moments(fx, x, axes)
     inv = inv_std(fx, sq, n, node.attrs.get("epsilon", 1e-5))
+    if len(node.outputs) > 1 and node.outputs[1]:     # the Mean output: a prim the normalization reads
+        mean = _as(fx, mean, md)
 
     def y(i: tuple) -> Expr:
         si = stat_index(i, axes)
