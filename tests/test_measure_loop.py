@@ -77,8 +77,8 @@ def test_measurements_that_disagree_change_the_plan():
     assert max(_fused_sizes(fused)) > 1                     # the model fuses the layer norm
     bounded = _tune(pg, FakeDevice(slow=50.0))               # ROUNDS re-solves at most
     assert bounded.rounds == 3 and not bounded.stable
-    slow = _tune(pg, FakeDevice(slow=50.0), rounds=60)       # (LayerNorm's 8 prims: 37 rounds)
-    assert slow.stable and slow.rounds < 60                  # each round rules out what it measured
+    slow = _tune(pg, FakeDevice(slow=50.0), rounds=30)
+    assert slow.stable and slow.rounds < 30                  # each round rules out what it measured
     assert max(_fused_sizes(slow)) < max(_fused_sizes(fused))   # measured: fusion did not pay
     total = sum(slow.coster.best(k.candidate)[0].seconds for k in slow.plans["optimal"].kernels)
     assert total == pytest.approx(slow.plans["optimal"].cost)
