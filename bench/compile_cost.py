@@ -66,7 +66,8 @@ def one(name: str) -> dict:
     return {"model": name, "compile_seconds": round(seconds, 2), "weights_bytes": weights,
             "rss_before_compile_bytes": held, "peak_rss_bytes": peak,
             "compile_added_bytes": peak - held, "peak_over_weights": round(peak / weights, 3),
-            "kernels": c.report.num_kernels, "torch": torch.__version__}
+            "kernels": c.report.num_kernels, "modelled_total_us": round(c.report.est_total_us, 2),
+            "torch": torch.__version__}
 
 
 def main(argv=None) -> int:

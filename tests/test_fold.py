@@ -87,3 +87,27 @@ def test_a_weight_read_through_its_transpose_is_not_copied():
     big = [c for c in cm.primgraph.constants if c.data.numel() > 1 << 16]
     assert len(big) == 2 and all(c.data.untyped_storage().data_ptr() in params for c in big)
     torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+class _QKV(torch.nn.Module):
+    def __init__(self, d=320):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(d, d, bias=False) for _ in range(3))
+
+    def forward(self, x):
+        return torch.tanh(self.q(x)) + self.k(x) * self.v(x)
+
+
+def test_merged_projections_read_their_weights_in_place():
+    # issue #21: the horizontal merge of Q/K/V (and LLaMA's gate/up) concatenated large weights
+    # into a new constant, a second copy the compiled model held (TinyLlama: 1.2 GB); it reads the
+    # siblings' weights in place through a select over the N ranges, as for weights that are inputs
+    torch.manual_seed(0)
+    m = _QKV().eval().half()
+    x = torch.randn(2, 16, 320).half()
+    cm = tilefuse.compile(m, (x,), target="h100", time_limit=5.0)
+    assert any("+" in p.origin.name for p in cm.primgraph.prims), "the projections were not merged"
+    params = {p.untyped_storage().data_ptr() for p in m.parameters()}
+    big = [c for c in cm.primgraph.constants if c.data.numel() > 1 << 16]
+    assert big and all(c.data.untyped_storage().data_ptr() in params for c in big)
+    torch.testing.assert_close(cm.emulate(x), m(x), rtol=2e-2, atol=2e-2)

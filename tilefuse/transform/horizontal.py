@@ -5,11 +5,13 @@ projections; several heads of a block).
 Siblings are contraction prims with the same body (interned: the same expression in their own
 slots), the same activation input, the same output type but for the extent of their one N axis,
 and a weight of one type whose N dim is the only one that differs.  The merged prim takes the
-first sibling's place in the topological order.  Constant weights are concatenated at compile
-time (a new constant; weights no other prim reads are dropped).  Other weights (graph inputs,
-computed tensors: an ONNX model whose initializers are inputs) are concatenated by a layout prim,
-a select over the N ranges, which the gemm family reads in its operand loads: one launch over
-several problems, each tile's loads from one weight (the others masked off), no copy.  Each
+first sibling's place in the topological order.  Small constant weights (up to ``COPY_LIMIT``
+elements) are concatenated at compile time (a new constant; weights no other prim reads are
+dropped).  Larger ones, and other weights (graph inputs, computed tensors: an ONNX model whose
+initializers are inputs), are concatenated by a layout prim, a select over the N ranges, which the
+gemm family reads in its operand loads: one launch over several problems, each tile's loads from
+one weight (the others masked off), no copy (a copy of every Q/K/V and gate/up weight was 1.2 GB
+more for TinyLlama, held by the compiled model).  Each
 sibling becomes a slice of the merged prim (``out[..., n] = merged[..., n + offset]``), which the
 vertical transformation composes into the slice's readers.
 
@@ -26,6 +28,9 @@ from ..analysis.classify import Category, classify, contraction_operands
 from ..ir.dtypes import TensorType
 from ..ir.expr import Cast, Load, Var, binary, select
 from ..ir.prim import Constant, Origin, Prim, PrimGraph
+
+
+COPY_LIMIT = 1 << 16      # elements of a constant weight still concatenated by a copy at compile time
 
 
 def horizontal(pg: PrimGraph) -> PrimGraph:
@@ -54,7 +59,7 @@ def horizontal(pg: PrimGraph) -> PrimGraph:
         wdim = _weight_dim(first, wslot, axis)
         names = [p.inputs[wslot] for p, _, _ in members]
         wname = _fresh("+".join(names), taken)
-        if all(n in consts for n in names):
+        if all(n in consts and consts[n].data.numel() <= COPY_LIMIT for n in names):
             new_consts.append(Constant(wname, torch.cat([consts[n].data for n in names], dim=wdim)))
             before = []
         else:
