@@ -1,13 +1,13 @@
-"""Welder's tile traffic: what a program's tile of a fused kernel reads and writes.
+"""Welder's tile traffic: what a program's tile of a kernel reads and writes.
 
-The fused family inlines a group over its anchor's iteration space (families/fused.py); a program
-computes a tile of rows (``tile_box``) and loops over inner and reduced axes.  Each load of the
+A program computes a tile of its kernel's program-split axes (``tile_box``) and loops over the
+others (``cost/work.py`` for the fused family; the gemm and chain families' own descriptions).  Each load of the
 inlined expressions is a ``LoadSite``: its index map, analysed once.  Propagating the program's
 tile through the index map gives the box the load touches (Welder's tile propagation, with the
 map composed through every layout prim by the inliner); its bytes follow Welder's coalescing rule
-(``cost.model.coalesced_elems``).  ``requested_bytes`` sums the boxes of the loads a schedule
-issues, loop by loop exactly as the emitter issues them (a load shared by a single pass is issued
-once); ``split_l2`` divides the requested bytes into DRAM and L2 traffic.
+(``cost.model.coalesced_elems``).  ``requested_bytes`` sums the boxes of the loads a group
+issues loop by loop (Welder's nested-reduction example, ``families.fused.tile_traffic``);
+``stored_bytes`` the outputs; ``split_l2`` divides the requested bytes into DRAM and L2 traffic.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from ..analysis.index import affine_form, bounds
-from .model import coalesced_elems
-from .target import Target
 from ..ir.dtypes import TensorType
 from ..ir.expr import Load, Var, free_vars, walk
+from .model import coalesced_elems
+from .target import Target
 
 
 def tile_box(vars_: Sequence[Var], ext: Sequence[int], block: int) -> dict[Var, int]:
@@ -125,6 +125,11 @@ def requested_bytes(loops: Sequence[Sequence[LoadSite]], ranges: Mapping[Var, tu
             t = inputs[site.load.tensor]
             per_input[site.load.tensor] += site_elems(site, ranges, t, target, full) * t.dtype.itemsize
     return per_input
+
+
+def stored_bytes(outputs: Sequence[TensorType], target: Target) -> float:
+    """Outputs written whole, in the transactions that carry them (a tiny one still costs one)."""
+    return sum(coalesced_elems(t.shape, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize for t in outputs)
 
 
 def split_l2(per_program: Sequence[float], programs: int, concurrent: int, inputs: Sequence[TensorType],

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from ..codegen.kernel import Kernel, Loop, Reduce, Store
 from ..ir.dtypes import DType
 from ..ir.expr import Load, Var, free_vars, walk
-from .model import Resources, Work, coalesced_elems, expr_flops, occupancy
+from .model import Resources, Work, expr_flops, occupancy
 from .target import Target
-from .tiles import LoadSite, load_site, site_elems, split_l2, tile_box
+from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
 REGISTER_BASE = 24       # per thread: program ids, offsets, pointers, loop counters
 MAX_LIVE_LOADS = 8       # loads a thread holds at once, at most (the compiler interleaves the rest)
@@ -97,7 +97,7 @@ def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, target: Targe
             per_input[site.load.tensor] += site_elems(site, ranges, t, target, full) * t.dtype.itemsize
     # the last program's positions beyond an extent are masked off and move nothing
     tail = math.prod(a.extent / (max(a.chunks, 1) * min(a.block, a.extent)) for a in split if a.extent)
-    stored = sum(coalesced_elems(t.shape, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize for t in outputs)
+    stored = stored_bytes(outputs, target)
     by_name = {a.name: a for a in axes}
     chunks = sum(max(by_name[ax].chunks, 1) if ax else 1 for ax, _ in prof.scopes) or 1
     positions = math.prod(a.extent for a in split)

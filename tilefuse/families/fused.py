@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.inline import Inliner, Instance, injective_store
-from ..codegen.fused import fused_template, tiled
-from ..cost.model import coalesced_elems, estimate
+from ..codegen.fused import fused_kernel, fused_template, tiled
+from ..cost.model import estimate
 from ..cost.target import Target
-from ..cost.tiles import load_sites, requested_bytes
+from ..cost.tiles import load_sites, requested_bytes, stored_bytes
 from ..cost.work import work
 from ..ir.expr import Expr, Var, free_vars, substitute, walk
 from .base import Built, Family, Group, Schedule
@@ -125,7 +125,6 @@ class FusedFamily(Family):
         return _ranked(built, target)[:TOP_K]
 
     def build(self, schedule: FusedSchedule, name: str) -> Built:
-        from ..codegen.fused import fused_kernel
         from ..codegen.triton import compile_kernel
         kernel = fused_kernel(schedule, name)
         run, source = compile_kernel(kernel)
@@ -320,6 +319,4 @@ def _traffic(b: FusedBody, loops, box: dict[Var, int], target: Target) -> tuple[
     """(bytes one program covering ``box`` requests per input, bytes stored by the kernel)."""
     g = b.group
     per_input = requested_bytes(loops, _ranges(b, box), [g.types[n] for n in b.inputs], target, _ranges(b, {}))
-    stored = sum(coalesced_elems(t.shape, t.shape, t.dtype.itemsize, target) * t.dtype.itemsize
-                 for t in (g.types[s.tensor] for s in b.stores))
-    return per_input, stored
+    return per_input, stored_bytes([g.types[s.tensor] for s in b.stores], target)

@@ -111,6 +111,12 @@ class Prim:
         return (self.axes, self.body, self.out, self.reduce, len(self.inputs))
 
 
+# Compile time copies a constant (a transposed, reshaped or concatenated weight) only up to this
+# many elements; a larger one is read in place through an index map, so compiling never doubles
+# the memory of a model's weights (frontend/aten/emitter.py, transform/fold.py, horizontal.py).
+COPY_LIMIT = 1 << 16
+
+
 @dataclass(frozen=True, eq=False)
 class Constant:
     """A named constant tensor (weights, folded values).  Compared by identity."""

@@ -8,18 +8,17 @@ becomes a per-channel multiply-add by constants in the convolution's epilogue.
 
 A prim is folded when every input is a constant (or folded), it is neither opaque nor a graph
 output, and its value is no larger than its largest input (folding must not turn a broadcast into
-a materialized tensor).  A large pure layout prim (a weight's transpose or reshape) is not: it only
-moves elements, which the vertical transformation composes into the index maps of what reads it,
-and a folded copy would double the memory of every weight read that way.  Values come from the reference executor (``ir/evaluate.py``), so folding
-is exact in every dtype.  Constants no prim reads any more are dropped.
+a materialized tensor).  A pure layout prim larger than ``COPY_LIMIT`` (a weight's transpose or
+reshape) is not: it only moves elements, which the vertical transformation composes into the index
+maps of what reads it, and a folded copy would double the memory of every weight read that way.
+Values come from the reference executor (``ir/evaluate.py``), so folding is exact in every dtype.  Constants no prim reads any more are dropped.
 """
 from __future__ import annotations
 
 from ..analysis.classify import Category, classify
 from ..ir.evaluate import eval_prim
-from ..ir.prim import Constant, PrimGraph
+from ..ir.prim import COPY_LIMIT, Constant, PrimGraph
 
-COPY_LIMIT = 1 << 16      # elements of a layout prim of constants still folded (a copy this small is free)
 
 
 def fold_constants(pg: PrimGraph) -> PrimGraph:

@@ -27,10 +27,7 @@ import torch
 from ..analysis.classify import Category, classify, contraction_operands
 from ..ir.dtypes import TensorType
 from ..ir.expr import Cast, Load, Var, binary, select
-from ..ir.prim import Constant, Origin, Prim, PrimGraph
-
-
-COPY_LIMIT = 1 << 16      # elements of a constant weight still concatenated by a copy at compile time
+from ..ir.prim import COPY_LIMIT, Constant, Origin, Prim, PrimGraph
 
 
 def horizontal(pg: PrimGraph) -> PrimGraph:

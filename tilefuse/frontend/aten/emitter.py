@@ -11,7 +11,7 @@ import torch.fx as fx
 from ...errors import UnsupportedAttribute, UnsupportedOperator
 from ...ir.dtypes import DType, TensorType
 from ...ir.graph import Attrs, Graph, Node
-from ...ir.prim import Constant, TensorDecl
+from ...ir.prim import COPY_LIMIT, Constant, TensorDecl
 from .common import py
 
 
@@ -20,12 +20,6 @@ def op_name(target) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
     return getattr(target, "__qualname__", None) or str(target)
-
-
-# A permuted constant is copied at import only up to this many elements: a weight's transpose
-# stays a Transpose node that the planner composes into the loads of what reads it (a copy of every
-# Linear weight doubled the memory a compiled model holds).
-COPY_LIMIT = 1 << 16
 
 
 class Emitter:
@@ -188,7 +182,7 @@ class Emitter:
             v, perm = src.inputs[0], tuple(src.attrs["perm"][p] for p in perm)
         if perm == tuple(range(len(perm))):
             return v
-        if self.is_const(v) and self.consts[v].numel() <= COPY_LIMIT:
+        if self.is_const(v) and self.consts[v].numel() <= COPY_LIMIT:     # larger: a Transpose node
             return self.const(self.consts[v].permute(perm))
         shape = tuple(self.shape(v)[p] for p in perm)
         return self.op("Transpose", [v], {"perm": perm}, TensorType(shape, self.dtype(v)))
