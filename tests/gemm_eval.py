@@ -11,7 +11,7 @@ from tilefuse.families.base import Group
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.runtime.executor import Program
-from tilefuse.schedule.search import GemmTile
+from tilefuse.families.gemm import GemmTile
 
 H100 = Target.get("h100")
 F32_TOL = dict(rtol=1e-4, atol=1e-4)

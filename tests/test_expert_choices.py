@@ -80,6 +80,6 @@ def _tensor_cores(s) -> bool:
     """Whether a library or gemm schedule runs on tensor cores (h100)."""
     if s.family == "library":
         return s.tensor_cores
+    from tilefuse.cost.dot import tensor_cores
     from tilefuse.cost.target import Target
-    from tilefuse.schedule.search import tensor_cores
-    return tensor_cores(s.body.shape, Target.get("h100"))
+    return s.tile.dot and tensor_cores(s.body.in_dtype, Target.get("h100"))

@@ -14,7 +14,7 @@ from tilefuse.families.fused import FusedFamily
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.evaluate import run_reference
-from tilefuse.schedule.search import GemmShape, GemmTile, ranked_tiles
+from tilefuse.families.gemm import GemmShape, GemmTile, ranked_tiles
 
 from gemm_eval import (F32_TOL, H100, HALF_TOL, _cache, _seed, batchnorm, check_planned, compile_h100, eager,  # noqa: F401
                        feeds_of, forced, gemm_kernels, run_cpu, tile, whole)

@@ -6,11 +6,12 @@ them and stores the results.  Run under the interpreter against eager torch and 
 import pytest
 import torch
 
-from tilefuse.codegen.gemm import gemm_kernels as template_kernels
+from tilefuse.families.gemm.template import gemm_kernels
 from tilefuse.codegen.triton.emit import triton_source
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType
-from tilefuse.schedule.search import GemmShape, GemmTile, fixup_rows, ranked_tiles, tile_space
+from tilefuse.families.gemm import GemmShape, GemmTile, ranked_tiles
+from tilefuse.families.gemm.space import fixup_rows, tile_space
 
 from gemm_eval import _cache, _seed, H100, HALF_TOL, compile_h100, eager, feeds_of, forced, run_cpu, whole  # noqa: F401
 
@@ -96,7 +97,7 @@ def test_early_store_and_output_reread():
                          torch.randn(20, 40), tol=TOL)
     ph = body.phases
     assert ph.early and ph.late and ph.source in ph.early
-    kernel, = template_kernels(_schedule(body, two_phase(16, 16, 16, 4), H100), "k")
+    kernel, = gemm_kernels(body, two_phase(16, 16, 16, 4), "k")
     assert len(kernel.outputs) == len(body.stores) + 1          # the stores and the counters: no workspace
 
 
@@ -126,7 +127,7 @@ def test_two_phase_kernel_source():
     fn = layernorm_model(40)
     cm = compile_h100(fn, torch.randn(20, 24), torch.randn(20, 40))
     body = gemm_body(whole(cm.primgraph))
-    kernel, = template_kernels(_schedule(body, two_phase(), H100), "k")
+    kernel, = gemm_kernels(body, two_phase(), "k")
     src = triton_source(kernel)
     lines = [ln.strip() for ln in src.splitlines()]
     barrier = lines.index("tl.debug_barrier()")
@@ -148,7 +149,7 @@ def test_planner_keeps_wide_layernorm_in_the_gemm_kernel():
     cm = compile_h100(fn, *args)
     assert [k.family for k in cm.kernels] == ["gemm"]
     sched = cm.plan.kernels[0].schedule
-    assert sched.tile.fixup and sched.tile.bn < 768 and sched.tail is not None
+    assert sched.tile.fixup and sched.tile.bn < 768 and sched.work.tail is not None
     torch.testing.assert_close(run_cpu(cm, *args)[0].float(), eager(fn, *args)[0].float(), **HALF_TOL[torch.float16])
 
 
@@ -180,11 +181,12 @@ def test_two_phase_tail_is_charged():
     fam = GemmFamily()
     s = _schedule(body, two_phase(32, 64, 64, 2), H100)
     whole_cost = fam.cost(s, H100)
-    from tilefuse.families.base import Cost
-    tiles_only = Cost.modelled(s.work, H100)
+    from tilefuse.cost.model import estimate
+    tiles_only = estimate(s.work, H100)
+    tail = s.work.tail
     assert whole_cost.seconds > tiles_only.seconds
-    assert s.tail.programs == 4 and s.tail.l2_bytes >= 2 * 128 * 768 * 2
-    assert s.requested_bytes() == s.work.requested_bytes + s.tail.requested_bytes
+    assert tail.programs == 4 and tail.l2_bytes >= 2 * 128 * 768 * 2
+    assert s.requested_bytes() == s.work.requested_bytes + tail.requested_bytes
 
 
 @pytest.mark.parametrize("m,n,k,t", [(128, 768, 128, two_phase(32, 64, 64, 2)),

@@ -29,9 +29,8 @@ from .kernel import Dot, Kernel, Loop, State, Store, TileAxis
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 
 
-def chain_kernel(s, name: str) -> Kernel:
-    """The kernel computing chain schedule ``s`` under the function name ``name``."""
-    b, t = s.body, s.tile
+def chain_kernel(b, t, name: str) -> Kernel:
+    """The kernel computing chain body ``b`` with tile ``t`` under the function name ``name``."""
     types, ext = b.group.types, b.ext
     batch = b.extent(b.bvars)
     if batch > MAX_GRID_1:

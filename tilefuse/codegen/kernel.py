@@ -172,6 +172,13 @@ class Kernel:
     swizzle: int = 1               # group size of the group-M order of two axes sharing a grid dim
     written: frozenset[int] = field(default=frozenset())   # input slots aliasing an output that other
                                    # programs write (read after an Arrive, through L2: not L1)
+    # scratch, declared so that launchers allocate it and the cost model places it (issue #21):
+    workspaces: frozenset[int] = field(default=frozenset())  # output slots the launcher allocates per
+                                   # call (split-K partials, a two-phase epilogue's pre-reduction values)
+    counters: frozenset[int] = field(default=frozenset())    # output slots of int32 counters, zeroed
+                                   # once and left at zero by every launch (an ``Arrive``'s)
+    transient: frozenset[int] = field(default=frozenset())   # input slots reading a workspace the
+                                   # schedule's previous kernel wrote (still in L2 where it fits)
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})

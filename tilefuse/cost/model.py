@@ -93,6 +93,8 @@ class Work:
                                    # credit (what a counter of its memory operations sees)
     store_bytes: float = 0.0   # of dram_bytes and l2_bytes, bytes stored: posted, they wait on no
                                # round trip, so only loads are bound by the bytes kept in flight
+    tail: "Work | None" = None  # a phase the kernel runs after this one in the same launch (the
+                               # last program of each group, after an Arrive): timed without a launch
 
 
 @dataclass(frozen=True)

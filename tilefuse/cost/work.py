@@ -4,111 +4,361 @@
 (``codegen/triton/emit.py``): the program's top level binds every axis that is covered whole, and
 each loop over a looped axis opens a scope binding it; a load lives in the outermost open scope
 binding the axes its index varies along (loop-invariant loads are hoisted) and is issued once
-per scope (loads are interned; a later loop reuses a load still held by an enclosing scope).
-From that walk:
+per scope (loads are interned; a later loop reuses a load still held by an enclosing scope), and
+each arithmetic node is computed once per scope (the printer's values are memoized too).
+From that walk, for every family alike:
 
 - programs: the grid (``Kernel.grid``);
 - bytes: each issued load over one program's box — program-split axes over the program's tile
-  (``tiles.tile_box``), every other axis over all of it, since the program's loops cover every
-  chunk — in Welder's coalesced transactions (``tiles.site_elems``), times the programs, scaled
-  by the share of the last program's tile that is in range; every output written whole once;
-  ``tiles.split_l2`` divides the loads between DRAM and L2;
+  (``tiles.tile_box``; an axis walking within one, over that tile), every other axis over all of
+  it, since the program's loops cover every chunk — in Welder's coalesced transactions
+  (``tiles.site_elems``), times the chunks of the enclosing loops it does not vary along (a query
+  tile re-read per key chunk), scaled by the in-range share of the program-split axes it varies
+  along (a ragged last tile's masked positions move nothing), times the programs; every output
+  written whole once;
+- DRAM and L2: a ``Dot`` operand's tensor comes from DRAM once when the operands fit in half of
+  L2, else once per band of the grid the resident programs cover (``_window``: the programs
+  resident at once, in program-id order — group-M order for a swizzled GEMM — cover a window
+  of tiles; a row panel is fetched again for every window of columns: ``_rereads``); an input
+  that reads a workspace (``Kernel.transient``, ``Kernel.written``) from L2, and from DRAM only
+  when it exceeds half of L2; workspaces stored likewise; every other load by ``tiles.split_l2``;
 - chunks: the loop iterations of a program (one for the top level when it issues loads or runs no
-  loop at all), and the bytes in flight, a chunk's share of the program's loads;
-- flops: each statement's expression (``model.expr_flops``, plus one per element combined by a
-  reduction) at every position it runs for: the program-split axes' extents times the extents
-  of the loops around it (and of its own axis, for a reduction), at the fp32 CUDA-core peak;
-- registers: a base for indices and pointers plus, per thread, its share of the tile times the
-  values live at once (the loads of the widest scope, at most 8, and the value computed).
-
-Statements that this walk does not cost yet (``Dot``, ``Arrive``: the gemm and chain families
-still describe their kernels by hand) raise ``TypeError``.
+  loop at all), and the bytes in flight: a chunk's share of the loads, times ``num_stages - 1``
+  for a pipelined ``Dot`` loop;
+- flops: each statement's new arithmetic at every position it runs for — the program-split axes'
+  extents, the extents of the loops around it and of its own axis for a reduction, and of the
+  whole axes its store index spans; a ``Dot`` operand's at the positions of the axes it varies
+  along times the tiles of the others (a weight's prologue runs once per row tile); a ``Dot``
+  computes its padded tiles at ``dot.dot_rate`` (tensor cores or not), the rest at the fp32
+  CUDA-core peak;
+- resources: with a ``Dot``, its fp32 accumulators and the tile a reduction holds per thread, the
+  operand tiles staged in shared memory (``num_stages`` deep inside a loop); without, a base for
+  indices and pointers plus a thread's share of the tile times the values live at once (the loads
+  of the widest scope, at most 8, and the value computed);
+- a loop that stops early (a causal key loop, ``Loop.stop``) runs its average share of the chunks;
+- an ``Arrive``'s body is a tail phase (``Work.tail``): one program per group, run by the last
+  program of each to arrive in the same launch.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..codegen.kernel import Kernel, Loop, Reduce, Store
+from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store
 from ..ir.dtypes import DType
-from ..ir.expr import Load, Var, free_vars, walk
-from .model import Resources, Work, expr_flops, occupancy
+from ..ir.expr import Binary, Load, Select, Unary, Var, free_vars, walk
+from .dot import dot_rate
+from .model import OP_WEIGHT, Resources, Work, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
 REGISTER_BASE = 24       # per thread: program ids, offsets, pointers, loop counters
+DOT_REGISTER_BASE = 40   # with a Dot: its operand pointers and K-loop state too
 MAX_LIVE_LOADS = 8       # loads a thread holds at once, at most (the compiler interleaves the rest)
 
 
 @dataclass(frozen=True)
+class LoadUse:
+    """A load as the walk places it."""
+    site: LoadSite
+    vars: tuple              # the kernel variables its index reads
+    varies: frozenset        # the axes (canonical: an alias by its axis) its index varies along
+    reps: tuple              # enclosing loop axes it does not vary along: issued again each chunk
+    path: tuple              # the loop axes of its scope, outermost first
+    operand: bool            # it feeds a Dot's operand
+    stopped: bool            # inside a loop that stops early
+
+
+@dataclass(frozen=True)
+class DotUse:
+    m: str
+    n: str
+    k: str                   # canonical
+    in_dtype: DType
+    around: tuple            # enclosing loop axes
+    staged: tuple            # per operand (a, b): 0 no input loads (registers), 1 loaded once, 2 in a loop
+    stopped: bool
+
+
+@dataclass(frozen=True)
 class Profile:
-    """What a kernel does that does not depend on its block sizes, given which axes are looped:
-    the loads each scope issues, and each statement's flops per position with the axes whose
-    positions it runs for."""
-    scopes: tuple[tuple[str | None, tuple[LoadSite, ...]], ...]   # (looped axis or None: top level, loads)
-    flops: tuple[tuple[int, tuple[str, ...]], ...]
+    """What a kernel (or an ``Arrive``'s tail) does that does not depend on its block sizes,
+    given which axes are looped."""
+    loads: tuple[LoadUse, ...]
+    flops: tuple[tuple[int, frozenset, frozenset, bool], ...]   # (flops, extent axes, tile axes, stopped)
+    dots: tuple[DotUse, ...]
+    reduce_tiles: tuple[frozenset, ...]                        # axes of each reduction's value tile
+    scopes: tuple[tuple[tuple, bool, bool], ...]               # (loop path, issues loads, stopped)
+    stored: frozenset                                          # output slots this phase stores
+    stop: tuple | None = None                                  # (loop axis, row axis, offset)
+    arrive: tuple = ()                                         # the tail's group axes
+    tail: "Profile | None" = None
 
 
 def work(kernel: Kernel, target: Target) -> Work:
     """The kernel's work on ``target`` (see the module docstring)."""
-    t = _tile(kernel.body, kernel.axes, kernel.inputs, kernel.outputs, target)
-    warps = kernel.num_warps
-    res = Resources(warps, REGISTER_BASE + -(-t.tile_elems // (warps * target.warp_size)) * t.live)
-    concurrent = min(t.programs, occupancy(res, target) * target.sm_count)
-    dram, l2 = split_l2(t.per_input, t.programs, concurrent, kernel.inputs, target)
-    requested = sum(t.per_input)
-    return Work(t.programs, dram + t.stored, l2 + t.stored, t.flops, target.peak(DType.float32, False),
-                inflight_bytes=requested / t.chunks, res=res, chunks=t.chunks,
-                requested_bytes=requested * t.programs + t.stored)
+    t = _tile(kernel.body, kernel.axes, kernel.inputs, kernel.outputs, (kernel.workspaces, kernel.counters),
+              kernel.swizzle, target)
+    threads = kernel.num_warps * target.warp_size
+    regs = _registers(t.main, threads)
+    if t.tail is not None:
+        regs = max(regs, _registers(t.tail, threads))
+    stages = max(kernel.num_stages, 1)
+    res = Resources(kernel.num_warps, regs, stages * t.main.staged + t.main.held)
+    main = _phase_work(t.main, kernel, res, target, stages)
+    if t.tail is not None:
+        main = replace(main, tail=_phase_work(t.tail, kernel, res, target, 1))
+    return main
+
+
+def kernel_seconds(w: Work, target: Target, *, cuda_graph: bool = False) -> float:
+    """Modelled seconds of a kernel's work, its tail phase included (same launch)."""
+    from .model import estimate
+    s = estimate(w, target, cuda_graph=cuda_graph).seconds
+    return s + (estimate(w.tail, target).body if w.tail is not None else 0.0)
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """One phase of a kernel bound to its blocks, whatever its warps."""
+    programs: int
+    per_input: tuple[float, ...]      # bytes one program's loads request of each input
+    operand: frozenset                # inputs a Dot's operand reads
+    rereads: tuple                    # per input: the split axes whose tiles re-read it (operands)
+    stored: float                     # bytes of plan outputs stored
+    scratch: float                    # bytes of workspaces stored
+    chunks: float
+    inflight_loop: float              # bytes one chunk of the loop scopes requests (Dot kernels)
+    dot_flops: tuple[float, ...]      # per Dot: its padded tiles' flops
+    dots: tuple[tuple[int, int, DType], ...]     # per Dot: its (BM, BN, dtype) for the rate
+    cuda_flops: float
+    reduce_tile: int                  # the widest reduction's value tile (elements)
+    tile_elems: int                   # per tile dimension its widest block, multiplied
+    live: int                         # load values the program holds at once (no Dot)
+    staged: int                       # shared-memory bytes of one pipeline stage of the operands
+    held: int                         # shared-memory bytes of operands loaded once
+    acc_elems: int                    # the Dots' accumulator elements
+    grid: tuple                       # per program-id dimension, its axes' (name, chunks), slowest first
+    swizzle: int
+    tail: bool                        # an Arrive's tail phase
 
 
 @dataclass(frozen=True)
 class _Tile:
-    """What a kernel's work is for one binding of its blocks, whatever its warps."""
-    programs: int
-    per_input: tuple[float, ...]   # bytes one program's loads request of each input
-    stored: float
-    chunks: int
-    flops: float
-    tile_elems: int                # per tile dimension its widest block, multiplied
-    live: int                      # values a thread holds per tile element
+    main: _Phase
+    tail: _Phase | None
+
+
+def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stages: int) -> Work:
+    occ = occupancy(res, target)
+    concurrent = min(p.programs, max(occ, 1) * target.sm_count)
+    dram = l2 = 0.0
+    half = target.l2_bytes // 2
+    inputs = kernel.inputs
+    transient = kernel.written | kernel.transient
+    plain = [per if k not in p.operand and k not in transient else 0.0 for k, per in enumerate(p.per_input)]
+    d, l = split_l2(plain, p.programs, concurrent, inputs, target)
+    dram, l2 = dram + d, l2 + l
+    window = _window(p, concurrent)
+    fits = sum(inputs[k].nbytes for k in p.operand) <= half
+    for k, per in enumerate(p.per_input):
+        total = per * p.programs
+        if k in transient:
+            l2 += total
+            dram += total if inputs[k].nbytes > half else 0.0
+        elif k in p.operand:
+            l2 += total
+            times = 1.0 if fits else math.prod(-(-c // window[a]) for a, c in p.rereads[k])
+            dram += min(total, inputs[k].nbytes * times)
+    scratch_dram = p.scratch if p.scratch > half else 0.0
+    requested = sum(p.per_input) * p.programs
+    if p.dots:
+        rates = [dot_rate(bm, bn, kernel.num_warps, dt, target) for bm, bn, dt in p.dots]
+        tc = sum(p.dot_flops)
+        seconds = sum(f / r for f, r in zip(p.dot_flops, rates))
+        peak = tc / seconds if seconds else rates[0]
+        cuda = target.peak(DType.float32, False)
+        flops = tc + p.cuda_flops * peak / cuda
+        # a pipelined loop keeps stages - 1 chunks in flight; without a loop, every load at once
+        inflight = max(stages - 1, 1) * p.inflight_loop or (requested / p.programs if p.programs else 0.0)
+    else:
+        peak, flops = target.peak(DType.float32, False), p.cuda_flops
+        inflight = requested / p.programs / p.chunks if p.programs else 0.0
+    return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
+                inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1),
+                requested_bytes=requested + p.stored + p.scratch,
+                store_bytes=(p.stored + p.scratch) if p.tail else 0.0)
+
+
+def _window(p: _Phase, concurrent: int) -> dict:
+    """Tiles of each program-split axis the ``concurrent`` resident programs cover, in
+    program-id order (dimension 0 fastest; its axes row-major, or group-M order when swizzled)."""
+    out: dict = {}
+    left = max(concurrent, 1)
+    for axes in p.grid:
+        size = math.prod(c for _, c in axes)
+        take = min(size, left)
+        if p.swizzle > 1 and len(axes) == 2:
+            (m, mt), (n, nt) = axes
+            rows = min(mt, p.swizzle)
+            out[m], out[n] = rows, max(min(nt, take // rows), 1)
+        else:
+            for a, c in reversed(axes):            # fastest last
+                out[a] = max(min(c, take), 1)
+                take = -(-take // c)
+        left = -(-left // size)
+    return out
+
+
+def _registers(p: _Phase, threads: int) -> int:
+    if p.dots:
+        return DOT_REGISTER_BASE + -(-p.acc_elems // threads) + -(-p.reduce_tile // threads)
+    return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // threads)
 
 
 @functools.lru_cache(maxsize=4096)
-def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, target: Target) -> _Tile:
+def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, swizzle: int,
+          target: Target) -> _Tile:
     """Cached by value: the warp counts a family tries for one tile share it."""
     looped = frozenset(a.name for a in axes if a.looped)
     shape = tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in axes)
     prof = profile(body, shape, looped, len(inputs))
+    main = _bind(prof, axes, inputs, outputs, scratch, swizzle, target, None)
+    tail = _bind(prof.tail, axes, inputs, outputs, scratch, swizzle, target, prof.arrive) if prof.tail else None
+    return _Tile(main, tail)
+
+
+def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, swizzle: int,
+          target: Target, arrive: tuple | None) -> _Phase:
+    """A phase's figures for one binding of the blocks (``arrive``: the tail's group axes)."""
+    workspaces, counters = scratch
+    by = {a.name: a for a in axes}
+    canon = {a.name: a.alias or a.name for a in axes}
     split = [a for a in axes if a.grid is not None]
     empty = any(t.numel == 0 for t in outputs) or any(a.extent == 0 for a in split)
-    programs = 0 if empty else math.prod(max(a.chunks, 1) for a in split)
-    # one program's box: program-split axes over its tile, every other axis whole
+    if arrive is not None:
+        programs = 0 if empty else math.prod(max(by[a].chunks, 1) for a in arrive)
+    else:
+        programs = 0 if empty else math.prod(max(a.chunks, 1) for a in split)
     ranges = {v: (0, n - 1) for a in axes for v, n in zip(a.vars, a.ext)}
     full = dict(ranges)
-    for a in split:
-        ranges.update((v, (0, n - 1)) for v, n in tile_box(a.vars, a.ext, a.block).items())
+    for a in axes:
+        if a.grid is not None:
+            ranges.update((v, (0, n - 1)) for v, n in tile_box(a.vars, a.ext, a.block).items())
+        elif a.within:
+            ranges.update((v, (0, n - 1)) for v, n in tile_box(a.vars, a.ext, a.span).items())
+    chunks = lambda name: max(by[name].chunks, 1)  # noqa: E731
+    reach = lambda name: by[name].extent if by[name].grid is not None else by[name].reach  # noqa: E731
+    # in-range share of a split axis's tiles: the last tile's positions beyond the extent are masked
+    inside = {a.name: a.extent / (max(a.chunks, 1) * min(a.block, a.extent)) for a in split if a.extent}
+    stop_share = _stop_share(prof.stop, by) if prof.stop else 1.0
     per_input = [0.0] * len(inputs)
-    for _, sites in prof.scopes:
-        for site in sites:
-            t = inputs[site.load.tensor]
-            per_input[site.load.tensor] += site_elems(site, ranges, t, target, full) * t.dtype.itemsize
-    # the last program's positions beyond an extent are masked off and move nothing
-    tail = math.prod(a.extent / (max(a.chunks, 1) * min(a.block, a.extent)) for a in split if a.extent)
-    stored = stored_bytes(outputs, target)
-    by_name = {a.name: a for a in axes}
-    chunks = sum(max(by_name[ax].chunks, 1) if ax else 1 for ax, _ in prof.scopes) or 1
-    positions = math.prod(a.extent for a in split)
-    flops = sum(f * positions * math.prod(by_name[x].extent for x in over) for f, over in prof.flops)
+    operand: set = set()
+    rereads: dict = {}
+    loop_bytes = 0.0
+    split_names = {a.name for a in split}
+    for u in prof.loads:
+        t = inputs[u.site.load.tensor]
+        b = _site_bytes(u.site.load, tuple(ranges[v] for v in u.vars), t, target, tuple(full[v] for v in u.vars))
+        b *= math.prod(chunks(x) for x in u.reps) * math.prod(inside.get(x, 1.0) for x in u.varies)
+        if u.stopped:
+            b *= stop_share
+        per_input[u.site.load.tensor] += b
+        if u.path:
+            loop_bytes += b / (math.prod(chunks(x) for x in u.path) * (stop_share if u.stopped else 1.0))
+        if u.operand:
+            operand.add(u.site.load.tensor)
+            rereads.setdefault(u.site.load.tensor, set()).update(split_names - u.varies)
+    cuda = 0.0
+    for f, ext_axes, tile_axes, stopped in prof.flops:
+        n = f * math.prod(reach(x) for x in ext_axes) * math.prod(chunks(x) for x in tile_axes)
+        cuda += n * (stop_share if stopped else 1.0)
+    if arrive is not None:      # the tail walks its groups' tiles: positions per group, times groups
+        cuda *= programs
+    blk = lambda name: min(by[name].block, _pow2(reach(name)))  # noqa: E731
+    dot_flops, dots, staged, held, acc = [], [], 0, 0, 0
+    progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
+    for d in prof.dots:
+        dims = (d.m, d.n, d.k)
+        per = math.prod(blk(x) if by[x].grid is not None else chunks(x) * blk(x) for x in dims)
+        per *= math.prod(chunks(x) for x in d.around if canon[x] not in dims)
+        f = 2.0 * progs * per * (stop_share if d.stopped else 1.0)
+        dot_flops.append(f)
+        dots.append((blk(d.m), blk(d.n), d.in_dtype))
+        acc += blk(d.m) * blk(d.n)
+        item = max(d.in_dtype.itemsize, 1)
+        for kind, tile in zip(d.staged, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
+            if kind == 2:
+                staged += tile * item
+            elif kind == 1:
+                held += tile * item
+    reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     for a in axes:
         if a.dim >= 0:
             dims[a.dim] = max(dims.get(a.dim, 1), a.block)
-    widest = max((len(sites) for _, sites in prof.scopes), default=0)
-    return _Tile(programs, tuple(p * tail for p in per_input), stored, chunks, flops, math.prod(dims.values()),
-                 min(widest, MAX_LIVE_LOADS) + 1)
+    loops = [(p, s) for p, has, s in prof.scopes]
+    nchunks = 0.0
+    for path, has, stopped in prof.scopes:
+        if path:
+            nchunks += math.prod(chunks(x) for x in path) * (stop_share if stopped else 1.0)
+        elif has or len(loops) == 1:
+            nchunks += 1
+    # the values a thread holds at once: its share of each load of the widest scope (a load
+    # spans the blocks of the axes it varies along), at most MAX_LIVE_LOADS of them
+    live = 0
+    for path, _ in loops:
+        sizes = sorted((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads if u.path == path),
+                       reverse=True)
+        live = max(live, sum(sizes[:MAX_LIVE_LOADS]))
+    stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters]
+    scratch_slots = [k for k in prof.stored if k in workspaces]
+    grid = []
+    if arrive is None:
+        for g in sorted({a.grid for a in split}):
+            grid.append(tuple((a.name, max(a.chunks, 1)) for a in axes if a.grid == g))
+    return _Phase(programs, tuple(per_input), frozenset(operand),
+                  tuple(tuple((a, chunks(a)) for a in sorted(rereads.get(k, ()))) for k in range(len(inputs))),
+                  stored_bytes([outputs[k] for k in sorted(stored_slots)], target),
+                  sum(outputs[k].nbytes for k in scratch_slots), max(nchunks, 1.0), loop_bytes,
+                  tuple(dot_flops), tuple(dots), cuda, reduce_tile,
+                  # a tail holds its own tile (its reductions'), not the kernel's widest blocks
+                  reduce_tile if arrive is not None and reduce_tile else math.prod(dims.values()),
+                  live, staged, held, acc, tuple(grid), swizzle, arrive is not None)
+
+
+@functools.lru_cache(maxsize=65536)
+def _site_bytes(load: Load, box: tuple, t, target: Target, whole: tuple) -> float:
+    """Bytes a load moves over a box of its variables' ranges (``box``; ``whole``: their ranges
+    over the kernel): cached, since most candidate tiles leave a load's box unchanged."""
+    site = _load_site(load)
+    names = _site_vars(site)
+    return site_elems(site, dict(zip(names, box)), t, target, dict(zip(names, whole))) * t.dtype.itemsize
+
+
+@functools.lru_cache(maxsize=65536)
+def _load_site(load: Load) -> LoadSite:
+    return load_site(load)
+
+
+def _site_vars(site: LoadSite) -> tuple:
+    return tuple(sorted(_index_vars(site.load), key=lambda v: v.name))
+
+
+def _stop_share(stop: tuple, by: dict) -> float:
+    """Of a loop that stops after the key ``k`` past its program's last row, the share of its
+    chunks a program runs on average over the row tiles."""
+    loop, row, k = stop
+    n, m = by[loop], by[row]
+    nt = max(n.chunks, 1)
+    walked = [min(nt, max(0, -(-((i + 1) * m.block + k) // n.block))) for i in range(max(m.chunks, 1))]
+    return sum(walked) / len(walked) / nt
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -120,45 +370,100 @@ def profile(body: tuple, shape: tuple, looped: frozenset, num_inputs: int) -> Pr
 
 
 class _Walk:
-    def __init__(self, shape: tuple, looped: frozenset, num_inputs: int):
-        self.axis_of = {v: name for name, vars_, *_ in shape for v in vars_}
+    """One phase's walk.  ``tail``: an ``Arrive``'s body, whose positions are per group (its
+    program-split axes are the group's, one position each)."""
+
+    def __init__(self, shape: tuple, looped: frozenset, num_inputs: int, tail: bool = False):
+        self.shape = shape
+        self.canon = {name: alias or name for name, _, _, _, _, alias in shape}
+        self.axis_of = {v: self.canon[name] for name, vars_, *_ in shape for v in vars_}
         aliases: dict[str, set[str]] = {}
         for name, _, _, _, _, alias in shape:
             aliases.setdefault(alias or name, set()).add(name)
         self.binds = {k: frozenset(v) for k, v in aliases.items()}
-        whole = frozenset().union(*(self.binds[name] for name, *_rest, alias in shape
+        self.split = frozenset() if tail else frozenset(n for n, _, _, _, grid, _ in shape if grid is not None)
+        self.whole = frozenset(name for name, _, _, _, grid, alias in shape
+                               if grid is None and not alias and name not in looped)
+        bound = frozenset().union(*(self.binds[name] for name, *_rest, alias in shape
                                     if not alias and name not in looped))
-        self.looped, self.nin = looped, num_inputs
-        self.stack: list[tuple[frozenset, dict]] = [(whole, {})]     # open scopes: bound axes, loads
-        self.scopes: list[tuple[str | None, dict]] = [(None, self.stack[0][1])]
-        self.flops: list[tuple[int, tuple[str, ...]]] = []
-        self.around: list[str] = []                                   # enclosing Loop axes
+        self.looped, self.nin, self.is_tail = looped, num_inputs, tail
+        # open scopes: (bound axes, loads issued, arithmetic computed, loop axis or None, index in scopes)
+        self.stack: list[tuple[frozenset, dict, set, str | None, int]] = [(bound, {}, set(), None, 0)]
+        self.scopes: list[list] = [[(), False, False]]
+        self.uses: list[LoadUse] = []
+        self.flops: list = []
+        self.dots: list[DotUse] = []
+        self.reduce_tiles: list[frozenset] = []
+        self.stored: set[int] = set()
+        self.slot_axes: dict[int, frozenset] = {}
+        self.axes_memo: dict = {}
+        self.around: list[str] = []               # enclosing Loop axes
+        self.stopped = False
+        self.stop: tuple | None = None
+        self.tail: Profile | None = None
+        self.arrive: tuple = ()
 
     def run(self, body) -> Profile:
         self.statements(body)
-        scopes = tuple((ax, tuple(load_site(ld) for ld in loads)) for ax, loads in self.scopes
-                       if loads or ax is not None)
-        if not scopes:
-            scopes = ((None, ()),)
-        return Profile(scopes, tuple(self.flops))
+        return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
+                       tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
+                       self.stop, self.arrive, self.tail)
 
     def statements(self, body) -> None:
         for st in body:
             if isinstance(st, Store):
                 for e in (st.value, *st.index, *st.guards):
                     self.loads(e)
-                self.flops.append((expr_flops(st.value), tuple(self.around)))
+                self.count((st.value, *st.guards))
+                self.stored.add(st.output)
             elif isinstance(st, Reduce):
+                axis = self.canon[st.axis]
+                tile = self.axes(st.value) | {axis}
                 with self.scope(st.axis):
                     self.loads(st.value)
-                self.flops.append((expr_flops(st.value) + 1, (*self.around, st.axis)))
-            elif isinstance(st, Loop) and not st.state and st.stop is None:
+                    self.count((st.value,), {axis}, combine=1)
+                self.slot_axes[st.slot] = tile - {axis}
+                self.reduce_tiles.append(frozenset(tile))
+            elif isinstance(st, Loop):
+                for s in st.state:
+                    self.slot_axes[s.slot] = frozenset(self.canon[a] for a in s.axes)
+                stopped = self.stopped
+                if st.stop is not None:
+                    self.stop = (st.axis, *st.stop)
+                    self.stopped = True
                 with self.scope(st.axis):
-                    self.around.append(st.axis)
+                    self.around.append(self.canon[st.axis])
                     self.statements(st.body)
+                    for s in st.state:
+                        self.loads(s.next)
+                        self.count((s.next,))
                     self.around.pop()
+                self.stopped = stopped
+            elif isinstance(st, Dot):
+                self.dot(st)
+            elif isinstance(st, Arrive):
+                if self.tail is not None or self.is_tail:
+                    raise TypeError("work: a kernel with nested or repeated Arrive statements")
+                self.arrive = st.axes
+                self.stored.add(st.counter)
+                inner = _Walk(self.shape, self.looped, self.nin, tail=True)
+                inner.slot_axes = dict(self.slot_axes)
+                self.tail = inner.run(st.body)
             else:
-                raise TypeError(f"work: {type(st).__name__} statements are not costed from the kernel yet")
+                raise TypeError(f"work: {type(st).__name__} statements are not costed")
+
+    def dot(self, st: Dot) -> None:
+        m, n, k = (self.canon[x] for x in (st.m, st.n, st.k))
+        staged = []
+        with self.scope(st.k):
+            for operand in (st.a, st.b):
+                paths = self.loads(operand, operand=True)
+                staged.append(0 if not paths else 2 if any(paths) else 1)
+                self.count((operand,))
+            if st.init is not None:
+                self.count((st.init,))
+        self.dots.append(DotUse(m, n, k, st.in_dtype, tuple(self.around), tuple(staged), self.stopped))
+        self.slot_axes[st.slot] = frozenset({m, n})
 
     @contextlib.contextmanager
     def scope(self, axis: str):
@@ -167,24 +472,81 @@ class _Walk:
         if axis not in self.looped or axis in bound:
             yield                          # covered whole (or this chunk of an enclosing loop)
             return
-        loads: dict = {}
-        self.stack.append((bound | self.binds[axis], loads))
-        self.scopes.append((axis, loads))
+        path = [a for *_, a, _ in self.stack if a is not None] + [axis]
+        self.scopes.append([path, False, self.stopped])
+        self.stack.append((bound | self.binds[self.canon[axis]], {}, set(), axis, len(self.scopes) - 1))
         try:
             yield
         finally:
             self.stack.pop()
 
-    def loads(self, e) -> None:
-        """Place every memory load of ``e`` in its scope, once."""
+    def axes(self, *exprs) -> frozenset:
+        """The axes (canonical) the expressions vary along: their variables' and the slots' they read."""
+        out: set = set()
+        for e in exprs:
+            for n in walk(e):
+                if isinstance(n, Var) and n in self.axis_of:
+                    out.add(self.axis_of[n])
+                elif isinstance(n, Load) and not n.index and n.tensor in self.slot_axes:
+                    out |= self.slot_axes[n.tensor]
+        return frozenset(out)
+
+    def loads(self, e, operand: bool = False) -> list[tuple]:
+        """Place every memory load of ``e`` in its scope, once; the loop paths of the scopes
+        holding them (for a Dot's operand: staged in shared memory when one is a loop's)."""
+        paths = []
         for n in walk(e):
             if not isinstance(n, Load) or n.tensor >= self.nin:
                 continue
-            if any(n in loads for _, loads in self.stack):
-                continue
-            axes = frozenset(self.axis_of[v] for v in _index_vars(n) if v in self.axis_of)
-            home = next(loads for bound, loads in self.stack if axes <= bound)
-            home[n] = None
+            depth = next((i for i, s in enumerate(self.stack) if n in s[1]), None)
+            if depth is None:
+                axes = frozenset(self.axis_of[v] for v in _index_vars(n) if v in self.axis_of)
+                depth = next(i for i, s in enumerate(self.stack) if axes <= s[0])
+                home = self.stack[depth]
+                home[1][n] = None
+                path = tuple(s[3] for s in self.stack[:depth + 1] if s[3] is not None)
+                self.scopes[home[4]][1] = True
+                site = _load_site(n)
+                self.uses.append(LoadUse(site, _site_vars(site), axes,
+                                         tuple(a for a in path if self.canon[a] not in axes), path, operand,
+                                         self.stopped and bool(path)))
+            paths.append(tuple(s[3] for s in self.stack[:depth + 1] if s[3] is not None))
+        return paths
+
+    def count(self, exprs, spans=frozenset(), *, combine: int = 0) -> None:
+        """Record the arithmetic of ``exprs`` not yet computed in an open scope: each node at the
+        positions of the axes it varies along (a row's max once per row, not per element), times
+        the tiles (programs, loop chunks) of the program-split and enclosing loop axes it does
+        not vary along; ``combine`` more per position of the expressions and ``spans`` (a
+        reduction's combining step)."""
+        memo = self.stack[-1][2]
+        seen = [s[2] for s in self.stack]
+        by_axes: dict[frozenset, int] = {}
+        for e in exprs:
+            for n in walk(e, into=lambda x: not isinstance(x, Load)):
+                if isinstance(n, (Unary, Binary, Select)) and not any(n in s for s in seen):
+                    memo.add(n)
+                    ax = self.node_axes(n)
+                    by_axes[ax] = by_axes.get(ax, 0) + (1 if isinstance(n, Select) else OP_WEIGHT.get(n.op, 1))
+        if combine:
+            ax = self.axes(*exprs) | frozenset(self.canon[a] for a in spans)
+            by_axes[ax] = by_axes.get(ax, 0) + combine
+        within = self.split | frozenset(self.around)
+        for ax, f in sorted(by_axes.items(), key=lambda kv: sorted(kv[0])):
+            self.flops.append((f, ax, within - ax, self.stopped))
+
+    def node_axes(self, e) -> frozenset:
+        """The axes (canonical) the value of ``e`` varies along (memoized per node)."""
+        got = self.axes_memo.get(e)
+        if got is None:
+            if isinstance(e, Var):
+                got = frozenset({self.axis_of[e]}) if e in self.axis_of else frozenset()
+            elif isinstance(e, Load) and not e.index:
+                got = self.slot_axes.get(e.tensor, frozenset())
+            else:
+                got = frozenset().union(*(self.node_axes(c) for c in e.children()))
+            self.axes_memo[e] = got
+        return got
 
 
 def _index_vars(ld: Load) -> set[Var]:

@@ -3,9 +3,9 @@ cost, and the runnable kernel a family builds from a schedule."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol, Sequence
 
 from ..analysis.classify import Category, classify
 from ..cost.model import Work, estimate
@@ -51,9 +51,24 @@ class Cost:
 
     @staticmethod
     def modelled(work: Work, target: Target, cuda_graph: bool = False) -> "Cost":
+        """A kernel's cost, its tail phase included (same launch)."""
         est = estimate(work, target, cuda_graph=cuda_graph)
-        return Cost(est.seconds, int(work.dram_bytes), int(work.flops), work.programs, int(work.l2_bytes),
-                    work.res.warps, est.waves, est.occupancy, est.bound)
+        seconds, dram, l2, flops = est.seconds, work.dram_bytes, work.l2_bytes, work.flops
+        if work.tail is not None:
+            seconds += estimate(work.tail, target).body
+            dram, l2, flops = dram + work.tail.dram_bytes, l2 + work.tail.l2_bytes, flops + work.tail.flops
+        return Cost(seconds, int(dram), int(flops), work.programs, int(l2), work.res.warps, est.waves,
+                    est.occupancy, est.bound)
+
+    @staticmethod
+    def of(works: Sequence[Work], target: Target, cuda_graph: bool = False) -> "Cost":
+        """The cost of kernels launched one after the other (a split-K GEMM's two): times and
+        traffic add up; the grid, warps and occupancy are the first's."""
+        first, *rest = [Cost.modelled(w, target, cuda_graph) for w in works]
+        return replace(first, seconds=first.seconds + sum(c.seconds for c in rest),
+                       bytes=first.bytes + sum(c.bytes for c in rest),
+                       flops=first.flops + sum(c.flops for c in rest),
+                       l2_bytes=first.l2_bytes + sum(c.l2_bytes for c in rest))
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,7 @@ class Schedule:
     group: Group
     blocks: int
     work: Work
+    then: tuple[Work, ...] = field(default=(), kw_only=True)   # the work of kernels launched after this one (split-K's reduction)
 
     def tile_key(self) -> tuple:
         """The family's own choices (tile sizes, warps, ...), part of ``key``."""
@@ -71,8 +87,8 @@ class Schedule:
 
     def requested_bytes(self) -> float:
         """What the kernel's loads and stores ask for before any cache credit (the traffic
-        audit's modelled side)."""
-        return self.work.requested_bytes
+        audit's modelled side), its tail and later kernels included."""
+        return sum(w.requested_bytes + (w.tail.requested_bytes if w.tail else 0.0) for w in (self.work, *self.then))
 
     def key(self) -> str:
         """Structural identity (shapes, dtypes, index maps, tile choice; never prim names): equal
@@ -122,4 +138,6 @@ class Family:
     name = ""
 
     def cost(self, schedule: Schedule, target: Target, cuda_graph: bool = False) -> Cost:
+        if schedule.then:
+            return Cost.of((schedule.work, *schedule.then), target, cuda_graph)
         return Cost.modelled(schedule.work, target, cuda_graph)

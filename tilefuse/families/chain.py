@@ -37,27 +37,24 @@ from dataclasses import dataclass
 from ..analysis.classify import Category, contraction_operands
 from ..analysis.index import linear_form
 from ..analysis.inline import Inliner, Instance
-from ..cost.model import OP_WEIGHT, Resources, Work, estimate, expr_flops, occupancy
+from ..codegen.chain import chain_kernel
+from ..cost.model import estimate
 from ..cost.target import Target
+from ..cost.work import work
 from ..ir.dtypes import DType
 from ..ir.expr import Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
     transform, walk
 from ..schedule import tiling
-from ..schedule.search import GemmShape, GemmTile, tile_rate
 from ..schedule.tiling import ChainShape
-from ..cost.tiles import load_sites, site_elems, tile_box
 from .anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
 from .base import Built, Family, Group, Schedule
 
 DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
 TOP_K = 3
 MAX_EXPR_NODES = 4000
-# Per score, the online softmax's own arithmetic: row max, subtract, exp (SFU: 4), row sum.
-ONLINE_FLOPS = 1 + 1 + OP_WEIGHT["exp"] + 1
 RANKED = 8                 # tiles of the cached ranking costed with a group's own prologue/epilogue
 WARPS = (4, 8)
 STAGES = (1, 2, 3)
-BASE_REGS = 48
 
 
 @dataclass(frozen=True)
@@ -146,10 +143,9 @@ class ChainFamily(Family):
         return _best([_schedule(body, t, target) for t in ranked_tiles(body, target)[:RANKED]], target)[:TOP_K]
 
     def build(self, schedule: ChainSchedule, name: str) -> Built:
-        from ..codegen.chain import chain_kernel
         from ..codegen.triton import compile_kernel
         b = schedule.body
-        run, source = compile_kernel(chain_kernel(schedule, name))
+        run, source = compile_kernel(chain_kernel(b, schedule.tile, name))
         return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
 
 
@@ -429,7 +425,9 @@ def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
         if got is not None:
             _RANKED.move_to_end(key)
             return got
-    got = tuple(s.tile for s in _best([_schedule(b, t, target) for t in chain_tiles(b, target)], target))
+    forms: dict = {}
+    got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in chain_tiles(b, target)],
+                                      target))
     with _RANKED_LOCK:
         _RANKED[key] = got
         if len(_RANKED) > RANKED_CACHE:
@@ -455,98 +453,20 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-def tile_resources(b: ChainBody, t: ChainTile, target: Target) -> Resources:
-    """Registers: the fp32 accumulator (BM × BH), the score tile and its probabilities (BM × BN),
-    the A tile when K is whole; shared memory: the pipelined B and D chunks and the A tile."""
-    threads = t.warps * target.warp_size
-    regs = BASE_REGS + -(-t.bm * t.bh // threads) + 2 * -(-t.bm * t.bn // threads)
-    item1, item2 = max(b.in1.itemsize, 1), max(b.in2.itemsize, 1)
-    smem = max(t.stages, 1) * (min(t.bk, _pow2(b.extent(b.kvars))) * t.bn * item1 + t.bn * t.bh * item2)
-    smem += t.bm * min(t.bk, _pow2(b.extent(b.kvars))) * item1
-    return Resources(t.warps, regs, smem)
+def _schedule(b: ChainBody, t: ChainTile, target: Target, kernel=None) -> ChainSchedule:
+    """The schedule of one tile: the work of the kernel the template prints for it."""
+    w = work(kernel or chain_kernel(b, t, "chain"), target)
+    return ChainSchedule("chain", b.group, w.programs, w, b, t)
 
 
-def _schedule(b: ChainBody, t: ChainTile, target: Target) -> ChainSchedule:
-    """The work of one tile (module docstring)."""
-    g = b.group
-    batch, m, n, k, h = (b.extent(vs) for vs in (b.bvars, b.mvars, b.nvars, b.kvars, b.hvars))
-    mt, ht, nt = -(-m // t.bm), -(-h // t.bh), -(-n // t.bn)
-    kc = -(-k // t.bk)
-    programs = batch * mt * ht
-    kpad = kc * t.bk
-    if b.causal is not None:      # a row tile's key loop stops after its last row (+ the offset)
-        nt = sum(min(nt, max(0, -(-((i + 1) * t.bm + b.causal) // t.bn))) for i in range(mt)) / mt
-    flops1 = 2 * programs * nt * t.bm * t.bn * kpad
-    flops2 = 2 * programs * nt * t.bm * t.bn * t.bh
-    rate1 = tile_rate(GemmTile(t.bm, t.bn, t.bk, t.warps, max(t.stages, 2)), GemmShape(batch, m, n, k, b.in1), target)
-    rate2 = tile_rate(GemmTile(t.bm, t.bh, t.bn, t.warps, max(t.stages, 2)), GemmShape(batch, m, h, n, b.in2), target)
-    cuda = target.peak(DType.float32, False)
-    # the score tile's arithmetic on CUDA cores, once per column tile: the scale and masks, and,
-    # online, the chunk's max, ``exp(score - max)`` and its sum (what the kernel computes per
-    # score; the division by the sum happens once per output row)
-    middle = expr_flops(b.softmax.score) + ONLINE_FLOPS if b.softmax else expr_flops(b.p)
-    flops_mid = programs * nt * t.bm * t.bn * middle
-    seconds = flops1 / rate1 + flops2 / rate2 + flops_mid / cuda
-    rate = (flops1 + flops2) / seconds if seconds else rate1
-    flops = flops1 + flops2 + flops_mid * rate / cuda
-    # traffic: each load site's box over one program's tile, loops included
-    full = {v: (0, n_ - 1) for v, n_ in b.ext.items()}
-    rows = {v: (0, n_ - 1) for v, n_ in tile_box(b.mvars, [b.ext[v] for v in b.mvars], t.bm).items()}
-    cols = {v: (0, n_ - 1) for v, n_ in tile_box(b.hvars, [b.ext[v] for v in b.hvars], t.bh).items()}
-    batch1 = {v: (0, 0) for v in b.bvars}
-    keys = {v: full[v] for v in b.nvars}
-    ks_ = {v: full[v] for v in b.kvars}
-    types = [g.types[x] for x in b.inputs]
-    per_input = [0.0] * len(b.inputs)
-    reps_a = nt if kc > 1 else 1          # K looped inside the N loop: A reloaded per key chunk
-    share = nt / -(-n // t.bn)            # of the keys a program walks (causal: fewer)
-    # a box of rows (columns) holds the in-bounds rows of a program on average (a ragged last
-    # tile's masked rows move nothing)
-    row_share = m / mt / min(t.bm, m)
-    col_share = h / ht / min(t.bh, h)
-    ms, hs = set(b.mvars), set(b.hvars)
-    for exprs, ranges, reps in (([b.a], batch1 | rows | ks_, reps_a), ([b.b], batch1 | ks_ | keys, share),
-                                ([b.p] + [i.body for i in b.instances], batch1 | rows | keys, share),
-                                ([b.d], batch1 | keys | cols, share)):
-        for site in load_sites(exprs, len(b.inputs)):
-            tt = types[site.load.tensor]
-            used = set().union(*(free_vars(i) for i in site.load.index)) if site.load.index else set()
-            scale = (row_share if used & ms else 1.0) * (col_share if used & hs else 1.0)
-            per_input[site.load.tensor] += reps * scale * site_elems(site, ranges, tt, target, full) * tt.dtype.itemsize
-    res = tile_resources(b, t, target)
-    concurrent = min(programs, target.sm_count * max(1, occupancy(res, target)))
-    dram, l2 = _memory(b, per_input, programs, concurrent, mt * ht, types, target)
-    stores = sum(g.types[st.tensor].nbytes for st in b.stores)
-    item1, item2 = b.in1.itemsize, b.in2.itemsize
-    inflight = max(t.stages - 1, 1) * (min(t.bk, kpad) * t.bn * item1 + t.bn * t.bh * item2)
-    requested = sum(per_input) * programs + stores
-    work = Work(programs, dram + stores, l2 + stores, flops, rate, inflight, res, math.ceil(nt * kc), requested)
-    return ChainSchedule("chain", g, programs, work, b, t)
-
-
-def _memory(b: ChainBody, per_input, programs: int, concurrent: int, per_batch: int, types,
-            target: Target) -> tuple[float, float]:
-    """(DRAM, L2) bytes of the loads.  Programs run batch position by batch position (the batch
-    is the slowest program-id dimension), so the ``concurrent`` resident programs cover
-    ceil(concurrent / per_batch) positions: the keys and values of those heads (a tensor's share
-    of its batch positions; all of a tensor not indexed by the batch) are what the programs
-    re-read.  If the shares of every input fit in half of L2 they come from DRAM once, else every
-    request is DRAM traffic."""
-    batch = b.extent(b.bvars)
-    window = min(1.0, -(-concurrent // max(per_batch, 1)) / max(batch, 1))
-    bset = set(b.bvars)
-    by_batch = set()
-    for e in [b.a, b.b, b.d, b.p] + [i.body for i in b.instances]:
-        for ld in walk(e):
-            if isinstance(ld, Load) and ld.tensor < len(b.inputs) and any(free_vars(i) & bset for i in ld.index):
-                by_batch.add(ld.tensor)
-    requested = [r * programs for r in per_input]
-    footprint = sum(t.nbytes * (window if k in by_batch else 1.0) for k, t in enumerate(types) if per_input[k])
-    if footprint <= target.l2_bytes // 2:
-        dram = sum(min(r, t.nbytes) for r, t in zip(requested, types))
-    else:
-        dram = sum(requested)
-    return dram, sum(requested)
+def _bound(b: ChainBody, t: ChainTile, forms: dict):
+    """The body's kernel for tile ``t``: lowered once per form (H split across programs or
+    whole) and bound to the tile's blocks, warps and stages."""
+    split = t.bh < b.extent(b.hvars)
+    if split not in forms:
+        forms[split] = chain_kernel(b, t, "chain")
+    return forms[split].bound({"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "BLOCK_H": t.bh}, t.warps,
+                              t.stages)
 
 
 __all__ = ["ChainFamily", "ChainSchedule", "ChainBody", "ChainTile", "chain_body"]

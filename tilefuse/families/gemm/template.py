@@ -1,4 +1,4 @@
-"""The gemm family's template: a gemm schedule (families/gemm.py) as a tile-level kernel.
+"""The gemm family's template: a gemm body and tile as tile-level kernels (``codegen/kernel.py``).
 
 Tile axes: ``m`` (BLOCK_M rows, tile dimension 0) and ``n`` (BLOCK_N columns, dimension 1) split
 across programs in group-M order (program-id dimension 0), or ``n`` whole inside the program when
@@ -25,31 +25,32 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..analysis.index import extent_ranges
-from ..ir.dtypes import DType, TensorType
-from ..ir.expr import Expr, Load, Var, binary, cast, select, substitute, transform
-from ..schedule.search import REDUCE_BLOCK
-from ..transform.simplify import simplify
-from .fused import _pow2, reduction
-from .kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
+from ...analysis.index import extent_ranges
+from ...codegen.fused import _pow2, reduction
+from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
+from ...ir.dtypes import DType, TensorType
+from ...ir.expr import Expr, Load, Var, binary, cast, select, substitute, transform
+from ...transform.simplify import simplify
+from .body import GemmBody
+from .space import GemmTile
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
+REDUCE_BLOCK = 1024     # outputs per program of the split-K reduction kernel
 
 
-def gemm_kernels(s, name: str) -> tuple[Kernel, ...]:
-    """The kernels computing gemm schedule ``s``: one, or with split-K the partial products
-    (``<name>_partials``, writing an fp32 workspace, the kernels' last output) and the reduction
-    that sums them and runs the epilogue (``name``)."""
-    if s.tile.fixup:
-        return (_two_phase_kernel(s, name),)
-    if s.tile.split == 1:
-        return (gemm_kernel(s, name),)
-    return _split_kernels(s, name)
+def gemm_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, ...]:
+    """The kernels computing gemm body ``b`` with tile ``t``: one, or with split-K the partial
+    products (``<name>_partials``, writing an fp32 workspace, the kernels' last output) and the
+    reduction that sums them and runs the epilogue (``name``)."""
+    if t.fixup:
+        return (_two_phase_kernel(b, t, name),)
+    if t.split == 1:
+        return (gemm_kernel(b, t, name),)
+    return _split_kernels(b, t, name)
 
 
-def gemm_kernel(s, name: str) -> Kernel:
-    """The kernel computing gemm schedule ``s`` under the function name ``name``."""
-    b, t = s.body, s.tile
+def gemm_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
+    """The kernel computing gemm body ``b`` with tile ``t`` under the function name ``name``."""
     ext, shape = b.ext, b.shape
     if shape.batch > MAX_GRID_1:
         raise ValueError(f"{name}: batch of {shape.batch} exceeds the grid's second dimension")
@@ -80,11 +81,10 @@ def gemm_kernel(s, name: str) -> Kernel:
                   tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle)
 
 
-def _two_phase_kernel(s, name: str) -> Kernel:
+def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     """The two-phase kernel (module docstring).  Slots: the inputs, then the stored pre-reduction
     values (read back); results move one slot up.  Outputs: the stores, then the workspace (when
     no output holds the pre-reduction values), then the row blocks' counters."""
-    b, t = s.body, s.tile
     ph, shape, types = b.phases, b.shape, b.group.types
     nin = len(b.inputs)
     moved = {b.acc: b.acc + 1} | {i.slot: i.slot + 1 for i in b.instances}
@@ -125,12 +125,13 @@ def _two_phase_kernel(s, name: str) -> Kernel:
                          f"its pre-reduction values (in{nin}), the last tile of a row block to finish "
                          f"reduces the block's rows",
                          pre=f"in{nin}={'workspace' if ph.source < 0 else 'out%d' % ph.source}")
+    workspace = frozenset({len(b.stores)}) if ph.source < 0 else frozenset()
     return Kernel(name, tuple(types[n] for n in b.inputs) + (pre_type,), tuple(outputs), tuple(axes),
-                  tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, written=frozenset({nin}))
+                  tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, written=frozenset({nin}),
+                  workspaces=workspace, counters=frozenset({len(outputs) - 1}))
 
 
-def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
-    b, t = s.body, s.tile
+def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]:
     ext, shape = b.ext, b.shape
     types = b.group.types
     kc = t.k_range(shape.k)
@@ -163,7 +164,7 @@ def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
                         DType.float32, note),
                     Store(0, (sv,) + b.avars, Load(b.acc, (), DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
-                   swizzle=t.swizzle)
+                   swizzle=t.swizzle, workspaces=frozenset({0}))
     # the reduction: one program per REDUCE_BLOCK outputs, the splits summed, then the epilogue
     nin = len(b.inputs)
     axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, _pow2(math.prod(b.acc_shape))), 0, grid=0,
@@ -174,7 +175,7 @@ def _split_kernels(s, name: str) -> tuple[Kernel, Kernel]:
     body += _stores(b, {b.acc: nin + 1})
     head = f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials (in{nin})"
     second = Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), tuple(types[st.tensor] for st in b.stores),
-                    axes2, tuple(body), 4, 1, _comments(b, head))
+                    axes2, tuple(body), 4, 1, _comments(b, head), transient=frozenset({nin}))
     return first, second
 
 

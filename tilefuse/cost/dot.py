@@ -1,0 +1,40 @@
+"""The rate a matrix-product tile sustains: what ``cost/work.py`` charges a kernel's ``Dot``.
+
+A ``Dot`` of a BM × BN accumulator tile runs on tensor cores when its operand type has them on
+the target (fp16, bf16), else on CUDA cores (an fp32 dot in IEEE precision).  On tensor cores the
+tile sustains the dtype's peak times ``TRITON_GEMM_EFFICIENCY``; with fewer rows than a Hopper
+warpgroup MMA needs (``Target.warpgroup_mma_rows`` per 4 warps) it falls back to warp-level
+``mma.sync`` at ``Target.legacy_mma_share`` of that; and a small tile is bound by shared memory:
+each product of a K step reads (BM + BN)·BK operand values for 2·BM·BN·BK flops, so a tile's
+flops per shared-memory byte is 2·BM·BN / ((BM + BN)·itemsize), times the SM's shared-memory
+bandwidth.  All modelled.
+"""
+from __future__ import annotations
+
+from ..ir.dtypes import DType
+from .target import Target
+
+# Share of the tensor-core peak a Triton GEMM sustains inside full waves with a large tile: an
+# assumption (Triton's matmul tutorial reports fp16 GEMMs near cuBLAS, which the library family
+# models at 0.82); to be calibrated against measurements on a GPU.
+TRITON_GEMM_EFFICIENCY = 0.75
+TENSOR_DTYPES = (DType.float16, DType.bfloat16)
+
+
+def tensor_cores(dtype: DType, target: Target) -> bool:
+    """A dot of ``dtype`` operands runs on tensor cores on ``target``."""
+    return dtype in TENSOR_DTYPES and target.has_tensor_cores(dtype)
+
+
+def dot_rate(bm: int, bn: int, warps: int, dtype: DType, target: Target) -> float:
+    """FLOP/s one wave of BM × BN dot tiles of ``dtype`` operands sustains (module docstring)."""
+    tc = tensor_cores(dtype, target)
+    peak = target.peak(dtype, tc) * TRITON_GEMM_EFFICIENCY
+    if not tc:
+        return peak
+    if target.warpgroup_mma_rows and bm < target.warpgroup_mma_rows * max(warps // 4, 1):
+        peak *= target.legacy_mma_share
+    per_sm = peak / target.sm_count
+    smem_rate = target.smem_bytes_per_clk * target.clock_hz        # bytes/s per SM
+    intensity = 2 * bm * bn / ((bm + bn) * dtype.itemsize)          # flops per shared-memory byte
+    return peak * min(1.0, intensity * smem_rate / per_sm)

@@ -1,0 +1,216 @@
+"""The gemm family (Hidet): one contraction as anchor, with fused prologues and epilogues.
+
+The contraction ``C[batch, m, n] = Σ_k A[batch, m, k] · B[batch, n, k]`` (a GEMM, batched GEMM with
+broadcast batch axes, GEMV, or a convolution read as an implicit GEMM: M = N·OH·OW, N = F,
+K = C·KH·KW) is scheduled alone in a small hardware-centric space (``space.py``: block
+tiles BM×BN×BK, warps, stages, group-M swizzle, split-K, a small-M path for GEMVs), then the
+rest of the group is fused after scheduling (Hidet §2.5):
+
+- **prologue**: the members the contraction reads through (transposes, reshapes, broadcasts,
+  padding, elementwise scales, gathers) are inlined into its operand expressions, so they become
+  the operand loads;
+- **epilogue**: the members that read the contraction's value are inlined at the accumulator's
+  coordinates.  Each output is stored through the inverse of the index map it reads the
+  accumulator by (a permutation and reshape of the accumulator's axes: the attention heads'
+  transpose is a store order, never a kernel); row reductions over N (softmax, LayerNorm,
+  RMSNorm) run on the accumulator tile when the schedule holds whole rows (BN ≥ N), or in two
+  phases when it does not (``TwoPhase``): every program stores the value the reductions read,
+  and the last program of each row block to finish reduces the block's rows from L2 and stores
+  what depends on them, in the same launch.
+
+Rejected (cheaply, the common case): groups without exactly one two-operand contraction, with a
+reduction or an opaque prim in the prologue, with a prologue value that is also written out,
+with a member that neither feeds nor reads the contraction and is a reduction or written out
+(otherwise it is recomputed in the epilogue), or an epilogue that reads the accumulator at more
+than one position per output element.  Contractions in integer or float64
+types stay with the library.
+
+Cost: ``cost.work.work`` of each kernel the template prints (``template.py``), timed by
+``cost.model.estimate``: one description of each kernel.  The tile space (``space.py``) is ranked
+once per contraction shape on the plain GEMM of that shape (``ranked_tiles``: the same template
+and ``work``, without the group's prologue and epilogue); the best ``TOP_K`` are then costed on
+the group's own kernels.
+
+The package: ``body.py`` (what a kernel computes: ``gemm_body``), ``space.py`` (the tile space),
+``template.py`` (a body and a tile as tile-level kernels), this module (the family: ranking,
+schedules, cost, build).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+from ...analysis.classify import Category
+from ...cost.target import Target
+from ...cost.work import kernel_seconds, work
+from ...ir.dtypes import TensorType
+from ...ir.expr import Load, Var
+from ...ir.prim import Prim, Reduce as Reduction
+from ..base import Built, Cost, Family, Group, Schedule
+from .body import GemmBody, TwoPhase, gemm_body
+from .space import GemmShape, GemmTile, tile_space
+from .template import gemm_kernels
+
+TOP_K = 3
+
+
+@dataclass(frozen=True)
+class GemmSchedule(Schedule):
+    body: GemmBody
+    tile: GemmTile
+
+    def tile_key(self) -> tuple:
+        return self.tile.key()
+
+
+class GemmFamily(Family):
+    name = "gemm"
+
+    def schedules(self, group: Group, target: Target) -> list[GemmSchedule]:
+        cats = group.categories
+        if cats.count(Category.contraction) != 1 or Category.opaque in cats:
+            return []
+        body = gemm_body(group)
+        if body is None:
+            return []
+        return _best(body, ranked_tiles(body.shape, target), target)
+
+    def build(self, schedule: GemmSchedule, name: str) -> Built:
+        from ...codegen.triton import compile_kernel
+        b = schedule.body
+        outputs = tuple(st.tensor for st in b.stores)
+        kernels = gemm_kernels(b, schedule.tile, name)
+        if schedule.tile.fixup:
+            return self._two_phase(kernels[0], b, outputs, name)
+        if len(kernels) == 1:
+            run, source = compile_kernel(kernels[0])
+            return Built(name, self.name, b.inputs, outputs, run, source, "triton")
+        (partials, psrc), (reduce, rsrc) = (compile_kernel(k) for k in kernels)
+        ws = kernels[0].outputs[0]
+
+        def run(ins, outs):
+            import torch
+            scratch = torch.empty(ws.shape, dtype=torch.float32, device=outs[0].device)
+            partials(ins, [scratch])
+            reduce(list(ins) + [scratch], outs)
+
+        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton")
+
+
+    def _two_phase(self, kernel, b: GemmBody, outputs, name: str) -> Built:
+        """The two-phase kernel's launcher: its pre-reduction values go to a workspace allocated
+        per call (or are read back from the output holding them); its row-block counters are
+        zeroed once per device and calling thread (calls from two threads never share them) and
+        left at zero by every launch (reset after a failed one)."""
+        import threading
+
+        import torch
+
+        from ...codegen.triton import compile_kernel
+        launch, source = compile_kernel(kernel)
+        source_out = b.phases.source
+        ws = kernel.inputs[-1]
+        ngroups = kernel.outputs[-1].shape[0]
+        counters: dict = {}
+
+        def run(ins, outs):
+            dev = outs[0].device
+            key = (dev, threading.get_ident())
+            if key not in counters:
+                counters[key] = torch.zeros(ngroups, dtype=torch.int32, device=dev)
+            if source_out < 0:
+                pre = torch.empty(ws.shape, dtype=ws.dtype.to_torch(), device=dev)
+                extra = [pre]
+            else:
+                pre, extra = outs[source_out], []
+            try:
+                launch(list(ins) + [pre], list(outs) + extra + [counters[key]])
+            except BaseException:
+                counters[key].zero_()
+                raise
+
+        return Built(name, self.name, b.inputs, outputs, run, source, "triton")
+
+
+def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
+    """The ``TOP_K`` first tiles of the shape's ranking that the group's own kernels can run
+    (its prologue and epilogue add registers), fastest first on those kernels."""
+    out, forms = [], {}
+    for t in ranked:
+        s = _schedule(body, t, target, forms)
+        sec = Cost.of((s.work, *s.then), target).seconds
+        if math.isfinite(sec):
+            out.append((sec, s))
+            if len(out) == TOP_K:
+                break
+    return [s for _, s in sorted(out, key=lambda kv: kv[0])]
+
+
+def _schedule(body: GemmBody, tile: GemmTile, target: Target, forms: dict | None = None) -> GemmSchedule:
+    """The schedule of one tile: the work of the kernels the template prints for it."""
+    kernels = gemm_kernels(body, tile, "gemm") if forms is None else _bound(body, tile, forms)
+    first, *then = (work(k, target) for k in kernels)
+    return GemmSchedule("gemm", body.group, first.programs, first, body, tile, then=tuple(then))
+
+
+@functools.lru_cache(maxsize=2048)
+def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
+    """Feasible tiles, fastest first by the modelled time of the plain GEMM of this shape
+    (``plain_body``) as the template prints it for each tile (ties: least padding, then larger
+    tiles, fewer warps and stages); cached by value, per shape and target."""
+    body, forms = plain_body(s), {}
+    scored = []
+    for t in tile_space(s, target):
+        sec = sum(kernel_seconds(work(k, target), target) for k in _bound(body, t, forms))
+        if math.isfinite(sec):
+            mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
+            padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
+            scored.append(((sec, padded, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
+    scored.sort(key=lambda kv: kv[0])
+    return tuple(t for _, t in scored)
+
+
+def _bound(body: GemmBody, t: GemmTile, forms: dict) -> tuple:
+    """The body's kernels for tile ``t``: lowered once per form (in ``forms``: what fixes the
+    kernels' structure — the dot or small-M path, N split or whole, split-K's ranges, a two-phase
+    kernel's row blocks, which set its counters and arrivals) and bound to the tile's blocks,
+    warps, stages and swizzle (``Kernel.bound``): the kernels ``gemm_kernels`` prints for it."""
+    s = body.shape
+    key = (t.dot, t.bn >= s.n, (t.bm, t.bn) if t.fixup else (), t.split, t.k_range(s.k) if t.split > 1 else 0,
+           t.bk if t.split > 1 else 0)
+    if key not in forms:
+        forms[key] = gemm_kernels(body, t, "gemm")
+    first, *rest = forms[key]
+    blocks = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "FIX_M": t.fixup}
+    return (replace(first.bound(blocks, t.warps, t.stages), swizzle=t.swizzle), *rest)
+
+
+@functools.lru_cache(maxsize=2048)
+def plain_body(s: GemmShape) -> GemmBody:
+    """The body of a plain GEMM of shape ``s``: ``C[b, m, n] = Σ_k A[b, m, k]·B[b, n, k]`` (no
+    batch axis for a batch of one), in ``s.dtype``; with ``s.row_reduction``, ``C`` less its row
+    sums (a reduction over N in the epilogue, as a LayerNorm's)."""
+    dt = s.dtype
+    batch = (s.batch,) if s.batch > 1 else ()
+    axes = tuple(Var(f"i{j}") for j in range(len(batch) + 2))
+    bi, (i, j), r = axes[:-2], axes[-2:], Var("r")
+    c_type = TensorType(batch + (s.m, s.n), dt)
+    types = {"A": TensorType(batch + (s.m, s.k), dt), "B": TensorType(batch + (s.n, s.k), dt), "C": c_type}
+    prims = [Prim("C", ("A", "B"), axes, Load(0, bi + (i, r), dt) * Load(1, bi + (j, r), dt), c_type,
+                  Reduction((r,), (s.k,), "sum"))]
+    if s.row_reduction:
+        types["R"] = TensorType(batch + (s.m,), dt)
+        types["D"] = c_type
+        prims.append(Prim("R", ("C",), bi + (i,), Load(0, bi + (i, j), dt), types["R"],
+                          Reduction((j,), (s.n,), "sum")))
+        prims.append(Prim("D", ("C", "R"), axes, Load(0, axes, dt) - Load(1, bi + (i,), dt), c_type))
+    out = "D" if s.row_reduction else "C"
+    body = gemm_body(Group(tuple(prims), ("A", "B"), (out,), types))
+    if body is None or body.shape != s:
+        raise ValueError(f"no plain GEMM body for {s}")
+    return body
+
+
+__all__ = ["GemmFamily", "GemmSchedule", "GemmBody", "GemmShape", "GemmTile", "TwoPhase", "gemm_body",
+           "ranked_tiles"]

@@ -1,0 +1,148 @@
+"""The gemm family's hardware-centric tile space (Hidet §3.3): block tiles BM×BN×BK, warps,
+pipeline stages and the group-M swizzle, split-K for grids that leave SMs idle, two-phase row
+reductions for rows wider than a tile, and a small-M path for GEMVs: a few hundred points per
+shape.  The family ranks them (``families/gemm``) by the modelled time of the kernel each prints
+(``cost/work.py``); a tile a target cannot hold (registers, shared memory) is infeasible there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...cost.target import Target
+from ...cost.work import DOT_REGISTER_BASE
+from ...ir.dtypes import DType
+
+BMS = (16, 32, 64, 128, 256)
+BNS = (16, 32, 64, 128, 256)
+BKS = (16, 32, 64, 128)
+WARPS = (4, 8)
+STAGES = (2, 3, 4)
+SWIZZLE = 8                      # row tiles per group in group-M order (Triton's matmul tutorial)
+MAX_ROW = 2048                   # widest row an epilogue reduction holds in one tile
+MAX_FIXUP_ROW = 16384            # widest row the two-phase fixup holds in one pass (64 values a thread)
+FIXUP_ELEMS_PER_THREAD = 16      # values of one fixup step per thread: the rows a step takes
+SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
+SMALL_M_BKS = (32, 64, 128, 256, 512)
+SPLITS = (2, 4, 8, 16)
+MIN_K_PER_SPLIT = 256            # as the library's model: shorter K ranges are not worth a partial
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    batch: int
+    m: int
+    n: int
+    k: int
+    dtype: DType                 # the dot's operand type
+    row_reduction: bool = False  # the epilogue reduces over N: tiles must hold whole rows
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+    swizzle: int = 1             # group-M order over this many row tiles (1: row-major)
+    dot: bool = True             # tl.dot on tensor cores; False: the small-M path (GEMV, decode),
+                                 # products reduced over K on CUDA cores, no row padded to 16
+    split: int = 1               # split-K: programs per output tile, each over a K range, their
+                                 # fp32 partials summed by a second kernel that runs the epilogue
+    fixup: int = 0               # two-phase row reductions (rows wider than BN): the last program
+                                 # of a row block finishes the block's rows, ``fixup`` rows a step
+
+    def key(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot, self.split,
+                self.fixup)
+
+    def k_range(self, k: int) -> int:
+        """K positions each split covers (whole chunks)."""
+        return -(-(-(-k // self.split)) // self.bk) * self.bk
+
+    def __str__(self) -> str:
+        return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
+                + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M")
+                + (f" split-K {self.split}" if self.split > 1 else "")
+                + (f" two-phase rows ({self.fixup} a step)" if self.fixup else ""))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
+    """Every tile: no block beyond the (power-of-two padded) problem, rows whole or two phases
+    when the epilogue reduces over N, the accumulator within a thread's registers, stages within
+    the K loop."""
+    out = []
+    m2, n2, k2 = _pow2(max(s.m, 16)), _pow2(max(s.n, 16)), _pow2(max(s.k, 16))
+    if s.row_reduction:
+        whole = (n2,) if n2 <= MAX_ROW else ()
+        bns = whole + (tuple(b for b in BNS if b < n2) if n2 <= MAX_FIXUP_ROW else ())
+    else:
+        whole = bns = tuple(b for b in BNS if b <= n2)
+    for bm in (b for b in BMS if b <= m2):
+        for bn in bns:
+            for bk in (b for b in BKS if b <= k2):
+                chunks = -(-s.k // bk)
+                for warps in WARPS:
+                    fixup = fixup_rows(bm, warps, n2, target) if s.row_reduction and bn < n2 else 0
+                    if s.row_reduction and bn < n2 and not fixup:
+                        continue
+                    for stages in STAGES:
+                        if stages > max(chunks, 1) + 1 and stages != STAGES[0]:
+                            continue
+                        mt, nt = -(-s.m // bm), -(-s.n // bn)
+                        sw = SWIZZLE if mt > SWIZZLE and nt > 1 else 1
+                        t = GemmTile(bm, bn, bk, warps, stages, sw, fixup=fixup)
+                        # the fp32 accumulator must fit the registers (the rest: the ranking)
+                        if -(-bm * bn // (warps * target.warp_size)) <= 255 - DOT_REGISTER_BASE:
+                            out.append(t)
+                            out += _splits(t, s, target)
+    return out + _small_m_space(s, target, whole)
+
+
+def fixup_rows(bm: int, warps: int, n2: int, target: Target) -> int:
+    """Rows per step of a two-phase fixup over rows padded to ``n2``: as many as keep
+    ``FIXUP_ELEMS_PER_THREAD`` values a thread, at least one, at most the row block; 0 when one
+    row would take more than 64 values a thread."""
+    threads = warps * target.warp_size
+    if n2 > 64 * threads:
+        return 0
+    rows = max(threads * FIXUP_ELEMS_PER_THREAD // n2, 1)
+    return min(1 << (rows.bit_length() - 1), bm)
+
+
+def _splits(t: GemmTile, s: GemmShape, target: Target) -> list[GemmTile]:
+    """Split-K variants of a tile whose grid leaves SMs idle: each split covers at least
+    ``MIN_K_PER_SPLIT`` of K; not with an epilogue that reduces rows (it needs whole sums)."""
+    programs = s.batch * -(-s.m // t.bm) * -(-s.n // t.bn)
+    if s.row_reduction or programs >= target.sm_count:
+        return []
+    out = []
+    for split in SPLITS:
+        if s.k // split < max(MIN_K_PER_SPLIT, t.bk) or programs * split > 4 * target.sm_count:
+            continue
+        v = GemmTile(t.bm, t.bn, t.bk, t.warps, t.stages, t.swizzle, t.dot, split)
+        if -(-s.k // v.k_range(s.k)) == split:       # no empty split
+            out.append(v)
+    return out
+
+
+def _small_m_space(s: GemmShape, target: Target, bns) -> list[GemmTile]:
+    """Tiles of the small-M path (M ≤ ``SMALL_M``): all rows in one program, a product tile of
+    BM × BN × BK values reduced over K, 8 to 64 of them per thread."""
+    if s.m > SMALL_M:
+        return []
+    out = []
+    bm = _pow2(s.m)
+    k2 = _pow2(max(s.k, 16))
+    for bn in bns:
+        for bk in (b for b in SMALL_M_BKS if b <= k2):
+            for warps in (2, 4, 8):
+                per_thread = bm * bn * bk // (warps * target.warp_size)
+                if 8 <= per_thread <= 64 or (per_thread < 8 and warps == 2):
+                    t = GemmTile(bm, bn, bk, warps, 2 if s.k > bk else 1, 1, dot=False)
+                    out.append(t)
+    return out
