@@ -1,6 +1,6 @@
-"""The cost model reads the kernel that is printed (``cost/work.py``, issue #21): a fused schedule's
-``Work`` is ``work()`` of the very kernel its build prints, and a change to a kernel's statements
-shows in its work."""
+"""The cost model reads the kernel that is printed (``cost/work.py``, issue #21): every generated
+family's schedule (fused, gemm, chain) has the ``Work`` of the very kernels its build prints, and a
+change to a kernel's statements shows in its work."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ from test_fused import H100
 
 import tilefuse
 from tilefuse.codegen.fused import fused_kernel
-from tilefuse.codegen.kernel import Dot, Kernel, Loop, Reduce, Store, TileAxis
+from tilefuse.codegen.kernel import Kernel, Reduce, Store, TileAxis
 from tilefuse.cost.work import work
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import Load, Var
@@ -67,9 +67,86 @@ def test_work_follows_the_statements():
     assert whole.requested_bytes == row_bytes + rows * 4 and whole.chunks == 1
 
 
-def test_a_statement_the_walk_does_not_cost_is_refused():
+def test_a_statement_the_walk_does_not_know_is_refused():
     k = _row_kernel(8, 8, 8, False)
-    a = Load(0, (Var("i"), Var("j")), F32)
-    dot = Dot(3, a, a, "x", "x", "r", "r", F32, F32)
-    with pytest.raises(TypeError, match="Dot statements are not costed"):
-        work(dataclasses.replace(k, body=(dot,) + k.body), H100)
+    with pytest.raises(TypeError, match="str statements are not costed"):
+        work(dataclasses.replace(k, body=("x",) + k.body), H100)
+
+
+# ---------------------------------------------------------------- gemm and chain kernels
+
+def _gemm(m, n, k, bm, bn, bk, stages=2, swizzle=1, dtype=DType.float16):
+    """The plain GEMM of that shape as the gemm template prints it for the tile."""
+    from tilefuse.families.gemm import GemmShape, GemmTile, plain_body
+    from tilefuse.families.gemm.template import gemm_kernels
+    (kernel,) = gemm_kernels(plain_body(GemmShape(1, m, n, k, dtype)), GemmTile(bm, bn, bk, 4, stages, swizzle), "g")
+    return kernel
+
+
+def test_every_gemm_and_chain_schedule_is_costed_from_the_kernels_it_prints():
+    """The family's schedules of a GEMM + LayerNorm group (and its tiles in two phases and with
+    split-K) and of a causal attention group: each schedule's work is ``work()`` of the kernels
+    its build prints."""
+    from gemm_eval import whole
+    from tilefuse.codegen.chain import chain_kernel
+    from tilefuse.families.chain import ChainFamily
+    from tilefuse.families.gemm import GemmFamily, GemmTile, _schedule, gemm_body
+    from tilefuse.families.gemm.template import gemm_kernels
+
+    def graph(fn, *args):
+        return tilefuse.compile(fn, args, target="h100", backend="reference", time_limit=5.0).primgraph
+
+    proj, norm = torch.nn.Linear(512, 1024).half(), torch.nn.LayerNorm(1024).half()
+    g = whole(graph(lambda x: norm(proj(x)), torch.randn(64, 512).half()))
+    body = gemm_body(g)
+    scheds = GemmFamily().schedules(g, H100)
+    scheds += [_schedule(body, GemmTile(32, 64, 64, 4, 2, fixup=4), H100)]
+    plain = whole(graph(lambda x: proj(x), torch.randn(64, 512).half()))
+    scheds += [_schedule(gemm_body(plain), GemmTile(64, 64, 64, 4, 2, split=2), H100)]
+    assert {len(s.then) for s in scheds} == {0, 1} and any(s.work.tail for s in scheds)
+    for s in scheds:
+        assert [work(kn, H100) for kn in gemm_kernels(s.body, s.tile, "k")] == [s.work, *s.then]
+    q = torch.randn(1, 2, 64, 16).half()
+    attn = whole(graph(lambda q: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True), q))
+    chains = ChainFamily().schedules(attn, H100)
+    assert chains and chains[0].body.causal == 0
+    for s in chains:
+        assert work(chain_kernel(s.body, s.tile, "k"), H100) == s.work
+
+
+def test_a_dot_stages_its_looped_operands_in_shared_memory():
+    """A K loop keeps ``num_stages`` operand tiles in shared memory; K in one chunk holds one;
+    the product's flops are its padded tiles'."""
+    looped = work(_gemm(256, 256, 1024, 64, 128, 64, stages=3), H100)
+    assert looped.res.smem_bytes == 3 * (64 + 128) * 64 * 2
+    assert looped.chunks >= 1024 // 64
+    whole = work(_gemm(256, 256, 64, 64, 128, 64, stages=3), H100)
+    assert whole.res.smem_bytes == (64 + 128) * 64 * 2
+    ragged = work(_gemm(100, 256, 64, 64, 128, 64), H100)     # 2 row tiles of 64: 128 rows computed
+    assert ragged.flops >= 2 * 128 * 256 * 64
+
+
+def test_a_swizzled_grid_rereads_operands_less_from_dram():
+    """Operands larger than half of L2: in group-M order the resident programs cover a window of
+    rows and columns, so each panel comes from DRAM fewer times than in row-major order."""
+    big = dict(m=8192, n=8192, k=4096, bm=128, bn=128, bk=64)
+    rows = work(_gemm(**big), H100)
+    grouped = work(_gemm(**big, swizzle=8), H100)
+    operands = 2 * 8192 * 4096 * 2
+    assert operands > H100.l2_bytes // 2
+    assert operands < grouped.dram_bytes < rows.dram_bytes
+    small = work(_gemm(512, 512, 512, 64, 64, 64), H100)     # fits in L2: each byte once
+    assert small.dram_bytes == 2 * 512 * 512 * 2 + 512 * 512 * 2
+
+
+def test_split_k_is_two_kernels_whose_partials_stay_in_l2():
+    from tilefuse.families.gemm import GemmShape, GemmTile, plain_body
+    from tilefuse.families.gemm.template import gemm_kernels
+    body = plain_body(GemmShape(1, 64, 64, 8192, DType.float16))
+    first, second = gemm_kernels(body, GemmTile(64, 64, 64, 4, 2, split=4), "g")
+    assert first.workspaces == frozenset({0}) and second.transient == frozenset({len(body.inputs)})
+    w1, w2 = work(first, H100), work(second, H100)
+    partials = 4 * 64 * 64 * 4
+    assert w1.programs == 4 and w1.l2_bytes >= partials
+    assert w1.dram_bytes < 2 * 64 * 8192 * 2 + partials      # the partials are not written to DRAM
+    assert w2.l2_bytes >= partials and w2.dram_bytes < partials
