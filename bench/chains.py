@@ -108,7 +108,7 @@ def model_comparison(case: Case, chain_sched, target_name: str) -> dict:
     """MCFuser's analytic model over its pruned space and over the Triton template's, and tilefuse's
     choice; ``chain_sched``: the chain plan's chain kernel schedule (None if the plan has none)."""
     from tilefuse.cost.target import Target
-    from tilefuse.schedule import tiling
+    import mcfuser as tiling
     target = Target.get(target_name)
     params = tiling.ModelParams.of(target)
     smem = target.smem_per_block

@@ -14,7 +14,7 @@ from tilefuse.analysis.index import (EMPTY, UNKNOWN, affine_form, bounds, box_sh
 from tilefuse.fission.registry import Fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import INDEX, Const, Load, Var, binary, cast, logical_and, maximum, minimum, select
-from tilefuse.ir.prim import Reduce
+from tilefuse.ir.prim import Reduction
 
 F32 = DType.float32
 i, j, k = VARS
@@ -262,4 +262,4 @@ def test_input_boxes_default_to_full_extents_and_reject_opaque():
     fx.opaque("topk_indices", [x], TensorType((5, 2), INDEX), k=2, axis=1, largest=True, sorted=True)
     with pytest.raises(ValueError, match="opaque"):
         input_boxes(fx.prims[-1])
-    assert isinstance(p.reduce, Reduce) and math.prod(box_shape(input_boxes(p)[0])) == 35
+    assert isinstance(p.reduce, Reduction) and math.prod(box_shape(input_boxes(p)[0])) == 35

@@ -108,7 +108,7 @@ def test_cli_compile_dump_writes_every_kernel(tmp_path, capsys):
 
 
 def test_codegen_errors_surface_at_compile(monkeypatch):
-    from tilefuse.families import fused        # the family's template (codegen.fused.fused_kernel)
+    from tilefuse.families import fused        # the family's template (families/fused/template.py)
 
     def broken(s, name):
         raise RuntimeError("template bug")

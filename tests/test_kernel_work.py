@@ -10,7 +10,7 @@ import torch
 from test_fused import H100
 
 import tilefuse
-from tilefuse.codegen.fused import fused_kernel
+from tilefuse.families.fused.template import fused_kernel
 from tilefuse.codegen.kernel import Kernel, Reduce, Store, TileAxis
 from tilefuse.cost.work import work
 from tilefuse.ir.dtypes import DType, TensorType
@@ -88,7 +88,7 @@ def test_every_gemm_and_chain_schedule_is_costed_from_the_kernels_it_prints():
     split-K) and of a causal attention group: each schedule's work is ``work()`` of the kernels
     its build prints."""
     from gemm_eval import whole
-    from tilefuse.codegen.chain import chain_kernel
+    from tilefuse.families.chain.template import chain_kernel
     from tilefuse.families.chain import ChainFamily
     from tilefuse.families.gemm import GemmFamily, GemmTile, _schedule, gemm_body
     from tilefuse.families.gemm.template import gemm_kernels

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from tilefuse.ir.expr import Binary, Const, Var
-from tilefuse.schedule.mapping import group_m, repeat, spatial
+from tilefuse.codegen.mapping import group_m, repeat, spatial
 
 _OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
         "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b, "min": min}

@@ -13,7 +13,7 @@ from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.ir.expr import Load, Var
 from tilefuse.ir.prim import Prim, PrimGraph, TensorDecl
-from tilefuse.orchestrate import (Caps, Kernel, Plan, PlanError, build_plan, execute_reference, make_segment,
+from tilefuse.orchestrate import (Caps, Plan, PlannedKernel, PlanError, build_plan, execute_reference, make_segment,
                                   split_segments)
 from tilefuse.orchestrate.blp import Selection
 from tilefuse.orchestrate.candidates import make_candidate
@@ -86,7 +86,7 @@ def test_kernel_internal_values_are_not_visible():
     seg = make_segment(pg, 0, 3)
     k1 = make_candidate(seg, seg.mask("ab"), seg.mask("b"))     # a computed but not written
     k2 = make_candidate(seg, seg.mask("c"), seg.mask("c"))      # needs a
-    plan = Plan((Kernel(k1, 1.0, 0), Kernel(k2, 1.0, 0)), frozenset({"x"}), ("b", "c"))
+    plan = Plan((PlannedKernel(k1, 1.0, 0), PlannedKernel(k2, 1.0, 0)), frozenset({"x"}), ("b", "c"))
     with pytest.raises(PlanError, match="reads 'a'"):
         plan.validate()
     with pytest.raises(PlanError, match="reads 'a'"):

@@ -14,7 +14,7 @@ from strategies import INPUT_DTYPES, VAR_NAMES, VARS, any_exprs
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import INDEX, Binary, Cast, Const, Load, Select, Unary, Var, binary, cast, select, unary
 from tilefuse.ir.printer import format_expr, format_prim, format_primgraph, parse_expr
-from tilefuse.ir.prim import Opaque, Origin, Prim, PrimGraph, Reduce, TensorDecl
+from tilefuse.ir.prim import Opaque, Origin, Prim, PrimGraph, Reduction, TensorDecl
 
 F32, B = DType.float32, DType.bool
 i, j, k = VARS
@@ -65,7 +65,7 @@ def test_round_trip_of_edge_cases(e):
 def test_format_names_loads_and_prints_prims():
     a, r = Load(0, (i, Var("r0")), F32), Var("r0")
     p = Prim("mm", ("x", "w"), (i, j), a * Load(1, (r, j), F32), TensorType((2, 3), F32),
-             Reduce((r,), (4,), "sum"), Origin("MatMul", "n1", "model.py:7"))
+             Reduction((r,), (4,), "sum"), Origin("MatMul", "n1", "model.py:7"))
     text = format_prim(p)
     assert text == "%mm[i, j]: float32[2, 3] = sum[r0<4](%x[i, r0] * %w[r0, j])    # MatMul 'n1' at model.py:7"
     q = Prim("tk", ("mm",), (i, j), Opaque("topk_indices", (("k", 2),)), TensorType((2, 2), INDEX))

@@ -13,7 +13,7 @@ from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import INDEX, Const, Load, Var, binary, cast, logical_and, maximum, select
 from tilefuse.ir import evaluate
 from tilefuse.ir.evaluate import ReferenceError, eval_prim, run_reference
-from tilefuse.ir.prim import Origin, Prim, PrimGraph, Reduce, TensorDecl, reduce_init
+from tilefuse.ir.prim import Origin, Prim, PrimGraph, Reduction, TensorDecl, reduce_init
 
 F32, F16, BF16, I32, B = DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.bool
 i, j = Var("i"), Var("j")
@@ -58,7 +58,7 @@ def test_float_to_int_cast_truncates():
 def _sum_prim(dtype, n, body=None):
     r = Var("r0")
     body = body if body is not None else Load(0, (r,), dtype)
-    return Prim("s", ("x", "y"), (), body, TensorType((), dtype), Reduce((r,), (n,), "sum"))
+    return Prim("s", ("x", "y"), (), body, TensorType((), dtype), Reduction((r,), (n,), "sum"))
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16])
@@ -76,7 +76,7 @@ def test_16bit_sum_accumulates_in_fp32(dtype):
     assert eval_prim(dot, [ones, ones]).item() == n
     x = torch.ones(2, n, dtype=dtype.to_torch())
     mv = Prim("mv", ("x", "y"), (i,), Load(0, (i, r), dtype) * Load(1, (r,), dtype), TensorType((2,), dtype),
-              Reduce((r,), (n,), "sum"))                                                # einsum path
+              Reduction((r,), (n,), "sum"))                                                # einsum path
     assert eval_prim(mv, [x, ones]).tolist() == [n, n]
 
 
@@ -175,11 +175,11 @@ def test_contraction_with_a_variable_no_factor_reads():
     r = Var("r0")
     a, b, c = torch.randn(2), torch.randn(3), torch.randn(4)
     p = Prim("p", ("a", "b"), (i, j), Load(0, (i,), F32) * Load(1, (j,), F32), TensorType((2, 3), F32),
-             Reduce((r,), (4,), "sum"))
+             Reduction((r,), (4,), "sum"))
     torch.testing.assert_close(eval_prim(p, [a, b]), 4 * a[:, None] * b[None, :])
     a2 = torch.randn(2, 4)
     q = Prim("q", ("a", "c"), (i, j), Load(0, (i, r), F32) * Load(1, (r,), F32), TensorType((2, 3), F32),
-             Reduce((r,), (4,), "sum"))
+             Reduction((r,), (4,), "sum"))
     torch.testing.assert_close(eval_prim(q, [a2, c]), (a2 @ c)[:, None].expand(2, 3))
 
 
@@ -187,9 +187,9 @@ def test_chunked_evaluation_matches(monkeypatch):
     x = torch.randn(9, 5, 4)
     r = Var("r0")
     prims = [
-        Prim("mx", ("x",), (i, j), Load(0, (i, j, r), F32), TensorType((9, 5), F32), Reduce((r,), (4,), "max")),
+        Prim("mx", ("x",), (i, j), Load(0, (i, j, r), F32), TensorType((9, 5), F32), Reduction((r,), (4,), "max")),
         Prim("ss", ("x",), (i, j), Load(0, (i, j, r), F32) * Load(0, (i, j, r), F32), TensorType((9, 5), F32),
-             Reduce((r,), (4,), "sum")),
+             Reduction((r,), (4,), "sum")),
         Prim("ew", ("x",), (i, j), maximum(Load(0, (i, j, Const(1, INDEX)), F32), 0.0), TensorType((9, 5), F32)),
     ]
     whole = [eval_prim(p, [x]) for p in prims]
@@ -206,7 +206,7 @@ def test_chunked_evaluation_matches(monkeypatch):
 @pytest.mark.parametrize("dtype", [F32, F16, I32, B])
 def test_empty_reduction_gives_the_identity(combiner, dtype):
     r = Var("r0")
-    p = Prim("e", ("x",), (i,), Load(0, (i, r), dtype), TensorType((3,), dtype), Reduce((r,), (0,), combiner))
+    p = Prim("e", ("x",), (i,), Load(0, (i, r), dtype), TensorType((3,), dtype), Reduction((r,), (0,), combiner))
     got = eval_prim(p, [torch.zeros(3, 0, dtype=dtype.to_torch())])
     want = torch.full((3,), reduce_init(combiner, dtype), dtype=dtype.to_torch())
     assert got.dtype == want.dtype and torch.equal(got, want)
@@ -218,7 +218,7 @@ def test_bool_sum_is_any_and_prod_is_all():
     x = torch.tensor([[True, False, False], [False, False, False], [True, True, True]])
     r = Var("r0")
     run = lambda c: eval_prim(Prim("b", ("x",), (i,), Load(0, (i, r), B), TensorType((3,), B),  # noqa: E731
-                                   Reduce((r,), (3,), c)), [x]).tolist()
+                                   Reduction((r,), (3,), c)), [x]).tolist()
     assert run("sum") == [True, False, True]
     assert run("prod") == [False, False, True]
     assert run("max") == [True, False, True] and run("min") == [False, False, True]

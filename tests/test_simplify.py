@@ -14,7 +14,7 @@ from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.evaluate import eval_prim, run_reference
 from tilefuse.ir.expr import (INDEX, Cast, Const, Load, Select, Var, binary, cast, maximum, minimum,
                               select, unary)
-from tilefuse.ir.prim import Origin, Prim, PrimGraph, Reduce, TensorDecl
+from tilefuse.ir.prim import Origin, Prim, PrimGraph, Reduction, TensorDecl
 from tilefuse.transform import simplify as simp
 from tilefuse.transform.simplify import simplify, simplify_graph, simplify_prim
 
@@ -259,7 +259,7 @@ def test_simplify_graph_keeps_results_and_identity_when_unchanged():
     flat = Prim("flat", ("x",), (k,), Load(0, (k // 20, k % 20), F32), TensorType((120,), F32))
     back = Prim("back", ("flat",), (i, j), Load(0, (i * 20 + j,), F32) * 2.0, t)
     red = Prim("red", ("back",), (i,), Load(0, (i, Var("r0")), F32), TensorType((6,), F32),
-               Reduce((Var("r0"),), (20,), "sum"))
+               Reduction((Var("r0"),), (20,), "sum"))
     pg = _graph([flat, back, red], [("x", t)])
     spg = simplify_graph(pg)
     x = torch.randn(6, 20)

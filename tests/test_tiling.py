@@ -1,17 +1,22 @@
 """MCFuser's tiling expressions, placement, pruning rules, analytic model and search
-(schedule/tiling.py): the test cases of shared/papers/mcfuser-notes.md §7 (T1–T9, T12), and the
+(bench/mcfuser.py, the paper's model beside the product): the test cases of shared/papers/mcfuser-notes.md §7 (T1–T9, T12), and the
 Triton template's space, traffic and FLOPs against the notes' closed form (§3.4)."""
 from __future__ import annotations
 
 import itertools
 import random
+import sys
 from dataclasses import astuple
+from pathlib import Path
 
 import pytest
 
 from tilefuse.cost.target import Target
 from tilefuse.ir.dtypes import DType
-from tilefuse.schedule.tiling import (NK, Candidate, ChainShape, ChainTile, ModelParams, bind, caches_intermediate,
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from mcfuser import (  # noqa: E402
+    NK, Candidate, ChainShape, ChainTile, ModelParams, bind, caches_intermediate,
                                       chain_flops, chain_tiles, chain_traffic, classes, deep, estimate, expand,
                                       extents, fits_smem, flat, mutate, parse, phi, place, pruned_space, search,
                                       smem_bytes, space_size, tile_sizes, tilings, trips, volumes)

@@ -3,7 +3,7 @@ time.
 
 ``build_kernels(plan, primgraph)`` names each planned kernel (``codegen/naming.py``) and has the
 family that scheduled it build it (``families.build``): generated families lower their schedule
-to the tile-level kernel IR (``codegen/kernel.py``, templates such as ``codegen/fused.py``) and
+to the tile-level kernel IR (``codegen/kernel.py``; each family's ``template.py``) and
 print it as Triton (``codegen/triton/``); library kernels plan their vendor call (``vendor/``).
 Errors surface here, at compile time.
 """

@@ -35,7 +35,7 @@ from .errors import TilefuseError
 from .ir.dtypes import DType, TensorType
 from .ir.expr import Var
 from .ir.printer import format_expr, parse_expr
-from .ir.prim import Constant, Opaque, Origin, Prim, PrimGraph, Reduce, TensorDecl
+from .ir.prim import Constant, Opaque, Origin, Prim, PrimGraph, Reduction, TensorDecl
 from .verify import VerifyError, difference, evaluate, floor
 
 
@@ -290,7 +290,7 @@ def prim(name: str, inputs: Sequence[str], axes: str, body: str | tuple, out: tu
     names = list(axis_names)
     if reduce is not None:
         combiner, over = reduce
-        red = Reduce(tuple(Var(a) for a, _ in over), tuple(e for _, e in over), combiner)
+        red = Reduction(tuple(Var(a) for a, _ in over), tuple(e for _, e in over), combiner)
         names += [a for a, _ in over]
     if isinstance(body, tuple):
         expr: Any = Opaque(body[0], tuple(body[1]))

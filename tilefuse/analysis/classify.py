@@ -15,7 +15,7 @@ from enum import Enum
 from functools import lru_cache
 
 from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, walk
-from ..ir.prim import Prim, Reduce
+from ..ir.prim import Prim, Reduction
 
 
 class Category(str, Enum):
@@ -50,7 +50,7 @@ def _vars(e: Expr) -> frozenset:
     return frozenset(n for n in walk(e) if isinstance(n, Var))
 
 
-def _is_contraction(axes: tuple[Var, ...], body: Expr, reduce: Reduce | None) -> bool:
+def _is_contraction(axes: tuple[Var, ...], body: Expr, reduce: Reduction | None) -> bool:
     if reduce is None or reduce.combiner != "sum":
         return False
     facs = [f for f in _factors(body) if any(isinstance(n, Load) for n in walk(f))]
@@ -118,7 +118,7 @@ def classify(p: Prim) -> Category:
 # The planner asks for the same prims' categories many times (about 500k times planning BERT);
 # the key is the structure the category depends on (interned expressions hash cheaply).
 @lru_cache(maxsize=1 << 14)
-def _classify(axes: tuple[Var, ...], body: Expr, reduce: Reduce | None) -> Category:
+def _classify(axes: tuple[Var, ...], body: Expr, reduce: Reduction | None) -> Category:
     kinds = {_index_kind(axes, n) for n in walk(body) if isinstance(n, Load)}
     if "indirect" in kinds:
         return Category.indirect

@@ -37,7 +37,8 @@ Statements, run in order by every program:
 
 Expressions are the IR's own (``ir/expr.py``): loads of input slots through composed index maps,
 arithmetic in the IR's dtypes.  Backends (``codegen/triton``) print a kernel; templates
-(``codegen/fused.py``, later GEMM and attention) build one from a family's schedule.
+(``families/<family>/template.py``) build one from a family's body and tile; ``cost/work.py``
+reads its ``Work`` from it.
 """
 from __future__ import annotations
 
@@ -156,6 +157,11 @@ class Arrive:
 
 
 Stmt = Union[Reduce, Store, Loop, Dot, Arrive]
+
+
+def pow2(n: int) -> int:
+    """The least power of two at least ``n`` (and 1): block sizes are powers of two."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 @dataclass(frozen=True)

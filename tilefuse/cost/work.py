@@ -46,7 +46,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store
+from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, pow2
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Load, Select, Unary, Var, free_vars, walk
 from .dot import dot_rate
@@ -277,7 +277,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         cuda += n * (stop_share if stopped else 1.0)
     if arrive is not None:      # the tail walks its groups' tiles: positions per group, times groups
         cuda *= programs
-    blk = lambda name: min(by[name].block, _pow2(reach(name)))  # noqa: E731
+    blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
     dot_flops, dots, staged, held, acc = [], [], 0, 0, 0
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
@@ -355,10 +355,6 @@ def _stop_share(stop: tuple, by: dict) -> float:
     nt = max(n.chunks, 1)
     walked = [min(nt, max(0, -(-((i + 1) * m.block + k) // n.block))) for i in range(max(m.chunks, 1))]
     return sum(walked) / len(walked) / nt
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -19,7 +19,7 @@ from ..errors import FissionError, UnsupportedOperator
 from ..ir.dtypes import DType, TensorType
 from ..ir.expr import Expr, Load, Var, as_index
 from ..ir.graph import Graph, Node
-from ..ir.prim import Constant, Opaque, Origin, Prim, PrimGraph, Reduce, TensorDecl
+from ..ir.prim import Constant, Opaque, Origin, Prim, PrimGraph, Reduction, TensorDecl
 
 Rule = Callable[["Fission", Node, list], object]
 
@@ -118,7 +118,7 @@ class Fission:
                 rext = tuple(int(e) for e in raxes_extents)
                 raxes = tuple(Var(f"r{k}") for k in range(len(rext)))
                 body = body_fn(axes, raxes)
-                red = Reduce(raxes, rext, combiner)
+                red = Reduction(raxes, rext, combiner)
             inputs = tuple(self._slots)
         finally:
             self._slots = None

@@ -41,7 +41,7 @@ class Origin:
 
 
 @dataclass(frozen=True, slots=True)
-class Reduce:
+class Reduction:
     axes: tuple[Var, ...]
     extents: tuple[int, ...]
     combiner: str
@@ -72,7 +72,7 @@ class Prim:
     axes: tuple[Var, ...]
     body: Expr | Opaque
     out: TensorType
-    reduce: Reduce | None = None
+    reduce: Reduction | None = None
     origin: Origin = Origin("?", "?")
 
     def __post_init__(self):

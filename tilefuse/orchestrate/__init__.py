@@ -10,11 +10,11 @@ selection is mapped onto the others by position.
 """
 from .blp import NoPlanError, select
 from .candidates import enumerate_candidates
-from .plan import Kernel, Plan, PlanError, build_plan, execute_reference
+from .plan import Plan, PlanError, PlannedKernel, build_plan, execute_reference
 from .segment import make_segment, split_segments
 from .states import Caps, convex_sets, execution_states, is_convex
 
 __all__ = [
-    "Caps", "Kernel", "NoPlanError", "Plan", "PlanError", "build_plan", "convex_sets", "enumerate_candidates",
+    "Caps", "NoPlanError", "Plan", "PlannedKernel", "PlanError", "build_plan", "convex_sets", "enumerate_candidates",
     "execute_reference", "execution_states", "is_convex", "make_segment", "select", "split_segments",
 ]

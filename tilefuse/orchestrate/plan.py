@@ -1,6 +1,6 @@
 """Plans: the chosen kernels of every segment in executable order, with buffer lifetimes.
 
-A ``Kernel`` is a selected candidate (member prims, inputs, outputs), its estimated cost and an
+A ``PlannedKernel`` is a selected candidate (member prims, inputs, outputs), its estimated cost and an
 opaque ``schedule`` slot that kernel families fill in.  Only a kernel's outputs are materialized;
 values a kernel computes without writing them die with it.
 
@@ -32,7 +32,7 @@ class PlanError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Kernel:
+class PlannedKernel:
     candidate: Candidate
     cost: float
     segment: int                      # index of the segment it was selected in
@@ -59,7 +59,7 @@ class Lifetime:
 
 @dataclass(frozen=True)
 class Plan:
-    kernels: tuple[Kernel, ...]
+    kernels: tuple[PlannedKernel, ...]
     sources: frozenset[str]           # always available: graph inputs and constants
     outputs: tuple[str, ...]          # graph outputs, in order
     solver: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -99,7 +99,7 @@ class Plan:
 def build_plan(pg: PrimGraph, segments: Sequence[Segment], selections: Sequence[Selection],
                solver: Mapping[str, Any] | None = None) -> Plan:
     """Concatenate the per-segment selections (segments in graph order) into a validated plan."""
-    kernels = tuple(Kernel(c, cost, s)
+    kernels = tuple(PlannedKernel(c, cost, s)
                     for s, sel in enumerate(selections) for c, cost in zip(sel.chosen, sel.costs))
     sources = frozenset(d.name for d in pg.inputs) | frozenset(c.name for c in pg.constants)
     plan = Plan(kernels, sources, tuple(pg.outputs), dict(solver or {}))
@@ -127,7 +127,7 @@ def execute_reference(plan: Plan, pg: PrimGraph, feeds: Mapping[str, torch.Tenso
     return [buffers[t] for t in plan.outputs]
 
 
-def _read(local, buffers, name: str, i: int, k: Kernel) -> torch.Tensor:
+def _read(local, buffers, name: str, i: int, k: PlannedKernel) -> torch.Tensor:
     if name in local:
         return local[name]
     if name not in buffers:

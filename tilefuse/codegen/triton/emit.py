@@ -18,7 +18,7 @@ from typing import Iterable
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
-from ...schedule.mapping import group_m, spatial
+from ..mapping import group_m, spatial
 from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)

@@ -46,7 +46,7 @@ from ...cost.target import Target
 from ...cost.work import kernel_seconds, work
 from ...ir.dtypes import TensorType
 from ...ir.expr import Load, Var
-from ...ir.prim import Prim, Reduce as Reduction
+from ...ir.prim import Prim, Reduction
 from ..base import Built, Cost, Family, Group, Schedule
 from .body import GemmBody, TwoPhase, gemm_body
 from .space import GemmShape, GemmTile, tile_space

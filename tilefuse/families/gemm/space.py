@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...codegen.kernel import pow2
 from ...cost.target import Target
 from ...cost.work import DOT_REGISTER_BASE
 from ...ir.dtypes import DType
@@ -67,16 +68,12 @@ class GemmTile:
                 + (f" two-phase rows ({self.fixup} a step)" if self.fixup else ""))
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
     """Every tile: no block beyond the (power-of-two padded) problem, rows whole or two phases
     when the epilogue reduces over N, the accumulator within a thread's registers, stages within
     the K loop."""
     out = []
-    m2, n2, k2 = _pow2(max(s.m, 16)), _pow2(max(s.n, 16)), _pow2(max(s.k, 16))
+    m2, n2, k2 = pow2(max(s.m, 16)), pow2(max(s.n, 16)), pow2(max(s.k, 16))
     if s.row_reduction:
         whole = (n2,) if n2 <= MAX_ROW else ()
         bns = whole + (tuple(b for b in BNS if b < n2) if n2 <= MAX_FIXUP_ROW else ())
@@ -136,8 +133,8 @@ def _small_m_space(s: GemmShape, target: Target, bns) -> list[GemmTile]:
     if s.m > SMALL_M:
         return []
     out = []
-    bm = _pow2(s.m)
-    k2 = _pow2(max(s.k, 16))
+    bm = pow2(s.m)
+    k2 = pow2(max(s.k, 16))
     for bn in bns:
         for bk in (b for b in SMALL_M_BKS if b <= k2):
             for warps in (2, 4, 8):

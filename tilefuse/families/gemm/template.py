@@ -26,8 +26,8 @@ import math
 from dataclasses import replace
 
 from ...analysis.index import extent_ranges
-from ...codegen.fused import _pow2, reduction
-from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
+from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, pow2
+from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Expr, Load, Var, binary, cast, select, substitute, transform
 from ...transform.simplify import simplify
@@ -93,7 +93,7 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     _batch_axis(b, axes)
     fm, fn = (tuple(Var(f"f{v.name}") for v in vs) for vs in (b.mvars, b.nvars))
     axes += [TileAxis("fm", fm, _ext(b, b.mvars), t.fixup, 0, block_name="FIX_M", within="m", span=t.bm),
-             TileAxis("fn", fn, _ext(b, b.nvars), _pow2(shape.n), 1, block_name="FIX_N")]
+             TileAxis("fn", fn, _ext(b, b.nvars), pow2(shape.n), 1, block_name="FIX_N")]
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
     body: list = [Dot(b.acc + 1, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
                       b.in_dtype, b.out_dtype, note)]
@@ -167,9 +167,9 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
                    swizzle=t.swizzle, workspaces=frozenset({0}))
     # the reduction: one program per REDUCE_BLOCK outputs, the splits summed, then the epilogue
     nin = len(b.inputs)
-    axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, _pow2(math.prod(b.acc_shape))), 0, grid=0,
+    axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, pow2(math.prod(b.acc_shape))), 0, grid=0,
                       block_name="XBLOCK"),
-             TileAxis("r", (sv,), (t.split,), _pow2(t.split), 1, block_name="RBLOCK"))
+             TileAxis("r", (sv,), (t.split,), pow2(t.split), 1, block_name="RBLOCK"))
     body = [Reduce(nin + 1, Load(nin, (sv,) + b.avars, DType.float32), "r", "sum", DType.float32, 0.0, b.out_dtype,
                    f"{b.anchor}: the {t.split} partial sums")]
     body += _stores(b, {b.acc: nin + 1})

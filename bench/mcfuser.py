@@ -93,9 +93,11 @@ from dataclasses import astuple, dataclass, replace
 from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
-from ..cost.model import parallelism
-from ..cost.target import Target
-from ..ir.dtypes import DType
+from tilefuse.codegen.kernel import pow2
+from tilefuse.cost.model import parallelism
+from tilefuse.cost.target import Target
+from tilefuse.families.chain.space import held_sizes, streamed_sizes
+from tilefuse.ir.dtypes import DType
 
 # ---------------------------------------------------------------- the chain, as rule tables
 
@@ -469,13 +471,9 @@ TILE_STEP = 16                  # tensor cores need 16×16×16
 MAX_PADDING = 0.05
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
 def keeps_padding(d: int, t: int) -> bool:
     """Rule 3 for one size: a divisor of a power-of-two dimension, else padding below 5%."""
-    if d == _pow2(d):
+    if d == pow2(d):
         return d % t == 0
     return (-(-d // t) * t - d) / d < MAX_PADDING
 
@@ -635,33 +633,18 @@ def search(shape: ChainShape, measure: Callable[[list[Candidate]], Sequence[floa
 
 # ---------------------------------------------------------------- the Triton-expressible space
 
-TRITON_SIZES = (16, 32, 64, 128, 256)
 NK = bind(parse("mhnk"))        # the template's tiling: grid (batch, m, h), n loop, k inside
-
-
-def _triton_sizes(d: int) -> tuple[int, ...]:
-    """The whole dimension padded to a power of two (up to 256), or a smaller power of two that
-    Rule 3 keeps."""
-    whole = _pow2(max(d, TRITON_SIZES[0]))
-    return tuple(t for t in TRITON_SIZES if t < whole and keeps_padding(d, t)) + \
-        ((whole,) if whole <= TRITON_SIZES[-1] else ())
-
-
-def _streamed_sizes(d: int) -> tuple[int, ...]:
-    """Powers of two from 16 up to the dimension padded (at most 256)."""
-    whole = _pow2(max(d, TRITON_SIZES[0]))
-    return tuple(t for t in TRITON_SIZES if t <= whole)
 
 
 def chain_tiles(shape: ChainShape, target: Target, *, max_smem: int | None = None) -> list[ChainTile]:
     """The Triton template's tiles: power-of-two sizes within Rule 4 for the tiles a program holds
     (A bm×bk, B bk×bn, C bm×bn, D bn×bh, E bm×bh).  K and H, held whole or in a few chunks, keep
-    Rule 3 (``_triton_sizes``); M and N are walked in many tiles whose padding is bounded by one
+    Rule 3 (``held_sizes``); M and N are walked in many tiles whose padding is bounded by one
     tile and which tilefuse's cost model charges (padded flops, masked lanes), so every power of
     two up to the padded extent is offered there (Rule 3's 5% would leave M = 300 only 16-row
     tiles)."""
     limit = target.smem_per_block if max_smem is None else max_smem
-    sizes = [_streamed_sizes(getattr(shape, x)) if x in ("m", "n") else _triton_sizes(getattr(shape, x))
+    sizes = [streamed_sizes(getattr(shape, x)) if x in ("m", "n") else held_sizes(getattr(shape, x))
              for x in LOOPS]
     return [t for t in itertools.starmap(ChainTile, itertools.product(*sizes)) if fits_smem(t, shape.itemsize, limit)]
 

@@ -1,4 +1,4 @@
-"""The fused family's template: a fused schedule (families/fused.py) as a tile-level kernel.
+"""The fused family's template: a fused body and tile as a tile-level kernel (``codegen/kernel.py``).
 
 Tile axes: ``x``, the anchor's row variables, split across programs in blocks of XBLOCK (tile
 dimension 0); ``r``, its inner variables, in chunks of RBLOCK (dimension 1), looped unless the
@@ -19,13 +19,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import torch
-
-from ..ir.dtypes import DType
-from ..ir.expr import Cast, Const, Expr, Load, Var, binary, cast, substitute, transform, walk
-from ..ir.prim import reduce_init
-from .kernel import Kernel, Loop, Reduce, Store, TileAxis
-from .triton.ops import BOOL_COMBINER, HALF
+from ...codegen.kernel import Kernel, Loop, Store, TileAxis, pow2
+from ...codegen.reduction import reduction
+from ...ir.expr import Load, Var, binary, substitute, walk
 
 
 def fused_kernel(s, name: str) -> Kernel:
@@ -45,7 +41,7 @@ def fused_kernel(s, name: str) -> Kernel:
 def tiled(template: Kernel, b, xblock: int, rblock: int, num_warps: int, num_stages: int) -> Kernel:
     """``template`` with a tile bound: XBLOCK rows per program (at most the rows, rounded up to a
     power of two), RBLOCK-wide chunks."""
-    return template.bound({"XBLOCK": min(xblock, _pow2(math.prod(b.xext))), "RBLOCK": rblock}, num_warps, num_stages)
+    return template.bound({"XBLOCK": min(xblock, pow2(math.prod(b.xext))), "RBLOCK": rblock}, num_warps, num_stages)
 
 
 def fused_template(b, one_pass: bool) -> Kernel:
@@ -81,33 +77,6 @@ def fused_template(b, one_pass: bool) -> Kernel:
                   tuple(axes), tuple(body), 1, 1, (), reused)
 
 
-def reduction(inst, body: Expr, axis: str) -> Reduce:
-    """A reduction instance as a ``Reduce`` over ``axis`` (16-bit floats accumulate in fp32, bools
-    as int32 any/all)."""
-    acc_dt = DType.float32 if inst.dtype in HALF else inst.dtype
-    if inst.dtype in HALF:
-        body = transform(body, _widen)
-    combiner = inst.combiner
-    init = reduce_init(combiner, acc_dt)
-    if inst.dtype is DType.bool:   # any/all as a max/min over int32, starting from False/True
-        acc_dt, combiner, body, init = DType.int32, BOOL_COMBINER[combiner], cast(body, DType.int32), int(init)
-    return Reduce(inst.slot, body, axis, combiner, acc_dt, init, inst.dtype,
-                  f"{inst.prim} ({inst.combiner}) over {math.prod(inst.rext)} per row")
-
-
-def _widen(n: Expr) -> Expr | None:
-    """fp16/bf16 reduction bodies evaluate in fp32, as the reference does."""
-    if n.dtype not in HALF:
-        return None
-    if isinstance(n, Load):
-        return cast(n, DType.float32)
-    if isinstance(n, Const):
-        return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), DType.float32)
-    if isinstance(n, Cast):
-        return cast(n.x, DType.float32)
-    return None
-
-
 def _reused(b) -> frozenset:
     """Loads of a looped kernel whose data a later loop reads again (keep them in cache).  Each
     reduction loop has its own variables; over the same extent they stand for the row's inner
@@ -126,7 +95,3 @@ def _reused(b) -> frozenset:
 
 def _is_input(n, b) -> bool:
     return isinstance(n, Load) and n.tensor < len(b.inputs)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()

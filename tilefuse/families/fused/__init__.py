@@ -16,7 +16,7 @@ map (a permutation/projection of its axes), or have the anchor's shape; otherwis
 rejected, as are nested reductions (a reduction used inside another's reduced loop; their traffic
 can still be modelled: ``tile_traffic``).  Rejection is the common case and is cheap.
 
-Cost: ``cost.work.work`` of the kernel the template prints (``codegen/fused.py``: the body is
+Cost: ``cost.work.work`` of the kernel the template prints (``template.py``: the body is
 lowered once per form, one pass or looped, and each candidate's XBLOCK and RBLOCK bound to it),
 timed by ``cost.model.estimate``: one description of each kernel.  The tile space is XBLOCK ×
 RBLOCK × num_warps; ``schedules`` returns the best few, best first.  ``tile_traffic`` keeps
@@ -27,15 +27,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..analysis.classify import Category, contraction_operands
-from ..analysis.inline import Inliner, Instance, injective_store
-from ..codegen.fused import fused_kernel, fused_template, tiled
-from ..cost.model import estimate
-from ..cost.target import Target
-from ..cost.tiles import load_sites, requested_bytes, stored_bytes
-from ..cost.work import work
-from ..ir.expr import Expr, Var, free_vars, substitute, walk
-from .base import Built, Family, Group, Schedule
+from ...analysis.classify import Category, contraction_operands
+from ...analysis.inline import Inliner, Instance, injective_store
+from .template import fused_kernel, fused_template, tiled
+from ...cost.model import estimate
+from ...cost.target import Target
+from ...cost.tiles import load_sites, requested_bytes, stored_bytes
+from ...cost.work import work
+from ...ir.expr import Expr, Var, free_vars, substitute, walk
+from ..base import Built, Family, Group, Schedule
 
 MAX_EXPR_NODES = 4000          # beyond this, inlining has blown up (stencils of stencils): reject
 MAX_TILE_ELEMS = 16384         # XBLOCK·RBLOCK values live per program (registers: see _registers)
@@ -51,7 +51,7 @@ TOP_K = 4                      # schedules handed on (to measurement) per group
 
 
 @dataclass(frozen=True)
-class Store:
+class FusedStore:
     tensor: str
     index: tuple[Expr, ...]       # over anchor vars
     value: Expr                   # over anchor vars
@@ -72,7 +72,7 @@ class FusedBody:
     ivars: tuple[Var, ...]                  # inner axes, looped in chunks of RBLOCK
     iext: tuple[int, ...]
     instances: tuple[Instance, ...]         # reductions, in dependency order
-    stores: tuple[Store, ...]
+    stores: tuple[FusedStore, ...]
     nested: bool = False                    # a reduction inside another's loop: traffic only, no kernel
 
 
@@ -125,7 +125,7 @@ class FusedFamily(Family):
         return _ranked(built, target)[:TOP_K]
 
     def build(self, schedule: FusedSchedule, name: str) -> Built:
-        from ..codegen.triton import compile_kernel
+        from ...codegen.triton import compile_kernel
         kernel = fused_kernel(schedule, name)
         run, source = compile_kernel(kernel)
         b = schedule.body
@@ -251,7 +251,7 @@ def _build(group: Group, nested_ok: bool = False) -> FusedBody | None:
         mask = tuple(v for v in avars if v not in deps)
         row_only = not (deps & set(ivars))
         limits = tuple((e, n) for e, n in zip(idx, o.out.shape) if isinstance(e, Var) and ext[e] > n)
-        stores.append(Store(o.name, idx, val, mask, row_only, limits))
+        stores.append(FusedStore(o.name, idx, val, mask, row_only, limits))
     size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in inl.instances for _ in walk(i.body))
     if size > MAX_EXPR_NODES:
         return None

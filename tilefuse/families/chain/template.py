@@ -1,4 +1,4 @@
-"""The chain family's template: a chain schedule (families/chain.py) as a tile-level kernel.
+"""The chain family's template: a chain body and tile as a tile-level kernel (``codegen/kernel.py``).
 
 Tile axes: ``m`` (BLOCK_M rows, dimension 0) and ``h`` (BLOCK_H columns of the second product,
 dimension 1; split across programs with ``m`` when BLOCK_H < H), ``b`` the batch (one position per
@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..analysis.index import extent_ranges
-from ..ir.dtypes import DType
-from ..ir.expr import Const, Load, Var, binary, cast, select, substitute, transform, unary
-from ..transform.simplify import simplify
-from .fused import reduction
-from .kernel import Dot, Kernel, Loop, State, Store, TileAxis
+from ...analysis.index import extent_ranges
+from ...codegen.kernel import Dot, Kernel, Loop, State, Store, TileAxis
+from ...codegen.reduction import reduction
+from ...ir.dtypes import DType
+from ...ir.expr import Const, Load, Var, binary, cast, select, substitute, transform, unary
+from ...transform.simplify import simplify
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 

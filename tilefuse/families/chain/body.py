@@ -1,60 +1,21 @@
-"""The chain family (MCFuser): two contractions in one kernel, the intermediate kept on chip.
-
-``E = g(f(A·B))·D``: the first contraction's tile (attention's scores ``Q·Kᵀ``, or a GEMM's output)
-goes through the members between the two contractions, ``f`` (scale, additive or boolean masks,
-causal predicates on the indices, ALiBi-style biases, activations), and, optionally, ``g``, the
-softmax over its N axis, into the second contraction, whose reduction runs over that N axis
-(attention's keys).  One program owns a row tile (and a column tile of the second contraction's N
-when it is split: MCFuser's deep ``nk`` sub-tiling, the scores recomputed per column tile) and
-walks N in chunks; K, the first contraction's reduction, is whole (the A tile loaded once: the
-redundant-access elimination of MCFuser §2.5) or looped inside.
-
-The softmax that fission produces (max, ``exp(x - max)``, sum, divide, and SDPA's guard of a fully
-masked row) is recognized and rewritten to the online softmax (``OnlineSoftmax``): a running max
-and sum per row, the accumulator rescaled by ``exp(old max - new max)`` each chunk and divided by
-the sum at the end; a fully masked row keeps a running max of -inf, and its guard makes it zero,
-as the reference does.  Recognition is structural: the second contraction's operand must be
-``exp(score - max) × G`` with ``G`` row-only (``1/sum``, or the guard's select of it), the max must
-reduce ``score`` and the sum ``exp(score - max)``.  Any other reduction between the contractions
-rejects the group.
-
-Prologues of the three operands (bias adds, head transposes, rotary embeddings, grouped-query
-heads' broadcasts) are inlined into their loads, and the second contraction's epilogue is stored
-through the inverse of its index map (``families/anchor.py``), as in the gemm family.
-
-Cost: tensor-core flops of the padded tiles (the scores once per column tile) at the rate the two
-products' tiles sustain (``schedule/search.tile_rate``), the softmax's arithmetic on CUDA cores,
-every operand load site's box per program (``cost/tiles.py``) through L2, from DRAM once when
-the heads the resident programs work on fit in L2 (``_memory``), the output once.
-"""
+"""The chain family's body: two contractions with what lies between them (the online softmax
+recognized), their operands' prologues and the second's epilogue (see ``families/chain/__init__.py``)."""
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..analysis.classify import Category, contraction_operands
-from ..analysis.index import linear_form
-from ..analysis.inline import Inliner, Instance
-from ..codegen.chain import chain_kernel
-from ..cost.model import estimate
-from ..cost.target import Target
-from ..cost.work import work
-from ..ir.dtypes import DType
-from ..ir.expr import Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
+from ...analysis.classify import Category, contraction_operands
+from ...analysis.index import linear_form
+from ...analysis.inline import Inliner, Instance
+from ...ir.dtypes import DType
+from ...ir.expr import Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
     transform, walk
-from ..schedule import tiling
-from ..schedule.tiling import ChainShape
-from .anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
-from .base import Built, Family, Group, Schedule
+from ..anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
+from ..base import Group
 
 DOT_DTYPES = (DType.float16, DType.bfloat16, DType.float32)
-TOP_K = 3
 MAX_EXPR_NODES = 4000
-RANKED = 8                 # tiles of the cached ranking costed with a group's own prologue/epilogue
-WARPS = (4, 8)
-STAGES = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -105,51 +66,6 @@ class ChainBody:
     def extent(self, vs) -> int:
         return math.prod(self.ext[v] for v in vs)
 
-
-@dataclass(frozen=True)
-class ChainTile:
-    bm: int
-    bn: int
-    bk: int                              # >= K: K whole (one chunk)
-    bh: int                              # >= H: H whole in the program
-    warps: int
-    stages: int
-
-    def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages)
-
-    def __str__(self) -> str:
-        return f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
-
-
-@dataclass(frozen=True)
-class ChainSchedule(Schedule):
-    body: ChainBody
-    tile: ChainTile
-
-    def tile_key(self) -> tuple:
-        return self.tile.key()
-
-
-class ChainFamily(Family):
-    name = "chain"
-
-    def schedules(self, group: Group, target: Target) -> list[ChainSchedule]:
-        if group.categories.count(Category.contraction) != 2 or Category.opaque in group.categories:
-            return []
-        body = chain_body(group)
-        if body is None:
-            return []
-        return _best([_schedule(body, t, target) for t in ranked_tiles(body, target)[:RANKED]], target)[:TOP_K]
-
-    def build(self, schedule: ChainSchedule, name: str) -> Built:
-        from ..codegen.triton import compile_kernel
-        b = schedule.body
-        run, source = compile_kernel(chain_kernel(b, schedule.tile, name))
-        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
-
-
-# ---------------------------------------------------------------- the body
 
 def chain_body(group: Group) -> ChainBody | None:
     """The group as a chain of two contractions (see the module docstring), or None."""
@@ -394,79 +310,3 @@ def _coefficient(e: Expr, t: Expr) -> Expr | None:
             c = _coefficient(e.a, t)
             return None if c is None else binary(e.op, c, cast(e.b, c.dtype))
     return None
-
-
-# ---------------------------------------------------------------- tiles and cost
-
-def chain_shape(b: ChainBody) -> ChainShape:
-    return ChainShape(*(b.extent(vs) for vs in (b.bvars, b.mvars, b.nvars, b.kvars, b.hvars)),
-                      max(b.in1.itemsize, b.in2.itemsize))
-
-
-def chain_tiles(b: ChainBody, target: Target) -> list[ChainTile]:
-    """MCFuser's space for the Triton template (``schedule/tiling.chain_tiles``: the ``nk``
-    sub-tiling, power-of-two tiles within Rules 3 and 4) × warps × pipeline stages."""
-    return [ChainTile(t.bm, t.bn, t.bk, t.bh, w, st) for t in tiling.chain_tiles(chain_shape(b), target)
-            for w in WARPS for st in STAGES]
-
-
-_RANKED: OrderedDict[tuple, tuple[ChainTile, ...]] = OrderedDict()
-RANKED_CACHE = 1024       # chain bodies whose ranking is kept (least recently used dropped)
-_RANKED_LOCK = threading.Lock()
-
-
-def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
-    """Every tile of the space, fastest first as the cost model times it on this body; cached by
-    value per chain shape, operand types, softmax and target (a group's other members change its
-    prologue's and epilogue's traffic, not the ranking of the tiles)."""
-    key = (chain_shape(b), b.in1, b.in2, b.softmax is not None, target)
-    with _RANKED_LOCK:
-        got = _RANKED.get(key)
-        if got is not None:
-            _RANKED.move_to_end(key)
-            return got
-    forms: dict = {}
-    got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in chain_tiles(b, target)],
-                                      target))
-    with _RANKED_LOCK:
-        _RANKED[key] = got
-        if len(_RANKED) > RANKED_CACHE:
-            _RANKED.popitem(last=False)
-    return got
-
-
-def _best(scheds: list["ChainSchedule"], target: Target) -> list["ChainSchedule"]:
-    """Feasible schedules, fastest first; ties go to K whole, fewer column tiles, larger tiles,
-    fewer warps and stages."""
-    scored = []
-    for s in scheds:
-        sec = estimate(s.work, target).seconds
-        t = s.tile
-        if math.isfinite(sec):
-            kc, ht = -(-s.body.extent(s.body.kvars) // t.bk), -(-s.body.extent(s.body.hvars) // t.bh)
-            scored.append(((sec, kc, ht, -t.bm * t.bn, t.warps, t.stages), s))
-    scored.sort(key=lambda kv: kv[0])
-    return [s for _, s in scored]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def _schedule(b: ChainBody, t: ChainTile, target: Target, kernel=None) -> ChainSchedule:
-    """The schedule of one tile: the work of the kernel the template prints for it."""
-    w = work(kernel or chain_kernel(b, t, "chain"), target)
-    return ChainSchedule("chain", b.group, w.programs, w, b, t)
-
-
-def _bound(b: ChainBody, t: ChainTile, forms: dict):
-    """The body's kernel for tile ``t``: lowered once per form (H split across programs or
-    whole) and bound to the tile's blocks, warps and stages."""
-    split = t.bh < b.extent(b.hvars)
-    if split not in forms:
-        forms[split] = chain_kernel(b, t, "chain")
-    return forms[split].bound({"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "BLOCK_H": t.bh}, t.warps,
-                              t.stages)
-
-
-__all__ = ["ChainFamily", "ChainSchedule", "ChainBody", "ChainTile", "chain_body"]

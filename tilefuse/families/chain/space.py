@@ -1,0 +1,74 @@
+"""The chain family's tile space: MCFuser's for the Triton template (the ``nk`` sub-tiling: a
+program owns a row tile and a tile of the second product's columns, walks the keys, and holds or
+loops the first product's reduction), in powers of two, times warps and pipeline stages.
+
+Sizes: M and N (rows, keys), walked in many tiles whose padding is bounded by one tile and which
+the cost model charges (padded flops, masked lanes), take every power of two from 16 up to the
+padded extent (at most 256); K and H, held whole or in a few chunks, the whole dimension padded
+to a power of two (up to 256) or a smaller power of two that pads it by less than 5% (MCFuser's
+Rule 3).  Shared memory (Rule 4, MCFuser Eq. 1): the five tiles a program touches (A bm×bk,
+B bk×bn, C bm×bn, D bn×bh, E bm×bh) within the target's per-block limit, with 20% slack for the
+estimate's error.  The ranking (``families/chain``) times each with ``cost/work.py``.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ...codegen.kernel import pow2
+from ...cost.target import Target
+
+SIZES = (16, 32, 64, 128, 256)
+MAX_PADDING = 0.05
+SMEM_SLACK = 1.2
+WARPS = (4, 8)
+STAGES = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class ChainShape:
+    batch: int
+    m: int
+    n: int
+    k: int
+    h: int
+    itemsize: int               # element bytes of the operands
+
+
+@dataclass(frozen=True)
+class ChainTile:
+    bm: int
+    bn: int
+    bk: int                              # >= K: K whole (one chunk)
+    bh: int                              # >= H: H whole in the program
+    warps: int
+    stages: int
+
+    def key(self) -> tuple:
+        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages)
+
+    def __str__(self) -> str:
+        return f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
+
+
+def chain_tiles(s: ChainShape, target: Target) -> list[ChainTile]:
+    """Every tile of the space (module docstring), sizes × warps × stages."""
+    out = []
+    for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
+        smem = s.itemsize * (bm * bk + bk * bn + bm * bn + bn * bh + bm * bh)
+        if smem <= SMEM_SLACK * target.smem_per_block:
+            out += [ChainTile(bm, bn, bk, bh, w, st) for w in WARPS for st in STAGES]
+    return out
+
+
+def held_sizes(d: int) -> tuple[int, ...]:
+    """Sizes of a dimension held whole or in a few chunks (K, H; module docstring)."""
+    whole = pow2(max(d, SIZES[0]))
+    keeps = (lambda t: d % t == 0) if d == pow2(d) else (lambda t: (-(-d // t) * t - d) / d < MAX_PADDING)
+    return tuple(t for t in SIZES if t < whole and keeps(t)) + ((whole,) if whole <= SIZES[-1] else ())
+
+
+def streamed_sizes(d: int) -> tuple[int, ...]:
+    """Sizes of a dimension walked in many tiles (M, N; module docstring)."""
+    whole = pow2(max(d, SIZES[0]))
+    return tuple(t for t in SIZES if t <= whole)
