@@ -17,7 +17,7 @@ figures as bench/attention.py (kernels, family, name, modelled µs per launch an
 grid, tile, DRAM traffic, useful TFLOP/s = 2·b·M·N·(K+H) / time, the roofline bound
 ``report.roofline_us`` and time / roofline, speedups).
 
-MCFuser's model beside tilefuse's (``tilefuse/schedule/tiling.py``; ``ModelParams.of(target)``: the
+MCFuser's model beside tilefuse's (``bench/mcfuser.py``; ``ModelParams.of(target)``: the
 target's peak DRAM bandwidth and fp16 tensor-core peak; the block-aware trip-count convention):
 
 - ``mcfuser_space``: the tile MCFuser's analytic model (Eq. 2-5: (bytes/𝒲 + flops/𝒫)·α) ranks
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
                "roofline": "report.roofline_us: max(compulsory bytes / peak DRAM bandwidth, every prim's flops "
                            "at its peak: the products at the fp16 tensor-core peak, the activation at the fp32 "
                            "CUDA-core peak)",
-               "mcfuser": "tilefuse/schedule/tiling.py: estimate() with ModelParams.of(target), block-aware "
+               "mcfuser": "bench/mcfuser.py: estimate() with ModelParams.of(target), block-aware "
                           "trip counts; times in 'model_us' are MCFuser's model's, not tilefuse's"},
            "measured": att.measured_header(device, args, "the same function in fp32, tf32 off"),
            "measured_reason": why_not,

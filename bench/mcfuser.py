@@ -96,7 +96,7 @@ from typing import Callable, Mapping, Sequence
 from tilefuse.codegen.kernel import pow2
 from tilefuse.cost.model import parallelism
 from tilefuse.cost.target import Target
-from tilefuse.families.chain.space import held_sizes, streamed_sizes
+from tilefuse.families.chain.space import ChainShape, held_sizes, streamed_sizes
 from tilefuse.ir.dtypes import DType
 
 # ---------------------------------------------------------------- the chain, as rule tables
@@ -356,15 +356,7 @@ def trips(p: Placement, ext: Mapping[str, int], *, convention: str, bound: tuple
 
 
 # ---------------------------------------------------------------- shapes, tiles, candidates
-
-@dataclass(frozen=True)
-class ChainShape:
-    batch: int
-    m: int
-    n: int
-    k: int
-    h: int
-    itemsize: int               # element bytes of the operands
+# (ChainShape: the chain family's, ``families/chain/space.py``)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tilefuse
+from tilefuse.ir.samples import allocate
 from tilefuse.cost.target import Target
 from tilefuse.families.base import Group
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
@@ -93,7 +94,7 @@ def forced(fn, t, *args, tol=F32_TOL, family="gemm"):
     feeds = feeds_of(cm, args)
     env = {c.name: c.data for c in pg.constants} | feeds
     outs = [torch.full(pg.types[o].shape, float("nan"), dtype=pg.types[o].dtype.to_torch()) for o in built.outputs]
-    built.run([env[n] for n in built.inputs], outs)
+    built.run([env[n] for n in built.inputs], outs + allocate(built.scratch, torch.device("cpu")))
     got = dict(zip(built.outputs, outs))
     for name, ref, want in zip(pg.outputs, run_reference(pg, feeds), eager(fn, *args)):
         torch.testing.assert_close(got[name], ref, **tol, msg=lambda m: f"{name} vs reference: {m}")

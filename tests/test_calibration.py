@@ -102,9 +102,10 @@ def test_attention_in_three_kernels_is_slower_than_flashattention():
 # FlashAttention-3 paper (Shah et al., 2024), Fig. "Attention forward speed, head dim 64/128/256
 # (H100 80GB SXM5)", fp16, non-causal, 16k tokens per batch: Triton's fused attention at sequence
 # length 4k reaches 499 / 605 / 854 TFLOP/s.  The chain kernel (one kernel, online softmax, the
-# scores on chip) must model close to the Triton figure: from below, within 15% (head dims 64
-# and 128), 30% at 256 (the model's TRITON_GEMM_EFFICIENCY of 0.75 caps it at 742, and it
-# charges the softmax after the products; Triton reaches 86% of peak there).
+# scores on chip) must model close to the Triton figure: at most 15% below (head dims 64 and 128),
+# 30% at 256 (the model's TRITON_GEMM_EFFICIENCY of 0.75 caps it at 742, and it charges the
+# softmax after the products; Triton reaches 86% of peak there), at most 10% above.  Modelled
+# from the kernel the template prints (cost/work.py): 537 / 619 / 635.
 @pytest.mark.parametrize("d,published,low", [(64, 499, 0.85), (128, 605, 0.85), (256, 854, 0.70)])
 def test_chain_attention_models_near_published_triton_throughput(d, published, low):
     tflops, kernels = _attention_tflops(16384 // 4096, 2048 // d, 4096, d)     # batch 4, hidden 2048

@@ -316,6 +316,7 @@ def test_depthwise_conv_is_offered_to_both_the_fused_and_the_gemm_family():
     feeds = feeds_of(cm, args)
     env = {c.name: c.data for c in pg.constants} | feeds
     outs = [torch.full(pg.types[o].shape, float("nan")) for o in built.outputs]
+    assert not built.scratch
     built.run([env[n] for n in built.inputs], outs)
     torch.testing.assert_close(outs[0], run_reference(pg, feeds)[0], **F32_TOL)
     _, body = forced(model, tile(16, 16, 16), *args)

@@ -16,6 +16,7 @@ from tilefuse.analysis.classify import Category, classify, contraction_operands
 from tilefuse.families.base import Group
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType, TensorType
+from tilefuse.ir.samples import allocate
 from tilefuse.ir.evaluate import eval_prim
 from tilefuse.ir.expr import Load, walk
 from tilefuse.vendor.torch_call import library_kernel
@@ -99,7 +100,7 @@ def gemm_alone(prim, xs):
     body = gemm_body(Group((prim,), tuple(prim.inputs), (prim.name,), {**types, prim.name: prim.out}))
     built = GemmFamily().build(_schedule(body, tile(16, 16, 16), H100), "gemm_test")
     out = torch.full(prim.out.shape, float("nan"))
-    built.run(list(xs), [out])
+    built.run(list(xs), [out] + allocate(built.scratch, torch.device("cpu")))
     torch.testing.assert_close(out, eval_prim(prim, xs), **F32_TOL)
     return body
 

@@ -150,3 +150,62 @@ def test_split_k_is_two_kernels_whose_partials_stay_in_l2():
     assert w1.programs == 4 and w1.l2_bytes >= partials
     assert w1.dram_bytes < 2 * 64 * 8192 * 2 + partials      # the partials are not written to DRAM
     assert w2.l2_bytes >= partials and w2.dram_bytes < partials
+
+
+def test_a_load_through_a_floordiv_map_is_charged_over_programs_along_the_grid():
+    """out[i] = x[(i - 1) // 2], one row a program: the first program's index leaves the tensor
+    (it reads nothing), the others read a sector each.  The box of the first program does not
+    stand for the others' (ViT's class token before its patches); programs spread along the grid
+    do."""
+    from tilefuse.ir.expr import binary
+    i = Var("i")
+    n = 64
+    axes = (TileAxis("x", (i,), (n,), 1, 0, grid=0, block_name="XBLOCK"),)
+    value = Load(0, (binary("floordiv", binary("sub", i, 1), 2),), F32)
+    k = Kernel("k", (TensorType((n // 2,), F32),), (TensorType((n,), F32),), axes, (Store(0, (i,), value),), 1, 1)
+    w = work(k, H100)
+    loads = w.requested_bytes - n * 4
+    assert 0.8 * (n - 1) * 32 <= loads <= (n - 1) * 32
+
+
+def test_a_tile_box_at_an_offset():
+    from tilefuse.cost.work import _box_at
+    a, b = Var("a"), Var("b")
+    assert _box_at((a, b), (3, 5), 5, 5) == {a: (1, 1), b: (0, 4)}
+    assert _box_at((a, b), (3, 5), 2, 6) == {a: (1, 1), b: (1, 2)}
+    assert _box_at((a, b), (3, 5), 5, 3) == {a: (0, 1), b: (0, 4)}     # wraps: every column
+
+
+def test_scratch_is_declared_and_planned():
+    """A split-K GEMM's partials are a workspace the memory planner places in the arena (live
+    during their kernel only) and the program hands to the kernel; a two-phase GEMM's counters
+    are zeroed once per program and left at zero by every call; both match eager torch."""
+    from gemm_eval import compile_h100, whole
+    from tilefuse.families.gemm import GemmFamily, GemmTile, _schedule, gemm_body
+    from tilefuse.runtime.executor import Program
+    from tilefuse.runtime.memory import plan_memory, scratch_names
+
+    def program(fn, tile, *args):
+        cm = compile_h100(fn, *args)
+        assert len(cm.plan.kernels) == 1, [k.family for k in cm.kernels]
+        pg = cm.primgraph
+        built = GemmFamily().build(_schedule(gemm_body(whole(pg)), tile, H100), "g")
+        memory = plan_memory(cm.plan, pg, [built])
+        prog = Program(cm.plan, pg, torch.device("cpu"), [built], memory)
+        return prog, built, memory, dict(zip(cm.input_names, args))
+
+    x, w = torch.randn(16, 1024), torch.randn(1024, 32)
+    prog, built, memory, feeds = program(lambda x, w: torch.relu(x @ w), GemmTile(16, 32, 64, 4, 2, split=4), x, w)
+    assert [(sc.type.shape, sc.zeroed) for sc in built.scratch] == [((4, 16, 32), False)]
+    assert scratch_names(0, built)[0] in memory.offsets and memory.arena_bytes >= 4 * 16 * 32 * 4
+    torch.testing.assert_close(prog.run(feeds)[0], torch.relu(x @ w), rtol=1e-4, atol=1e-4)
+
+    norm = torch.nn.LayerNorm(96)
+    x, w = torch.randn(16, 32), torch.randn(32, 96)
+    prog, built, memory, feeds = program(lambda x, w: norm(x @ w), GemmTile(16, 32, 32, 4, 2, fixup=4), x, w)
+    assert [sc.zeroed for sc in built.scratch] == [False, True]    # the rows' workspace, the counters
+    assert scratch_names(0, built)[1] not in memory.offsets        # counters: not in the shared arena
+    for _ in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(prog.run(feeds)[0], norm(x @ w), rtol=1e-4, atol=1e-4)
+        assert int(prog.scratch[0][1].abs().sum()) == 0

@@ -1,4 +1,4 @@
-"""Hidet task mappings (schedule/mapping.py): the listings of shared/papers/hidet-notes.md §7, the
+"""Hidet task mappings (codegen/mapping.py): the listings of shared/papers/hidet-notes.md §7, the
 composition laws, and the symbolic expansion (what the Triton printer emits) against the integer
 semantics."""
 from __future__ import annotations

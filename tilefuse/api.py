@@ -206,7 +206,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
             _verify_plan(check, plan, primgraph, kernels if backend == "triton" else None, tgt)
     if dump is not None:
         _dump(Path(dump), graph, primgraph, plan, kernels)
-    memory = plan_memory(plan, primgraph)
+    memory = plan_memory(plan, primgraph, kernels)
     report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
     if measure:
         report.measurement = {"rounds": tuning.rounds, "stable": tuning.stable,

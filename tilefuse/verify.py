@@ -34,6 +34,7 @@ from .ir.dtypes import DType
 from .ir.evaluate import eval_prim, retype
 from .ir.expr import transform, walk
 from .ir.prim import Prim, PrimGraph, TensorDecl
+from .ir.samples import allocate
 
 _log = logging.getLogger("tilefuse.plan")
 
@@ -254,7 +255,7 @@ class Verifier:
             ins = [vals[n].to(device).contiguous() for n in b.inputs]
             outs = [torch.empty(vals[n].shape, dtype=vals[n].dtype, device=device) for n in b.outputs]
             try:
-                b.run(ins, outs)
+                b.run(ins, outs + allocate(b.scratch, device))
             except Exception as e:
                 raise VerifyError("kernels", b.outputs[0] if b.outputs else None,
                                   f"could not be computed: kernel {i} {b.name} ({b.family}) raised "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..ir.evaluate import eval_prim
-from ..ir.samples import sample_io
+from ..ir.samples import allocate, sample_io
 from .traffic_counter import count_traffic
 
 
@@ -54,7 +54,7 @@ def audit_traffic(compiled, *example_args) -> list[KernelTraffic]:
         if values is not None:
             ins = [values[n] for n in built.inputs]
         with count_traffic() as t:
-            built.run(ins, outs)
+            built.run(ins, outs + allocate(built.scratch, cpu))
         out.append(KernelTraffic(i, built.name, t.sector_bytes, t.distinct_bytes, int(k.schedule.requested_bytes()),
                                  t.loads, t.stores))
     return out

@@ -69,6 +69,8 @@ class LoadUse:
     path: tuple              # the loop axes of its scope, outermost first
     operand: bool            # it feeds a Dot's operand
     stopped: bool            # inside a loop that stops early
+    irregular: bool = False  # an index dim neither affine nor data-dependent (floordiv/mod maps):
+                             # the first program's box does not stand for the others'
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     # in-range share of a split axis's tiles: the last tile's positions beyond the extent are masked
     inside = {a.name: a.extent / (max(a.chunks, 1) * min(a.block, a.extent)) for a in split if a.extent}
     stop_share = _stop_share(prof.stop, by) if prof.stop else 1.0
+    samples = _sampled(ranges, split) if any(u.irregular for u in prof.loads) else ()
     per_input = [0.0] * len(inputs)
     operand: set = set()
     rereads: dict = {}
@@ -261,8 +264,25 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     split_names = {a.name for a in split}
     for u in prof.loads:
         t = inputs[u.site.load.tensor]
-        b = _site_bytes(u.site.load, tuple(ranges[v] for v in u.vars), t, target, tuple(full[v] for v in u.vars))
-        b *= math.prod(chunks(x) for x in u.reps) * math.prod(inside.get(x, 1.0) for x in u.varies)
+        whole = tuple(full[v] for v in u.vars)
+        if u.irregular:
+            b = sum(_site_bytes(u.site.load, tuple(r[v] for v in u.vars), t, target, whole)
+                    for r in samples) / len(samples)
+        elif u.operand and u.path:
+            # a Dot operand loads one chunk's box per iteration: a convolution's chunks of K
+            # re-read the input rows their windows share, which the union over K would not
+            box, scale = dict(ranges), 1.0
+            for a in axes:
+                if canon[a.name] in u.path and canon[a.name] in u.varies and set(a.vars) & set(u.vars):
+                    part = tile_box(a.vars, a.ext, a.block)
+                    box.update((v, (0, n - 1)) for v, n in part.items())
+                    scale *= a.reach / math.prod(part.values())
+            b = scale * _site_bytes(u.site.load, tuple(box[v] for v in u.vars), t, target, whole)
+        else:
+            b = _site_bytes(u.site.load, tuple(ranges[v] for v in u.vars), t, target, whole)
+        b *= math.prod(chunks(x) for x in u.reps)
+        if not u.irregular:     # (sampled boxes already hold the last tile's in-range share)
+            b *= math.prod(inside.get(x, 1.0) for x in u.varies)
         if u.stopped:
             b *= stop_share
         per_input[u.site.load.tensor] += b
@@ -345,6 +365,34 @@ def _load_site(load: Load) -> LoadSite:
 
 def _site_vars(site: LoadSite) -> tuple:
     return tuple(sorted(_index_vars(site.load), key=lambda v: v.name))
+
+
+SAMPLES = 8    # program tiles whose boxes stand for a load through a floordiv/mod index map
+
+
+def _sampled(ranges: dict, split: list) -> list[dict]:
+    """The boxes of up to ``SAMPLES`` programs spread along the grid (tile k·chunks/SAMPLES of
+    each program-split axis): a load through a non-affine index map (a concatenation's, a
+    patch embedding's floordiv/mod) touches different boxes from program to program."""
+    count = max([min(a.chunks, SAMPLES) for a in split] + [1])
+    out = []
+    for k in range(count):
+        r = dict(ranges)
+        for a in split:
+            r.update(_box_at(a.vars, a.ext, a.block, (k * max(a.chunks, 1) // count) * a.block))
+        out.append(r)
+    return out
+
+
+def _box_at(vars_, ext, block: int, start: int) -> dict:
+    """Each variable's range over the row-major positions [start, start + block) of its axis."""
+    out, stride = {}, 1
+    end = min(start + block, math.prod(ext)) - 1
+    for v, n in zip(reversed(vars_), reversed(ext)):
+        lo, hi = start // stride, end // stride
+        out[v] = (0, n - 1) if hi - lo + 1 >= n or lo % n > hi % n else (lo % n, hi % n)
+        stride *= n
+    return out
 
 
 def _stop_share(stop: tuple, by: dict) -> float:
@@ -505,7 +553,7 @@ class _Walk:
                 site = _load_site(n)
                 self.uses.append(LoadUse(site, _site_vars(site), axes,
                                          tuple(a for a in path if self.canon[a] not in axes), path, operand,
-                                         self.stopped and bool(path)))
+                                         self.stopped and bool(path), any(k == "other" for k, _ in site.dims)))
             paths.append(tuple(s[3] for s in self.stack[:depth + 1] if s[3] is not None))
         return paths
 

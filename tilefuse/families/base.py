@@ -103,9 +103,20 @@ class Schedule:
         return hashlib.sha256(repr(shape).encode()).hexdigest()[:24]
 
 
-# Runs one kernel: (inputs in Built.inputs order, outputs in Built.outputs order, preallocated and
-# contiguous) -> None; it writes every output.
+# Runs one kernel: (inputs in Built.inputs order, outputs in Built.outputs order then its scratch
+# buffers, preallocated and contiguous) -> None; it writes every output.
 KernelFn = Callable[[list, list], None]
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A buffer a built kernel needs besides its outputs, declared by its kernels
+    (``Kernel.workspaces``, ``Kernel.counters``) so that whoever runs it places it: the memory
+    planner puts workspaces in the arena, live for that kernel only, and counters in a buffer
+    zeroed once per program (every launch leaves them at zero, so CUDA-graph replays need no
+    memset)."""
+    type: TensorType
+    zeroed: bool = False       # zero before the first launch, and left at zero by every launch
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,9 @@ class Built:
     run: KernelFn
     source: str                # generated Triton source, or what the library/torch call does
     language: str              # "triton" | "torch"
+    scratch: tuple[Scratch, ...] = ()   # passed to ``run`` after the outputs
+
+
 
 
 class KernelFamily(Protocol):

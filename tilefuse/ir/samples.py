@@ -25,3 +25,11 @@ def sample_io(kernel, pg: PrimGraph, device: torch.device) -> tuple[list, list]:
     ins = [tensor(n) for n in kernel.inputs]
     outs = [torch.empty(types[n].shape, dtype=types[n].dtype.to_torch(), device=device) for n in kernel.outputs]
     return ins, outs
+
+
+def allocate(scratch, device) -> list:
+    """New buffers for a built kernel's scratch (``families.base.Scratch``: a type, and whether it
+    starts at zero) on ``device``: for a kernel run alone (a check, a measurement, the traffic
+    audit), or the counters a program keeps."""
+    return [(torch.zeros if s.zeroed else torch.empty)(s.type.shape, dtype=s.type.dtype.to_torch(), device=device)
+            for s in scratch]

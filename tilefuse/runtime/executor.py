@@ -12,10 +12,10 @@ import torch
 
 from ..families import Built, build
 from ..ir.prim import PrimGraph
-from ..ir.samples import sample_io
+from ..ir.samples import allocate, sample_io
 from ..orchestrate.plan import Plan
 from ..progress import report
-from .memory import MemoryPlan, plan_memory
+from .memory import MemoryPlan, plan_memory, scratch_names
 
 
 class Program:
@@ -27,10 +27,15 @@ class Program:
             raise ValueError(f"{len(kernels)} built kernels for a plan of {len(plan.kernels)}")
         self.plan, self.device, self.types = plan, device, pg.types
         self.steps = list(kernels)
-        self.memory: MemoryPlan = memory or plan_memory(plan, pg)
+        self.memory: MemoryPlan = memory or plan_memory(plan, pg, kernels)
         self.constants = {c.name: c.data.to(device) for c in pg.constants}
         arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8, device=device)
-        self.intermediates = self.memory.views(arena, self.types)
+        views = self.memory.views(arena, self.types)
+        self.intermediates = {n: v for n, v in views.items() if n in self.types}
+        # each kernel's scratch: workspaces in the arena, counters zeroed once here (the kernels
+        # leave them at zero, so a CUDA-graph replay needs no memset)
+        self.scratch = [[views[n] if n in views else allocate((s,), device)[0]
+                         for n, s in zip(scratch_names(k, b), b.scratch)] for k, b in enumerate(kernels)]
         self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources]
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -42,7 +47,7 @@ class Program:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
         for k, step in enumerate(self.steps):
-            step.run([buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs])
+            step.run([buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs] + self.scratch[k])
             report("running kernels", k + 1, len(self.steps))
         return [buffers[n] for n in self.plan.outputs]
 
@@ -52,4 +57,5 @@ def kernel_runner(sched, pg: PrimGraph, device: torch.device) -> Callable[[], No
     from ..codegen import kernel_names
     step = build(sched, kernel_names([sched], pg.prims)[0])
     ins, outs = sample_io(step, pg, device)
+    outs = outs + allocate(step.scratch, device)
     return lambda: step.run(ins, outs)

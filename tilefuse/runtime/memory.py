@@ -10,11 +10,12 @@ Graph outputs are not planned: they are returned to the caller and must outlive 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 import torch
 
+from ..ir.dtypes import TensorType
 from ..ir.prim import PrimGraph
 from ..orchestrate.plan import Plan
 
@@ -25,15 +26,16 @@ ALIGN = 256
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    offsets: Mapping[str, int]      # intermediate tensor -> byte offset in the arena
+    offsets: Mapping[str, int]      # intermediate tensor (or kernel workspace) -> byte offset in the arena
     arena_bytes: int                # peak bytes of intermediates with reuse (the arena's size)
     unplanned_bytes: int            # sum of all intermediates' sizes (peak without reuse)
+    scratch: Mapping[str, TensorType] = field(default_factory=dict)   # the workspaces placed, by name
 
     def views(self, arena: torch.Tensor, types) -> dict[str, torch.Tensor]:
         """Each planned tensor as a typed, shaped view into ``arena`` (a uint8 tensor)."""
         out = {}
         for name, off in self.offsets.items():
-            t = types[name]
+            t = self.scratch[name] if name in self.scratch else types[name]
             raw = arena[off:off + t.nbytes]
             out[name] = raw.view(t.dtype.to_torch()).view(t.shape)
         return out
@@ -64,10 +66,20 @@ def assign_offsets(tensors: Mapping[str, tuple[int, int, int]]) -> tuple[dict[st
     return dict(sorted(offsets.items())), max((e for _, e, _, _ in placed), default=0)
 
 
-def plan_memory(plan: Plan, pg: PrimGraph) -> MemoryPlan:
-    """Arena offsets for every tensor a kernel writes that is not a graph output."""
+def plan_memory(plan: Plan, pg: PrimGraph, kernels: Sequence = ()) -> MemoryPlan:
+    """Arena offsets for every tensor a kernel writes that is not a graph output, and for the
+    workspaces the built ``kernels`` declare (``Built.scratch``), each live during its kernel
+    only.  Zeroed scratch (counters) is not placed here: it must stay zero between launches."""
     types = pg.types
     keep = set(plan.sources) | set(plan.outputs)
     live = {n: (types[n].nbytes, lt.first, lt.last) for n, lt in plan.lifetimes.items() if n not in keep}
+    scratch = {n: s.type for k, b in enumerate(kernels) for n, s in zip(scratch_names(k, b), b.scratch)
+               if not s.zeroed}
+    live |= {n: (t.nbytes, int(n.split(":")[1]), int(n.split(":")[1])) for n, t in scratch.items()}
     offsets, arena = assign_offsets(live)
-    return MemoryPlan(offsets, arena, sum(b for b, _, _ in live.values()))
+    return MemoryPlan(offsets, arena, sum(b for b, _, _ in live.values()), scratch)
+
+
+def scratch_names(k: int, built) -> list[str]:
+    """Names of kernel ``k``'s scratch buffers in the memory plan (no tensor name has a colon)."""
+    return [f"scratch:{k}:{j}" for j in range(len(built.scratch))]

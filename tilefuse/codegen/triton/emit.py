@@ -158,7 +158,7 @@ class _Printer:
 
     def _pid(self, a: TileAxis) -> str:
         """The program index along ``a``: its program-id dimension, or its coordinate in the task
-        mapping (schedule/mapping.py) from that program id to the tiles of the axes sharing it:
+        mapping (codegen/mapping.py) from that program id to the tiles of the axes sharing it:
         row-major (``spatial``), or group-M order under the kernel's ``swizzle``."""
         axes = self.k.sharing(a.grid)
         if len(axes) == 1:

@@ -47,7 +47,7 @@ from ...cost.work import kernel_seconds, work
 from ...ir.dtypes import TensorType
 from ...ir.expr import Load, Var
 from ...ir.prim import Prim, Reduction
-from ..base import Built, Cost, Family, Group, Schedule
+from ..base import Built, Cost, Family, Group, Schedule, Scratch
 from .body import GemmBody, TwoPhase, gemm_body
 from .space import GemmShape, GemmTile, tile_space
 from .template import gemm_kernels
@@ -81,56 +81,41 @@ class GemmFamily(Family):
         b = schedule.body
         outputs = tuple(st.tensor for st in b.stores)
         kernels = gemm_kernels(b, schedule.tile, name)
+        scratch = tuple(Scratch(k.outputs[j], j in k.counters) for k in kernels
+                        for j in sorted(k.workspaces | k.counters))
         if schedule.tile.fixup:
-            return self._two_phase(kernels[0], b, outputs, name)
+            return self._two_phase(kernels[0], b, outputs, name, scratch)
         if len(kernels) == 1:
             run, source = compile_kernel(kernels[0])
             return Built(name, self.name, b.inputs, outputs, run, source, "triton")
         (partials, psrc), (reduce, rsrc) = (compile_kernel(k) for k in kernels)
-        ws = kernels[0].outputs[0]
+        n = len(outputs)
 
-        def run(ins, outs):
-            import torch
-            scratch = torch.empty(ws.shape, dtype=torch.float32, device=outs[0].device)
-            partials(ins, [scratch])
-            reduce(list(ins) + [scratch], outs)
+        def run(ins, outs):                 # outs: the outputs, then the partials' workspace
+            partials(ins, [outs[n]])
+            reduce(list(ins) + [outs[n]], outs[:n])
 
-        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton")
+        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton", scratch)
 
 
-    def _two_phase(self, kernel, b: GemmBody, outputs, name: str) -> Built:
-        """The two-phase kernel's launcher: its pre-reduction values go to a workspace allocated
-        per call (or are read back from the output holding them); its row-block counters are
-        zeroed once per device and calling thread (calls from two threads never share them) and
-        left at zero by every launch (reset after a failed one)."""
-        import threading
-
-        import torch
-
+    def _two_phase(self, kernel, b: GemmBody, outputs, name: str, scratch) -> Built:
+        """The two-phase kernel's launcher: its scratch (``Built.scratch``) is the workspace of
+        pre-reduction values (unless an output holds them: they are read back from it) and the
+        row blocks' counters, zero before the first launch and left at zero by every launch (a
+        failed launch zeroes them again)."""
         from ...codegen.triton import compile_kernel
         launch, source = compile_kernel(kernel)
-        source_out = b.phases.source
-        ws = kernel.inputs[-1]
-        ngroups = kernel.outputs[-1].shape[0]
-        counters: dict = {}
+        source_out, n = b.phases.source, len(outputs)
 
-        def run(ins, outs):
-            dev = outs[0].device
-            key = (dev, threading.get_ident())
-            if key not in counters:
-                counters[key] = torch.zeros(ngroups, dtype=torch.int32, device=dev)
-            if source_out < 0:
-                pre = torch.empty(ws.shape, dtype=ws.dtype.to_torch(), device=dev)
-                extra = [pre]
-            else:
-                pre, extra = outs[source_out], []
+        def run(ins, outs):                 # outs: the outputs, then [workspace,] counters
+            pre = outs[n] if source_out < 0 else outs[source_out]
             try:
-                launch(list(ins) + [pre], list(outs) + extra + [counters[key]])
+                launch(list(ins) + [pre], list(outs))
             except BaseException:
-                counters[key].zero_()
+                outs[-1].zero_()
                 raise
 
-        return Built(name, self.name, b.inputs, outputs, run, source, "triton")
+        return Built(name, self.name, b.inputs, outputs, run, source, "triton", scratch)
 
 
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
