@@ -97,3 +97,25 @@ def test_group_m_is_a_bijection_walking_groups_column_by_column(rows, cols, g):
 def test_symbolic_expansion_matches_the_integer_mapping(mapping):
     for w in range(mapping.workers):
         assert _symbolic(mapping, w) == mapping(w)
+
+
+@pytest.mark.parametrize("mapping", [spatial(3, 5), spatial(7), group_m(10, 6, 4), group_m(3, 5, 8),
+                                     spatial(2, 3) * repeat(2, 1)], ids=lambda m: m.name)
+def test_the_window_of_the_first_workers(mapping):
+    """``window(w)``: the distinct coordinates per dimension the first w workers' tasks take,
+    in closed form where the mapping has one, by enumeration otherwise; group-M order's window
+    is one group tall (it errs towards more re-reads when the workers span several groups)."""
+    for w in range(1, mapping.workers + 3):
+        seen = [set() for _ in mapping.shape]
+        for k in range(min(w, mapping.workers)):
+            for t in mapping(k):
+                for s, x in zip(seen, t):
+                    s.add(x)
+        got, enumerated = mapping.window(w), tuple(len(s) for s in seen)
+        if mapping.name.startswith("group_m"):
+            rows, cols = mapping.shape
+            g = int(mapping.name.rstrip(")").split(", ")[-1])
+            assert got == (min(rows, g), max(min(cols, min(w, mapping.workers) // min(rows, g)), 1))
+            assert got[1] >= enumerated[1] - 1 or min(w, mapping.workers) > g * cols
+        else:
+            assert got == enumerated, (w, got, enumerated)

@@ -48,6 +48,7 @@ from typing import Mapping, Union
 
 from ..ir.dtypes import DType, TensorType
 from ..ir.expr import Expr, Load, Var
+from .mapping import TaskMapping, group_m, spatial
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,15 @@ class Kernel:
         axes = tuple(replace(a, block=blocks[a.block_name]) if blocks.get(a.block_name, a.block) != a.block else a
                      for a in self.axes)
         return replace(self, axes=axes, num_warps=num_warps, num_stages=num_stages)
+
+    def task_mapping(self, grid: int) -> TaskMapping:
+        """The mapping from program id ``grid`` to the tiles of the axes sharing it (slowest first):
+        row-major, or group-M order under ``swizzle`` (Hidet's mappings, ``codegen/mapping.py``);
+        what the printer emits and what the cost model's L2 window reads."""
+        chunks = [max(a.chunks, 1) for a in self.sharing(grid)]
+        if len(chunks) == 2 and self.swizzle > 1:
+            return group_m(chunks[0], chunks[1], self.swizzle)
+        return spatial(*chunks)
 
     def axis(self, name: str) -> TileAxis:
         for a in self.axes:

@@ -33,6 +33,21 @@ class TaskMapping:
     run: Callable[[int], list]                 # worker -> ordered task tuples (integers)
     expand: Callable[[Expr], list]             # symbolic worker -> ordered task tuples (Exprs)
     name: str = ""
+    cover: Callable[[int], tuple] | None = None   # closed form of ``window`` (None: enumerate)
+
+    def window(self, workers: int) -> tuple[int, ...]:
+        """Per task dimension, how many distinct coordinates the tasks of the first ``workers``
+        workers take: the tiles the programs resident at once work on (the cost model's L2
+        window)."""
+        workers = max(min(workers, self.workers), 1)
+        if self.cover is not None:
+            return self.cover(workers)
+        seen = [set() for _ in self.shape]
+        for w in range(workers):
+            for t in self.run(w):
+                for s, x in zip(seen, t):
+                    s.add(x)
+        return tuple(max(len(s), 1) for s in seen)
 
     def __call__(self, w: int) -> list[tuple[int, ...]]:
         if not 0 <= w < self.workers:
@@ -87,7 +102,14 @@ def spatial(*d: int) -> TaskMapping:
             out.append(e if n > 1 else Const(0, INDEX))
         return [tuple(out)]
 
-    return TaskMapping(math.prod(d), tuple(d), run, expand, f"spatial{tuple(d)}")
+    def cover(w: int) -> tuple[int, ...]:
+        out = []
+        for n in reversed(d):               # the fastest dimension first
+            out.append(max(min(n, w), 1))
+            w = -(-w // n)
+        return tuple(reversed(out))
+
+    return TaskMapping(math.prod(d), tuple(d), run, expand, f"spatial{tuple(d)}", cover)
 
 
 def group_m(rows: int, cols: int, g: int) -> TaskMapping:
@@ -109,7 +131,13 @@ def group_m(rows: int, cols: int, g: int) -> TaskMapping:
                                                           Const(g, INDEX))
         return [(binary("add", first, binary("mod", r, size)), binary("floordiv", r, size))]
 
-    return TaskMapping(rows * cols, (rows, cols), run, expand, f"group_m({rows}, {cols}, {g})")
+    def cover(w: int) -> tuple[int, int]:
+        # one group's rows, as many columns as the workers fill (a window spanning several groups
+        # is charged as one group's: the re-read count errs high)
+        tall = min(rows, g)
+        return tall, max(min(cols, w // tall), 1)
+
+    return TaskMapping(rows * cols, (rows, cols), run, expand, f"group_m({rows}, {cols}, {g})", cover)
 
 
 def _mul(a: Expr, d: int) -> Expr:

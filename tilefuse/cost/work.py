@@ -102,7 +102,7 @@ class Profile:
 def work(kernel: Kernel, target: Target) -> Work:
     """The kernel's work on ``target`` (see the module docstring)."""
     t = _tile(kernel.body, kernel.axes, kernel.inputs, kernel.outputs, (kernel.workspaces, kernel.counters),
-              kernel.swizzle, target)
+              target)
     threads = kernel.num_warps * target.warp_size
     regs = _registers(t.main, threads)
     if t.tail is not None:
@@ -142,8 +142,6 @@ class _Phase:
     staged: int                       # shared-memory bytes of one pipeline stage of the operands
     held: int                         # shared-memory bytes of operands loaded once
     acc_elems: int                    # the Dots' accumulator elements
-    grid: tuple                       # per program-id dimension, its axes' (name, chunks), slowest first
-    swizzle: int
     tail: bool                        # an Arrive's tail phase
 
 
@@ -163,8 +161,8 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
     plain = [per if k not in p.operand and k not in transient else 0.0 for k, per in enumerate(p.per_input)]
     d, l = split_l2(plain, p.programs, concurrent, inputs, target)
     dram, l2 = dram + d, l2 + l
-    window = _window(p, concurrent)
     fits = sum(inputs[k].nbytes for k in p.operand) <= half
+    window = _window(kernel, concurrent) if p.operand and not fits else {}
     for k, per in enumerate(p.per_input):
         total = per * p.programs
         if k in transient:
@@ -194,23 +192,16 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
                 store_bytes=(p.stored + p.scratch) if p.tail else 0.0)
 
 
-def _window(p: _Phase, concurrent: int) -> dict:
-    """Tiles of each program-split axis the ``concurrent`` resident programs cover, in
-    program-id order (dimension 0 fastest; its axes row-major, or group-M order when swizzled)."""
+def _window(kernel: Kernel, concurrent: int) -> dict:
+    """Tiles of each program-split axis the ``concurrent`` resident programs cover: program-id
+    dimension 0 fastest, each through its task mapping (``Kernel.task_mapping``: row-major, or
+    group-M order when swizzled)."""
     out: dict = {}
     left = max(concurrent, 1)
-    for axes in p.grid:
-        size = math.prod(c for _, c in axes)
-        take = min(size, left)
-        if p.swizzle > 1 and len(axes) == 2:
-            (m, mt), (n, nt) = axes
-            rows = min(mt, p.swizzle)
-            out[m], out[n] = rows, max(min(nt, take // rows), 1)
-        else:
-            for a, c in reversed(axes):            # fastest last
-                out[a] = max(min(c, take), 1)
-                take = -(-take // c)
-        left = -(-left // size)
+    for g in range(len(kernel.grid)):
+        mapping = kernel.task_mapping(g)
+        out.update(zip((a.name for a in kernel.sharing(g)), mapping.window(left)))
+        left = -(-left // mapping.workers)
     return out
 
 
@@ -221,19 +212,18 @@ def _registers(p: _Phase, threads: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, swizzle: int,
-          target: Target) -> _Tile:
+def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, target: Target) -> _Tile:
     """Cached by value: the warp counts a family tries for one tile share it."""
     looped = frozenset(a.name for a in axes if a.looped)
     shape = tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in axes)
     prof = profile(body, shape, looped, len(inputs))
-    main = _bind(prof, axes, inputs, outputs, scratch, swizzle, target, None)
-    tail = _bind(prof.tail, axes, inputs, outputs, scratch, swizzle, target, prof.arrive) if prof.tail else None
+    main = _bind(prof, axes, inputs, outputs, scratch, target, None)
+    tail = _bind(prof.tail, axes, inputs, outputs, scratch, target, prof.arrive) if prof.tail else None
     return _Tile(main, tail)
 
 
-def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, swizzle: int,
-          target: Target, arrive: tuple | None) -> _Phase:
+def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, target: Target,
+          arrive: tuple | None) -> _Phase:
     """A phase's figures for one binding of the blocks (``arrive``: the tail's group axes)."""
     workspaces, counters = scratch
     by = {a.name: a for a in axes}
@@ -335,10 +325,6 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         live = max(live, sum(sizes[:MAX_LIVE_LOADS]))
     stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters]
     scratch_slots = [k for k in prof.stored if k in workspaces]
-    grid = []
-    if arrive is None:
-        for g in sorted({a.grid for a in split}):
-            grid.append(tuple((a.name, max(a.chunks, 1)) for a in axes if a.grid == g))
     return _Phase(programs, tuple(per_input), frozenset(operand),
                   tuple(tuple((a, chunks(a)) for a in sorted(rereads.get(k, ()))) for k in range(len(inputs))),
                   stored_bytes([outputs[k] for k in sorted(stored_slots)], target),
@@ -346,7 +332,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   tuple(dot_flops), tuple(dots), cuda, reduce_tile,
                   # a tail holds its own tile (its reductions'), not the kernel's widest blocks
                   reduce_tile if arrive is not None and reduce_tile else math.prod(dims.values()),
-                  live, staged, held, acc, tuple(grid), swizzle, arrive is not None)
+                  live, staged, held, acc, arrive is not None)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -18,7 +18,6 @@ from typing import Iterable
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
-from ..mapping import group_m, spatial
 from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
@@ -166,12 +165,7 @@ class _Printer:
         top = self.scopes[0]
         if ("pid", a.grid) not in top.memo:
             g = a.grid
-            chunks = [max(b.chunks, 1) for b in axes]
-            if len(axes) == 2 and self.k.swizzle > 1:
-                mapping = group_m(chunks[0], chunks[1], self.k.swizzle)
-            else:
-                mapping = spatial(*chunks)
-            (coords,) = mapping.expand(Var(f"pid{g}"))
+            (coords,) = self.k.task_mapping(g).expand(Var(f"pid{g}"))
             top.lines.append(f"{top.indent}pid{g} = tl.program_id({g})")
             for b, e in zip(axes, coords):
                 top.lines.append(f"{top.indent}pid_{b.name} = {_index_text(e)}")
