@@ -50,7 +50,7 @@ from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, pow2
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Load, Select, Unary, Var, free_vars, walk
 from .dot import dot_rate
-from .model import OP_WEIGHT, Resources, Work, occupancy
+from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
@@ -117,7 +117,6 @@ def work(kernel: Kernel, target: Target) -> Work:
 
 def kernel_seconds(w: Work, target: Target, *, cuda_graph: bool = False) -> float:
     """Modelled seconds of a kernel's work, its tail phase included (same launch)."""
-    from .model import estimate
     s = estimate(w, target, cuda_graph=cuda_graph).seconds
     return s + (estimate(w.tail, target).body if w.tail is not None else 0.0)
 
