@@ -16,7 +16,7 @@ from opcheck import one_node_graph
 from tilefuse.fission import fission
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.evaluate import Grid, retype, run_reference, var_env
-from tilefuse.ir.expr import Load, transform
+from tilefuse.ir.expr import Load, Value, transform
 from tilefuse.ir.prim import PrimGraph
 
 _COMBINE = {"sum": lambda t, d: t.sum(d), "max": lambda t, d: t.amax(d), "min": lambda t, d: t.amin(d),
@@ -24,9 +24,8 @@ _COMBINE = {"sum": lambda t, d: t.sum(d), "max": lambda t, d: t.amax(d), "min": 
 
 
 def _rowwise(e, nin: int, xvars):
-    """Instance references Load(slot, ()) become loads of the per-row tensor at the row vars."""
-    return transform(e, lambda n: Load(n.tensor, xvars, n.dtype)
-                     if isinstance(n, Load) and n.tensor >= nin and not n.index else None)
+    """Instance references (``Value(slot)``) become loads of the per-row tensor at the row vars."""
+    return transform(e, lambda n: Load(n.slot, xvars, n.dtype) if isinstance(n, Value) else None)
 
 
 def evaluate_schedule(s, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -230,3 +230,17 @@ def test_a_chain_zeroes_the_scores_past_the_keys_before_the_second_product(x):
         cm = tilefuse.compile(f, (s,), target=target)
         got = cm(s) if target == "cpu" else cm.emulate(s)
         torch.testing.assert_close(got, f(s), **TOL)
+
+
+def test_an_epilogue_member_reading_the_first_product_rejects_the_chain():
+    """(x @ w) @ w + (x + 0.6 (x @ w)): the second term reads the first product at the output's
+    coordinates, which a chain holds only as a tile of the scores; the chain is refused (it was a
+    KeyError in the epilogue's inliner, found by the strategies' property test) and the plan
+    matches eager."""
+    def fn(x, w):
+        t1 = x @ w
+        return t1 @ w + (x + t1 * 0.6)
+    x, w = torch.randn(16, 32), torch.randn(32, 32) / 6
+    cm = compile_h100(fn, x, w)
+    assert chain_body(whole(cm.primgraph)) is None
+    torch.testing.assert_close(run_cpu(cm, x, w)[0], fn(x, w), rtol=1e-4, atol=1e-4)

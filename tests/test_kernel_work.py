@@ -14,7 +14,7 @@ from tilefuse.families.fused.template import fused_kernel
 from tilefuse.codegen.kernel import Kernel, Reduce, Store, TileAxis
 from tilefuse.cost.work import work
 from tilefuse.ir.dtypes import DType, TensorType
-from tilefuse.ir.expr import Load, Var
+from tilefuse.ir.expr import Load, Value, Var
 
 F32 = DType.float32
 
@@ -44,10 +44,10 @@ def _row_kernel(rows: int, cols: int, block: int, reduce_twice: bool) -> Kernel:
     axes = (TileAxis("x", (i,), (rows,), 1, 0, grid=0, block_name="XBLOCK"),
             TileAxis("r", (j,), (cols,), block, 1, block_name="RBLOCK"))
     body = [Reduce(1, x, "r", "sum", F32, 0.0, F32)]
-    value = Load(1, (), F32)
+    value = Value(1, F32)
     if reduce_twice:
         body.append(Reduce(2, x, "r", "max", F32, float("-inf"), F32))
-        value = value + Load(2, (), F32)
+        value = value + Value(2, F32)
     body.append(Store(0, (i,), value))
     return Kernel("k", (TensorType((rows, cols), F32),), (TensorType((rows,), F32),), axes, tuple(body), 4, 1)
 
@@ -209,3 +209,50 @@ def test_scratch_is_declared_and_planned():
         with torch.no_grad():
             torch.testing.assert_close(prog.run(feeds)[0], norm(x @ w), rtol=1e-4, atol=1e-4)
         assert int(prog.scratch[0][1].abs().sum()) == 0
+
+
+def test_a_result_and_a_zero_dim_input_are_different_nodes():
+    """A kernel reads a 0-d input as ``Load(slot, ())`` and a statement's result as
+    ``Value(slot)``: a softmax scaled by a 0-d tensor prints and runs right (interpreter, against
+    eager torch), and the result has no load site the traffic model could charge."""
+    from tilefuse.codegen.kernel import Reduce as ReduceStmt
+    from tilefuse.cost.tiles import load_sites
+    from tilefuse.ir.expr import Value, walk
+
+    def fn(x, s):
+        return torch.softmax(x, -1) * s
+
+    x, s = torch.randn(6, 40), torch.tensor(1.5)
+    c = tilefuse.compile(fn, (x, s), target="h100")
+    torch.testing.assert_close(c.emulate(x, s), fn(x, s), rtol=1e-5, atol=1e-5)
+    (k,) = [fused_kernel(kn.schedule, "k") for kn in c.plan.kernels if kn.schedule.family == "fused"]
+    zero_d = [n for st in k.body for e in _exprs(st) for n in walk(e) if isinstance(n, Load) and not n.index]
+    values = [n for st in k.body for e in _exprs(st) for n in walk(e) if isinstance(n, Value)]
+    assert zero_d and values and {v.slot for v in values} <= {st.slot for st in k.body if isinstance(st, ReduceStmt)}
+    assert all(site.load.tensor < len(k.inputs) for site in load_sites([e for st in k.body for e in _exprs(st)],
+                                                                         len(k.inputs)))
+
+
+def _exprs(st):
+    if isinstance(st, Store):
+        return (st.value, *st.index, *st.guards)
+    if isinstance(st, Reduce):
+        return (st.value,)
+    return tuple(e for inner in getattr(st, "body", ()) for e in _exprs(inner))
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda k, i, j: (Store(0, (i,), Value(7, F32)),), "value 7 is read before a statement defines it"),
+    (lambda k, i, j: (Reduce(0, Load(0, (i, j), F32), "r", "sum", F32, 0.0, F32),), "result slot 0 is an input"),
+    (lambda k, i, j: (Store(0, (i,), Load(0, (i,), F32)),), "a load of slot 0 with 1 indices is no input's"),
+    (lambda k, i, j: (Reduce(1, Load(0, (i, j), F32), "q", "sum", F32, 0.0, F32),), "axis 'q' is not one of"),
+    (lambda k, i, j: (Reduce(1, Load(0, (i, j), F32), "r", "sum", F32, 0.0, F32),
+                      Reduce(1, Load(0, (i, j), F32), "r", "max", F32, float("-inf"), F32)), "defined twice"),
+], ids=["undefined", "input-slot", "rank", "axis", "twice"])
+def test_the_printer_refuses_a_kernel_whose_slots_do_not_hold_together(bad, message):
+    from tilefuse.codegen.triton.emit import triton_source
+    k = _row_kernel(8, 8, 8, False)
+    i, j = Var("i"), Var("j")
+    triton_source(k)                                   # the well-formed kernel prints
+    with pytest.raises(ValueError, match=message):
+        triton_source(dataclasses.replace(k, body=bad(k, i, j)))

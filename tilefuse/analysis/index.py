@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..ir.dtypes import DType
-from ..ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
+from ..ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var
 from ..ir.prim import Prim
 
 INF = math.inf
@@ -432,6 +432,10 @@ def _n_load(an: Analyzer, e: Load) -> Interval:
     return got if got is not None else dtype_range(e.dtype)
 
 
+def _n_value(an: Analyzer, e: Value) -> Interval:
+    return dtype_range(e.dtype)  # a result slot: any value of its type
+
+
 def _n_unary(an: Analyzer, e: Unary) -> Interval:
     f = _UNARY_BOUNDS.get(e.op)
     return f(an, e) if f is not None else dtype_range(e.dtype)
@@ -461,7 +465,7 @@ def _n_cast(an: Analyzer, e: Cast) -> Interval:
     return (lo, hi)  # clipped to the target's range by the caller
 
 
-_NODE_BOUNDS = {Var: _n_var, Const: _n_const, Load: _n_load, Unary: _n_unary, Binary: _n_binary,
+_NODE_BOUNDS = {Var: _n_var, Const: _n_const, Load: _n_load, Value: _n_value, Unary: _n_unary, Binary: _n_binary,
                 Select: _n_select, Cast: _n_cast}
 
 

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..ir.dtypes import DType
-from ..ir.expr import Const, Expr, Load, Var
+from ..ir.expr import Const, Expr, Load, Value, Var
 from ..ir.prim import Prim
 
 
 @dataclass(frozen=True)
 class Instance:
     """One use of a member reduction: its body at a row-dependent index, reduced per row."""
-    slot: int                     # referenced in kernel expressions as Load(slot, (), dtype)
+    slot: int                     # referenced in kernel expressions as Value(slot, dtype)
     prim: str
     index: tuple[Expr, ...]       # where the reduction's output is read, over anchor row vars
     body: Expr                    # over row vars and ``rvars``; loads use kernel input slots/instances
@@ -102,7 +102,7 @@ class Inliner:
             self.instances.append(Instance(slot, p.name, idx, body, rvars, p.reduce.extents, p.reduce.combiner,
                                            p.out.dtype))
         slot = self.inst_key[key]
-        return Load(slot, (), p.out.dtype)
+        return Value(slot, p.out.dtype)
 
 
 def injective_store(idx: tuple[Expr, ...], shape: tuple[int, ...], ext: Mapping[Var, int], partial=False):

@@ -19,7 +19,7 @@ Statements, run in order by every program:
 
 - ``Reduce``: combine an expression over one tile axis into a value per remaining position (an
   accumulator over the chunks when the axis is looped), named by a slot that later expressions
-  read as ``Load(slot, ())``;
+  read as ``Value(slot)``;
 - ``Store``: an expression written to an output at an index (both over the axes' variables),
   where optional guards hold;
 - ``Loop``: its body over every chunk of an axis (a single chunk, and no loop, when the axis is
@@ -28,7 +28,7 @@ Statements, run in order by every program:
   the rescaled accumulator of attention);
 - ``Dot``: a matrix product of two operand tiles accumulated in fp32 over an axis (a K loop
   when it is looped; one product of the current chunk when an enclosing loop walks the axis),
-  starting from zeros or from an ``init`` tile, read by later expressions as ``Load(slot, ())``
+  starting from zeros or from an ``init`` tile, read by later expressions as ``Value(slot)``
   in the contraction's type;
 - ``Arrive``: count the program's arrival in its group (the programs that share a position of
   some program-split axes, e.g. the column tiles of one GEMM row block) and run a body in the last
@@ -92,7 +92,7 @@ class TileAxis:
 
 @dataclass(frozen=True)
 class Reduce:
-    slot: int                      # later expressions read the result as Load(slot, ())
+    slot: int                      # later expressions read the result as Value(slot)
     value: Expr                    # over the axis's vars (and outer axes'), in ``acc_dtype``
     axis: str
     combiner: str                  # sum | max | min | prod (max/min propagate NaN)
@@ -114,7 +114,7 @@ class Store:
 class State:
     """A value a ``Loop`` carries: ``init`` (a constant, broadcast over ``axes``) before the first
     iteration; at the end of each, ``next``, which reads this iteration's values and the states'
-    current values (``Load(slot, ())``); after the loop, ``Load(slot, ())`` is the final value."""
+    current values (``Value(slot)``); after the loop, ``Value(slot)`` is the final value."""
     slot: int
     axes: tuple[str, ...]          # the tile axes it varies along
     init: Expr
@@ -132,7 +132,7 @@ class Loop:
 
 @dataclass(frozen=True)
 class Dot:
-    slot: int                      # later expressions read the product as Load(slot, ())
+    slot: int                      # later expressions read the product as Value(slot)
     a: Expr                        # [M, K] operand over axes ``m`` and ``ka`` (alias of ``k``)
     b: Expr                        # [K, N] operand over axes ``k`` and ``n``
     m: str
@@ -158,6 +158,69 @@ class Arrive:
 
 
 Stmt = Union[Reduce, Store, Loop, Dot, Arrive]
+
+
+def check(kernel: "Kernel") -> None:
+    """What the kernel's slots and axes must satisfy, checked once where it is printed: every
+    ``Load`` reads an input slot with one index per dim; every ``Value`` reads a result a statement
+    before it defined (a ``Reduce``'s or ``Dot``'s slot, a ``Loop``'s state, inside the loop and
+    after it), numbered past the inputs and defined once; every ``Store`` writes an output slot
+    with one index per dim; every statement's axes are the kernel's.  Raises ``ValueError``
+    naming the kernel and the slot or axis."""
+    from ..ir.expr import Value, walk
+    nin, names = len(kernel.inputs), {a.name for a in kernel.axes}
+    defined: set[int] = set()
+
+    def fail(msg: str):
+        raise ValueError(f"kernel {kernel.name}: {msg}")
+
+    def reads(*exprs) -> None:
+        for e in exprs:
+            for n in walk(e):
+                if isinstance(n, Load) and not (0 <= n.tensor < nin and len(n.index) == kernel.inputs[n.tensor].rank):
+                    fail(f"a load of slot {n.tensor} with {len(n.index)} indices is no input's")
+                if isinstance(n, Value) and n.slot not in defined:
+                    fail(f"value {n.slot} is read before a statement defines it")
+
+    def define(slot: int) -> None:
+        if slot < nin or slot in defined:
+            fail(f"result slot {slot} is {'an input' if slot < nin else 'defined twice'}")
+        defined.add(slot)
+
+    def axes(*used) -> None:
+        for a in used:
+            if a not in names:
+                fail(f"axis {a!r} is not one of its axes {sorted(names)}")
+
+    def walk_body(body) -> None:
+        for st in body:
+            if isinstance(st, Store):
+                if not (0 <= st.output < len(kernel.outputs)) or len(st.index) != kernel.outputs[st.output].rank:
+                    fail(f"a store to output {st.output} with {len(st.index)} indices")
+                reads(st.value, *st.index, *st.guards)
+            elif isinstance(st, Reduce):
+                axes(st.axis)
+                reads(st.value)
+                define(st.slot)
+            elif isinstance(st, Dot):
+                axes(st.m, st.n, st.k, st.ka)
+                reads(st.a, st.b, *(() if st.init is None else (st.init,)))
+                define(st.slot)
+            elif isinstance(st, Loop):
+                axes(st.axis, *((st.stop[0],) if st.stop else ()))
+                for s in st.state:
+                    axes(*s.axes)
+                    reads(s.init)
+                    define(s.slot)
+                walk_body(st.body)
+                reads(*(s.next for s in st.state))
+            elif isinstance(st, Arrive):
+                axes(*st.axes)
+                walk_body(st.body)
+            else:
+                fail(f"{type(st).__name__} is not a statement")
+
+    walk_body(kernel.body)
 
 
 def pow2(n: int) -> int:

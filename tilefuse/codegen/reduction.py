@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..ir.dtypes import DType
-from ..ir.expr import Cast, Const, Expr, Load, cast, transform
+from ..ir.expr import Cast, Const, Expr, Load, Value, cast, transform
 from ..ir.prim import reduce_init
 from .kernel import Reduce
 from .triton.ops import BOOL_COMBINER, HALF
@@ -31,7 +31,7 @@ def _widen(n: Expr) -> Expr | None:
     """fp16/bf16 reduction bodies evaluate in fp32, as the reference does."""
     if n.dtype not in HALF:
         return None
-    if isinstance(n, Load):
+    if isinstance(n, (Load, Value)):
         return cast(n, DType.float32)
     if isinstance(n, Const):
         return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), DType.float32)

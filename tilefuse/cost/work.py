@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, pow2
 from ..ir.dtypes import DType
-from ..ir.expr import Binary, Load, Select, Unary, Var, free_vars, walk
+from ..ir.expr import Binary, Load, Select, Unary, Value, Var, free_vars, walk
 from .dot import dot_rate
 from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
@@ -516,8 +516,8 @@ class _Walk:
             for n in walk(e):
                 if isinstance(n, Var) and n in self.axis_of:
                     out.add(self.axis_of[n])
-                elif isinstance(n, Load) and not n.index and n.tensor in self.slot_axes:
-                    out |= self.slot_axes[n.tensor]
+                elif isinstance(n, Value) and n.slot in self.slot_axes:
+                    out |= self.slot_axes[n.slot]
         return frozenset(out)
 
     def loads(self, e, operand: bool = False) -> list[tuple]:
@@ -570,8 +570,8 @@ class _Walk:
         if got is None:
             if isinstance(e, Var):
                 got = frozenset({self.axis_of[e]}) if e in self.axis_of else frozenset()
-            elif isinstance(e, Load) and not e.index:
-                got = self.slot_axes.get(e.tensor, frozenset())
+            elif isinstance(e, Value):
+                got = self.slot_axes.get(e.slot, frozenset())
             else:
                 got = frozenset().union(*(self.node_axes(c) for c in e.children()))
             self.axes_memo[e] = got

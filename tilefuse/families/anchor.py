@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..analysis.index import linear_form
 from ..analysis.inline import Inliner
 from ..ir.dtypes import DType
-from ..ir.expr import Binary, Cast, Const, Expr, Load, Var, binary, free_vars, substitute, transform, walk
+from ..ir.expr import Binary, Cast, Const, Expr, Load, Value, Var, binary, free_vars, substitute, transform, walk
 
 HALF = (DType.float16, DType.bfloat16)
 
@@ -102,7 +102,7 @@ def epilogue_store(o, einl: Inliner, acc: int, c, avars, ext) -> AccStore | None
     dt = c.out.dtype
     if o.out.shape == c.out.shape:
         value = einl.value_at(o.name, avars)
-        if acc_reads(value, acc) <= {avars} and not (isinstance(value, Load) and value.tensor > acc):
+        if acc_reads(value, acc) <= {avars} and not isinstance(value, Value):   # (not a row reduction itself)
             return AccStore(o.name, avars, acc_at(value, acc, avars, dt, {}))
     ovars = tuple(Var(f"o{j}") for j in range(o.out.rank))
     value = einl.value_at(o.name, ovars)
@@ -124,7 +124,7 @@ def acc_reads(value: Expr, acc: int) -> set:
 def acc_at(value: Expr, acc: int, index, dtype: DType, mapping) -> Expr:
     """``value`` with its reads of the accumulator at ``index`` made the Dot's result, and its
     variables replaced by ``mapping``."""
-    tile = Load(acc, (), dtype)
+    tile = Value(acc, dtype)
     out = transform(value, lambda e: tile if isinstance(e, Load) and e.tensor == acc and e.index == index else None)
     return substitute(out, mapping)
 

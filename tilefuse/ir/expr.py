@@ -144,6 +144,17 @@ class Load(Expr):
         return Load(self.tensor, tuple(kids), self.dtype)
 
 
+class Value(Expr):
+    """A value a kernel computed earlier, by ``slot``: a reduction instance's, a product's, a loop
+    state's.  Kernel-level only (templates and inlined kernel bodies): prims read tensors with
+    ``Load``, a 0-d tensor as ``Load(t, ())``, never a ``Value``."""
+    __slots__ = ("slot",)
+    _fields = ("slot", "dtype")
+
+    def __new__(cls, slot: int, dtype: DType):
+        return cls._intern((Value, slot, dtype), dtype, slot=slot)
+
+
 class Unary(Expr):
     __slots__ = ("op", "x")
     _fields = ("op", "x")
@@ -217,7 +228,7 @@ class Cast(Expr):
         return cast(kids[0], self.dtype)
 
 
-_CLASSES = {c.__name__: c for c in (Var, Const, Load, Unary, Binary, Select, Cast)}
+_CLASSES = {c.__name__: c for c in (Var, Const, Load, Value, Unary, Binary, Select, Cast)}
 
 
 def _rebuild(name: str, args: tuple):

@@ -9,7 +9,7 @@ import math
 from typing import Callable, Sequence
 
 from .dtypes import DType
-from .expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, select, unary
+from .expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, binary, cast, select, unary
 
 _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2), "floordiv": ("//", 2),
           "mod": ("%", 2), "pow": ("**", 4)}
@@ -67,6 +67,8 @@ def format_expr(e: Expr, names: Sequence[str] | None = None) -> str:
         if isinstance(n, Load):
             idx = ", ".join(go(i)[0] for i in n.index) if n.index else "()"
             return f"{tname(n.tensor)}[{idx}]", _ATOM_PREC
+        if isinstance(n, Value):
+            return f"value{n.slot}", _ATOM_PREC
         if isinstance(n, Unary):
             if n.op == "neg":
                 return "-" + (lit(n.x) if isinstance(n.x, Const) else wrap(n.x, 4)), 3

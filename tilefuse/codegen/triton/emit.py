@@ -17,14 +17,16 @@ from typing import Iterable
 
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
-from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Var
-from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis
+from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var
+from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
 
 def triton_source(kernel: Kernel) -> str:
-    """The kernel's module source (deterministic for a kernel)."""
+    """The kernel's module source (deterministic for a kernel); a kernel whose slots or axes do
+    not hold together (``codegen/kernel.check``) is refused."""
+    check(kernel)
     return _Printer(kernel).source()
 
 
@@ -253,6 +255,8 @@ class _Printer:
             out = self.emit(f"tl.full({self.shape(())}, {literal(e.value, e.dtype)}, {TL[e.dtype]})")
         elif isinstance(e, Load):
             out = self._load(e)
+        elif isinstance(e, Value):          # a statement's result
+            return self.results[e.slot]
         elif isinstance(e, Cast):
             x = self.value(e.x)
             text = x.text
@@ -334,8 +338,6 @@ class _Printer:
         return all(bounds(x, self.ranges)[0] >= 0 for x in es)
 
     def _load(self, e: Load) -> _Value:
-        if e.tensor >= self.nin:  # a reduction's result
-            return self.results[e.tensor]
         t = self.k.inputs[e.tensor]
         conds = self._bounds_checks(e.index, t.shape)
         off = self.offset(e.index, t.shape)

@@ -9,7 +9,7 @@ from ...analysis.classify import Category, contraction_operands
 from ...analysis.index import linear_form
 from ...analysis.inline import Inliner, Instance
 from ...ir.dtypes import DType
-from ...ir.expr import Cast, Const, Expr, Load, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
+from ...ir.expr import Cast, Const, Expr, Load, Value, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
     transform, walk
 from ..anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
 from ..base import Group
@@ -125,7 +125,7 @@ def chain_body(group: Group) -> ChainBody | None:
                                                                      v for v in nvars if v not in ones):
         return None
     s_dtype = c1.out.dtype
-    tile = Load(nin, (), s_dtype)
+    tile = Value(nin, s_dtype)
     on_tile = lambda e: transform(e, lambda n: tile if isinstance(n, Load) and n.tensor == nin else None)  # noqa: E731
     p = on_tile(p)
     instances = tuple(Instance(i.slot, i.prim, i.index, on_tile(i.body), nvars, i.rext, i.combiner, i.dtype)
@@ -159,15 +159,18 @@ def chain_body(group: Group) -> ChainBody | None:
 
     # the epilogue: every output at the second contraction's coordinates
     # (it may recompute members that need neither contraction, not read the scores' chain)
+    # (no member the epilogue may inline reads the scores' chain: one that is not downstream of
+    # the second contraction, say t1 + x feeding the output beside it, would need the scores at
+    # the output's coordinates)
     onchip = between | {c1.name}
-    if any(n in onchip for q in group.prims if q.name in after for n in q.inputs):
+    epilogue = {q.name: q for q in group.prims if q not in (c1, c2) and q.name not in onchip}
+    if any(n in onchip for q in epilogue.values() for n in q.inputs):
         return None
-    einl = Inliner({q.name: q for q in group.prims if q not in (c1, c2) and q.name not in onchip},
-                   group.inputs + (c2.name,))
+    einl = Inliner(epilogue, group.inputs + (c2.name,))
     stores: list[AccStore] = []
     for o in group.outputs:
         if o == c2.name:
-            stores.append(AccStore(o, avars, Load(nin, (), c2.out.dtype)))
+            stores.append(AccStore(o, avars, Value(nin, c2.out.dtype)))
             continue
         st = epilogue_store(members[o], einl, nin, c2, avars, ext)
         if st is None:
@@ -230,7 +233,8 @@ def _key_bound(c: Expr, m: Var, n: Var, ext) -> int | None:
 
 
 def _reads(e: Expr, slot: int) -> bool:
-    return any(isinstance(n, Load) and n.tensor == slot for n in walk(e))
+    """``e`` reads input slot ``slot`` or the result in that slot."""
+    return any((isinstance(n, Load) and n.tensor == slot) or (isinstance(n, Value) and n.slot == slot) for n in walk(e))
 
 
 def _keyed(inst: Instance, nvars, extents, rows: set) -> Instance | None:
@@ -258,7 +262,7 @@ def _online_softmax(p: Expr, instances, nvars) -> OnlineSoftmax | None:
     mx, sm = instances
     if mx.combiner != "max" or sm.combiner != "sum":
         return None
-    top = Load(mx.slot, (), mx.dtype)
+    top = Value(mx.slot, mx.dtype)
     exps = {e for e in walk(p) if isinstance(e, Unary) and e.op == "exp" and _minus(e.x, top)}
     if len(exps) != 1:
         return None
@@ -266,7 +270,7 @@ def _online_softmax(p: Expr, instances, nvars) -> OnlineSoftmax | None:
     score = term.x.a
     if _strip(mx.body) is not _strip(score) or _strip(sm.body) is not _strip(term):
         return None
-    mark = Load(-1, (), term.dtype)
+    mark = Value(-1, term.dtype)
     coeff = _coefficient(transform(p, lambda n: mark if n is term else None), mark)
     if coeff is None or free_vars(coeff) & set(nvars) or _reads(coeff, -1):
         return None

@@ -23,7 +23,7 @@ from ...analysis.index import extent_ranges
 from ...codegen.kernel import Dot, Kernel, Loop, State, Store, TileAxis
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType
-from ...ir.expr import Const, Load, Var, binary, cast, select, substitute, transform, unary
+from ...ir.expr import Const, Value, Var, binary, cast, select, substitute, transform, unary
 from ...transform.simplify import simplify
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
@@ -51,7 +51,7 @@ def chain_kernel(b, t, name: str) -> Kernel:
     base = S + 1 + len(b.instances)
     MXC, SMC, D2, MI, LI, ACC = range(base, base + 6)
     f32 = DType.float32
-    acc = Load(ACC, (), f32)
+    acc = Value(ACC, f32)
     shape = (batch, b.extent(b.mvars), b.extent(b.nvars), b.extent(b.kvars), b.extent(b.hvars))
     note = "{}: {} x [{} x {}] @ [{} x {}]".format(b.first, shape[0], shape[1], shape[3], shape[3], shape[2])
     first = Dot(S, substitute(b.a, dict(zip(b.kvars, kav))), b.b, "m", "n", "e", "ea", b.in1, b.s_dtype, note)
@@ -60,15 +60,15 @@ def chain_kernel(b, t, name: str) -> Kernel:
     sm = b.softmax
     if sm is None:
         body = (first, Dot(D2, b.p, d, "m", "h", "nv", "n", b.in2, f32, note2, init=acc))
-        state = (State(ACC, ("m", "h"), Const(0.0, f32), Load(D2, (), f32)),)
+        state = (State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)),)
         value = acc
     else:
         mx, total = (next(i for i in b.instances if i.slot == x) for x in (sm.max_slot, sm.sum_slot))
-        running, rsum = Load(MI, (), mx.dtype), Load(LI, (), total.dtype)
-        m_new = binary("max", running, Load(MXC, (), mx.dtype))
+        running, rsum = Value(MI, mx.dtype), Value(LI, total.dtype)
+        m_new = binary("max", running, Value(MXC, mx.dtype))
         neg_inf = Const(-math.inf, mx.dtype)
         m_safe = select(binary("eq", m_new, neg_inf), Const(0.0, mx.dtype), m_new)
-        top = Load(sm.max_slot, (), mx.dtype)
+        top = Value(sm.max_slot, mx.dtype)
         p = transform(sm.exp_term, lambda n: m_safe if n is top else None)
         alpha = unary("exp", binary("sub", running, m_safe))
         body = (first,
@@ -78,13 +78,13 @@ def chain_kernel(b, t, name: str) -> Kernel:
                     init=binary("mul", acc, cast(alpha, f32))))
         state = (State(MI, ("m",), neg_inf, m_new),
                  State(LI, ("m",), Const(0.0, total.dtype),
-                       binary("add", binary("mul", rsum, cast(alpha, total.dtype)), Load(SMC, (), total.dtype))),
-                 State(ACC, ("m", "h"), Const(0.0, f32), Load(D2, (), f32)))
+                       binary("add", binary("mul", rsum, cast(alpha, total.dtype)), Value(SMC, total.dtype))),
+                 State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)))
         last = {sm.max_slot: running, sm.sum_slot: rsum}
-        coeff = transform(sm.coeff, lambda n: last.get(n.tensor) if isinstance(n, Load) and not n.index else None)
+        coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
         value = binary("mul", cast(coeff, f32), acc)
     value = cast(value, b.c_dtype)
-    out = Load(S, (), b.c_dtype)
+    out = Value(S, b.c_dtype)
     ranges = extent_ranges({v: ext[v] for v in b.avars})
     stores = tuple(Store(j, tuple(simplify(e, ranges) for e in st.index),
                          simplify(transform(st.value, lambda n: value if n is out else None), ranges))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...analysis.classify import Category, contraction_operands
 from ...analysis.inline import Inliner, Instance
 from ...ir.dtypes import DType
-from ...ir.expr import Cast, Expr, Load, Var, free_vars, substitute, transform, walk
+from ...ir.expr import Cast, Expr, Value, Var, free_vars, substitute, transform, walk
 from ..anchor import AccStore, acc_at, acc_reads, dot_operands, downstream, epilogue_store, split_operands, upstream
 from ..base import Group
 from .space import GemmShape
@@ -23,7 +23,7 @@ class TwoPhase:
     ``pre`` (the value the row reductions and the late stores read the accumulator through, e.g.
     ``acc + bias + residual`` before a LayerNorm) and the early stores; the last program of each
     row block re-reads ``pre`` over the block's rows, reduces them and makes the late stores."""
-    pre: Expr                     # over the accumulator's variables, reading it as Load(acc, ())
+    pre: Expr                     # over the accumulator's variables, reading it as Value(acc)
     source: int                   # the store whose value is ``pre`` at the accumulator's own
                                   # coordinates (re-read from that output), or -1: a workspace
     early: tuple[int, ...]        # stores reading no row reduction (indices into ``stores``)
@@ -112,7 +112,7 @@ def gemm_body(group: Group) -> GemmBody | None:
     stores: list[AccStore] = []
     for o in group.outputs:
         if o == c.name:
-            stores.append(AccStore(o, avars, Load(acc, (), dt)))
+            stores.append(AccStore(o, avars, Value(acc, dt)))
             continue
         st = epilogue_store(members[o], einl, acc, c, avars, ext)
         if st is None:
@@ -160,13 +160,13 @@ def _two_phase(instances, stores, acc: int, avars, dt: DType) -> TwoPhase:
     the accumulator that every read of it by the reductions and the late stores goes through
     (the accumulator itself at worst)."""
     slots = {i.slot for i in instances}
-    tile = Load(acc, (), dt)
+    tile = Value(acc, dt)
     memo: dict[int, bool] = {}
 
     def reduced(e: Expr) -> bool:         # reads a row reduction
         got = memo.get(id(e))
         if got is None:
-            got = memo[id(e)] = (isinstance(e, Load) and e.tensor in slots) or any(reduced(c) for c in e.children())
+            got = memo[id(e)] = (isinstance(e, Value) and e.slot in slots) or any(reduced(c) for c in e.children())
         return got
 
     late = tuple(j for j, st in enumerate(stores) if reduced(st.value))
@@ -190,7 +190,7 @@ def _two_phase(instances, stores, acc: int, avars, dt: DType) -> TwoPhase:
         common = subs if common is None else common & subs
     pre = tile
     for e in sorted(common or (), key=lambda x: -sum(1 for _ in walk(x))):
-        mark = Load(-1, (), e.dtype)
+        mark = Value(-1, e.dtype)
         if all(not any(x is tile for x in walk(transform(v, lambda n: mark if n is e else None)))
                for v in values):
             pre = e

@@ -29,7 +29,7 @@ from ...analysis.index import extent_ranges
 from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, pow2
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
-from ...ir.expr import Expr, Load, Var, binary, cast, select, substitute, transform
+from ...ir.expr import Expr, Load, Value, Var, binary, cast, select, substitute, transform
 from ...transform.simplify import simplify
 from .body import GemmBody
 from .space import GemmTile
@@ -162,7 +162,7 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
     first = Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), (ws,), tuple(axes),
                    (Dot(b.acc, operand(b.a, kal), operand(b.b, kl), "m", "n", "k", "ka", b.in_dtype,
                         DType.float32, note),
-                    Store(0, (sv,) + b.avars, Load(b.acc, (), DType.float32))),
+                    Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
                    swizzle=t.swizzle, workspaces=frozenset({0}))
     # the reduction: one program per REDUCE_BLOCK outputs, the splits summed, then the epilogue
@@ -212,11 +212,10 @@ def _stores(b, moved: dict) -> list[Store]:
 
 
 def _renumber(e: Expr, moved: dict) -> Expr:
-    """``e`` reading results (``Load(slot, ())``) from the slots ``moved`` gives them."""
+    """``e`` reading results (``Value``) from the slots ``moved`` gives them."""
     if not moved:
         return e
-    return transform(e, lambda n: Load(moved[n.tensor], (), n.dtype)
-                     if isinstance(n, Load) and n.tensor in moved and not n.index else None)
+    return transform(e, lambda n: Value(moved[n.slot], n.dtype) if isinstance(n, Value) and n.slot in moved else None)
 
 
 def _comments(b, *head: str, pre: str = "") -> tuple[str, ...]:
