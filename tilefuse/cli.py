@@ -136,6 +136,27 @@ def kernel_table(report, limit: int | None = None, *, detail: bool = True) -> Ta
     return t
 
 
+def native_table(rows, arch: int) -> Table:
+    """The plan's generated kernels as compiled for ``arch`` (``CompiledModel.native()``): the
+    binary's figures, with the model's beside them where it has one."""
+    t = Table(title=f"{len(rows)} generated kernels compiled for sm_{arch} (binary / modelled)")
+    for col, right in (("#", True), ("kernel", False), ("tensor cores", False), ("regs", True),
+                       ("spills", True), ("smem KiB", True), ("progs/SM", True), ("16B loads", True),
+                       ("pipelined", False)):
+        t.add_column(col, justify="right" if right else "left")
+    for i, r in enumerate(rows):
+        b = r.binary
+        t.add_row(str(i), b.kernel, b.mma, f"{b.registers} / {r.model.regs_per_thread}",
+                  f"{b.spill_bytes} B" if b.spills else "0", f"{b.shared_bytes / 1024:.0f} / {r.model.smem_bytes / 1024:.0f}",
+                  f"{r.occupancy} / {r.model_occupancy}", f"{100 * b.wide_share(16):.0f}%",
+                  "yes" if b.pipelined else "no")
+    spills = sum(r.binary.spills for r in rows)
+    dots = [r for r in rows if r.binary.mma != "none"]
+    t.caption = (f"{spills} spilling; {sum(r.binary.mma == 'wgmma' for r in dots)} of {len(dots)} tensor-core kernels "
+                 f"on wgmma; regs and smem per program, progs/SM = programs resident per SM")
+    return t
+
+
 def roofline_line(report) -> str:
     """The plan against the hardware's limit: modelled time and traffic over the roofline bound."""
     ratio = report.est_total_us / report.roofline_us if report.roofline_us else float("nan")
@@ -170,6 +191,10 @@ def cmd_compile(args, console: Console) -> int:
             cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args))
     r = compiled.report
     console.print(kernel_table(r))
+    if args.native:
+        with _progress(console):
+            rows = compiled.native()
+        console.print(native_table(rows, compiled.target.arch))
     console.print(strategy_table(r))
     console.print(roofline_line(r), soft_wrap=True)
     if r.measurement:
@@ -402,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                    "source (DIR/4-kernels/) to DIR")
     p.add_argument("--measure", action="store_true",
                    help="time the chosen kernels on this machine's GPU and re-plan with measured times")
+    p.add_argument("--native", action="store_true",
+                   help="compile every generated kernel for the target's GPU (sm_90 for h100; no GPU needed) "
+                        "and print what the binary uses beside the model")
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
     p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime",

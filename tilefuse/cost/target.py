@@ -54,6 +54,8 @@ class Target:
     legacy_mma_share: float = 1.0           # tensor-core rate of warp-level mma.sync where wgmma exists
     program_s: float = 0.0                  # per program and loop chunk of a generated kernel,
                                             # on targets that interpret them sequentially (cpu)
+    arch: int = 0                           # CUDA compute capability (90: sm_90) kernels compile
+                                            # for natively; 0: none (the interpreter)
 
     def __hash__(self) -> int:
         # by value, the mappings as their sorted items: caches are keyed by what a target is
@@ -124,7 +126,7 @@ class Target:
         name = props.name.upper()
         base = next((PRESETS[k] for k in ("h200", "h100", "a100") if k.upper() in name), PRESETS["h100"])
         return replace(base, name=f"{base.name}:{props.name}", sm_count=props.multi_processor_count,
-                       present=True)
+                       present=True, arch=props.major * 10 + props.minor)
 
 
 def _ro(d: dict) -> Mapping[str, float]:
@@ -165,6 +167,7 @@ H100 = Target(
     dram_efficiency=0.9,                     # [3]
     dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,   # [2], loaded latencies (Little's law)
     program_cycles=16,                       # [5]
+    arch=90,
 )
 
 # NVIDIA H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet: the H100 SXM compute (same GH100 SMs and
@@ -185,7 +188,7 @@ A100 = Target(
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=40 * MiB,
     launch_s=4.0e-6, launch_graph_s=1.0e-6,
     clock_hz=1.41e9, l2_bw=7.2 * TB, l1_bytes=192 * KiB, dram_efficiency=0.9, dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,
-    program_cycles=16,
+    program_cycles=16, arch=80,
 )
 
 # The Triton interpreter on a CPU host (for tests): not a GPU; numbers are of the right order for a

@@ -130,6 +130,8 @@ class Built:
     source: str                # generated Triton source, or what the library/torch call does
     language: str              # "triton" | "torch"
     scratch: tuple[Scratch, ...] = ()   # passed to ``run`` after the outputs
+    kernels: tuple = ()        # the tile-level kernels it launches, in order (generated families:
+                               # what ``source`` prints and native compilation compiles)
 
 
 
@@ -145,6 +147,10 @@ class KernelFamily(Protocol):
 
     def build(self, schedule: Schedule, name: str) -> Built:
         """The runnable kernel (generated source or a library call); raises on what it cannot build."""
+
+    # generated families also have ``kernels(schedule, name) -> tuple[Kernel, ...]``: the
+    # tile-level kernels ``build`` prints and launches, in launch order (their ``work`` is the
+    # schedule's ``work`` and ``then``)
 
 
 class Family:

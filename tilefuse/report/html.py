@@ -65,7 +65,7 @@ def _kernel_data(report, snap: PlanSnapshot) -> list[dict]:
             "flops": k.flops, "bound": k.bound,
             "intensity": round(p.intensity, 4) if k.bytes else None,
             "attained": si(p.attained, "FLOP/s") if plottable(p) else None,
-            "language": v.language, "source": v.source,
+            "language": v.language, "source": v.source, "native": k.native,
         })
     return out
 

@@ -30,6 +30,9 @@ class KernelInfo:
     bound: str = ""            # dram | l2 | compute | launch: the modelled term that dominates
     l2_bytes: int = 0          # bytes requested through L2 (re-reads included)
     schedule: str = ""         # the schedule's structural key (tuning cache)
+    # Its tile-level kernels compiled for the target's architecture (CompiledModel.native(); empty
+    # until then): facts of the binary beside the model's registers, shared memory and occupancy.
+    native: list[dict] = field(default_factory=list)
 
 
 @dataclass

@@ -156,6 +156,24 @@ class CompiledModel:
             outs = self._emulator.run(feeds)
         return self.imported.unflatten_outputs(self._owned(outs))
 
+    def native(self) -> list:
+        """Every generated kernel of the plan compiled ahead of time for the target's GPU
+        architecture (``target="h100"``: sm_90), on any machine, GPU or not: the binary's
+        registers, spills, shared memory, tensor-core path, load widths and async copies beside
+        what the cost model assumed (``tilefuse/native.py``: ``NativeKernel`` rows, plan order).
+        The report's kernels carry them (``KernelInfo.native``) from then on.  Cached by kernel."""
+        from ..native import native_kernels
+        if self.backend != "triton":
+            raise InputError(f"native compiles generated kernels; this model was compiled with "
+                             f"backend={self.backend!r}")
+        rows = native_kernels(self.plan, self.kernels, self.target)
+        by_kernel: dict[str, list] = {}
+        for r in rows:
+            by_kernel.setdefault(r.plan_kernel, []).append(r.as_dict())
+        for info in self.report.kernels:
+            info.native = by_kernel.get(info.name, [])
+        return rows
+
     def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None) -> list[np.ndarray]:
         """ONNX-Runtime-style call: numpy feeds by input name, outputs in graph output order."""
         self._require_present()

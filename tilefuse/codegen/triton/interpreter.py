@@ -20,9 +20,11 @@ launches are serialized (one lock, re-entrant: a kernel loaded inside a launch's
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import threading
+import types
 from typing import Callable, Iterator
 
 import torch
@@ -80,8 +82,12 @@ def interpreting() -> Iterator[None]:
     global _depth
     with _LOCK:
         if _depth == 0:
+            # triton imported first here, under the variable, would decorate its own language
+            # for the interpreter for good (native compiles would then fail): import it before
+            importlib.import_module("triton.language")
             _env.append(os.environ.get("TRITON_INTERPRET"))
             os.environ["TRITON_INTERPRET"] = "1"
+            _language.append(_language_state())
             try:
                 _interpret_language()
                 for correct in _CORRECTIONS:
@@ -103,11 +109,33 @@ def _restore() -> None:
     while _undo:
         owner, name, old = _undo.pop()
         setattr(owner, name, old)
+    for owner, before in _language.pop():
+        now = dict(vars(owner))
+        for name in now.keys() - before.keys():
+            if not isinstance(now[name], types.ModuleType):    # (a submodule imported meanwhile stays)
+                delattr(owner, name)
+        for name, value in before.items():
+            if now.get(name, _language) is not value:
+                setattr(owner, name, value)
     old = _env.pop()
     if old is None:
         os.environ.pop("TRITON_INTERPRET", None)
     else:
         os.environ["TRITON_INTERPRET"] = old
+
+
+_language: list = []     # per outermost context: (namespace, its attributes) of _LANGUAGE_OWNERS
+
+
+def _language_state() -> tuple:
+    """The attributes of the triton.language namespaces Triton's interpreter patches when it runs
+    a kernel or calls a jit helper from one (``_patch_lang``): a helper's call patches them and never
+    restores them (Triton 3.9), which would leave ``tl.tensor``'s operators interpreting and break a
+    later native compile (``native.py``).  Restored on exit."""
+    import triton.language as tl
+    owners = [tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base, tl.core.dtype,
+              getattr(tl.core, "condition", None)]
+    return tuple((o, dict(vars(o))) for o in dict.fromkeys(o for o in owners if o is not None))
 
 
 def _set(owner, name: str, new) -> None:

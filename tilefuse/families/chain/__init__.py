@@ -71,11 +71,16 @@ class ChainFamily(Family):
             return []
         return _best([_schedule(body, t, target) for t in ranked_tiles(body, target)[:RANKED]], target)[:TOP_K]
 
+    def kernels(self, schedule: ChainSchedule, name: str) -> tuple:
+        return (chain_kernel(schedule.body, schedule.tile, name),)
+
     def build(self, schedule: ChainSchedule, name: str) -> Built:
         from ...codegen.triton import compile_kernel
         b = schedule.body
-        run, source = compile_kernel(chain_kernel(b, schedule.tile, name))
-        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
+        kernels = self.kernels(schedule, name)
+        run, source = compile_kernel(kernels[0])
+        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton",
+                     kernels=kernels)
 
 
 

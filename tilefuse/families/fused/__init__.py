@@ -124,12 +124,16 @@ class FusedFamily(Family):
             return []
         return _ranked(built, target)[:TOP_K]
 
+    def kernels(self, schedule: FusedSchedule, name: str) -> tuple:
+        return (fused_kernel(schedule, name),)
+
     def build(self, schedule: FusedSchedule, name: str) -> Built:
         from ...codegen.triton import compile_kernel
-        kernel = fused_kernel(schedule, name)
-        run, source = compile_kernel(kernel)
+        kernels = self.kernels(schedule, name)
+        run, source = compile_kernel(kernels[0])
         b = schedule.body
-        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton")
+        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton",
+                     kernels=kernels)
 
 
 def _ranked(b: FusedBody, target: Target) -> list[FusedSchedule]:

@@ -76,18 +76,21 @@ class GemmFamily(Family):
             return []
         return _best(body, ranked_tiles(body.shape, target), target)
 
+    def kernels(self, schedule: GemmSchedule, name: str) -> tuple:
+        return gemm_kernels(schedule.body, schedule.tile, name)
+
     def build(self, schedule: GemmSchedule, name: str) -> Built:
         from ...codegen.triton import compile_kernel
         b = schedule.body
         outputs = tuple(st.tensor for st in b.stores)
-        kernels = gemm_kernels(b, schedule.tile, name)
+        kernels = self.kernels(schedule, name)
         scratch = tuple(Scratch(k.outputs[j], j in k.counters) for k in kernels
                         for j in sorted(k.workspaces | k.counters))
         if schedule.tile.fixup:
             return self._two_phase(kernels[0], b, outputs, name, scratch)
         if len(kernels) == 1:
             run, source = compile_kernel(kernels[0])
-            return Built(name, self.name, b.inputs, outputs, run, source, "triton")
+            return Built(name, self.name, b.inputs, outputs, run, source, "triton", kernels=kernels)
         (partials, psrc), (reduce, rsrc) = (compile_kernel(k) for k in kernels)
         n = len(outputs)
 
@@ -95,7 +98,8 @@ class GemmFamily(Family):
             partials(ins, [outs[n]])
             reduce(list(ins) + [outs[n]], outs[:n])
 
-        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton", scratch)
+        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton", scratch,
+                     kernels=kernels)
 
 
     def _two_phase(self, kernel, b: GemmBody, outputs, name: str, scratch) -> Built:
@@ -115,7 +119,7 @@ class GemmFamily(Family):
                 outs[-1].zero_()
                 raise
 
-        return Built(name, self.name, b.inputs, outputs, run, source, "triton", scratch)
+        return Built(name, self.name, b.inputs, outputs, run, source, "triton", scratch, kernels=(kernel,))
 
 
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:

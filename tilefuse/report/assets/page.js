@@ -26,6 +26,23 @@
 
   function badge(text, cls) { return el("span", {className: "badge " + cls, textContent: text}); }
 
+  // The kernel's binaries (CompiledModel.native(): compiled for the target, read by cuobjdump)
+  // beside the cost model's registers, shared memory and occupancy.
+  function nativeTable(rows) {
+    if (!rows || !rows.length) return [];
+    const head = ["kernel", "tensor cores", "registers binary / model", "spills B", "shared KiB binary / model",
+                  "programs/SM binary / model", "16-byte loads", "pipelined"];
+    const t = el("table", {}, el("tr", {}, ...head.map(h => el("th", {textContent: h}))));
+    for (const r of rows) {
+      const cells = [r.kernel, r.mma, r.registers + " / " + r.model_registers, String(r.spill_bytes),
+                     (r.shared_bytes / 1024).toFixed(1) + " / " + (r.model_shared_bytes / 1024).toFixed(1),
+                     r.occupancy + " / " + r.model_occupancy, Math.round(100 * r.wide_load_share) + "%",
+                     r.pipelined ? "yes" : "no"];
+      t.append(el("tr", {}, ...cells.map(v => el("td", {textContent: v}))));
+    }
+    return [el("h3", {textContent: "Compiled for sm_" + rows[0].arch + " (from the binary)"}), t];
+  }
+
   function fillPanel(k) {
     const d = K[k];
     const measured = d.measured_us !== null;
@@ -53,6 +70,7 @@
       el("h2", {textContent: "#" + d.index + " " + d.name}),
       el("p", {}, badge(d.family, "family"), " kernel, " + d.prims.length + " prim" + (d.prims.length === 1 ? "" : "s")),
       dl,
+      ...nativeTable(d.native),
       el("h3", {textContent: "Source operators"}), ops,
       el("h3", {textContent: "Prims"}), prims,
       el("h3", {textContent: "Reads / writes"}),

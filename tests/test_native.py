@@ -1,0 +1,181 @@
+"""Native compilation (issue #22, item 1): generated kernels compiled ahead of time for sm_90 and
+sm_80 on this machine (no GPU), read off the binary by Triton's bundled cuobjdump; cached by
+kernel; the report, the HTML data and ``tilefuse compile --native`` show them beside the model."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse.cli import main
+from tilefuse.codegen.triton import native
+from tilefuse.codegen.triton.native import Binary, NativeCompileError, compile_native, read_binary
+from tilefuse.cost.target import H100
+from tilefuse.errors import OptionError
+from tilefuse.families.fused.template import fused_kernel
+from tilefuse.families.gemm.template import gemm_kernels
+from tilefuse.native import binary_occupancy
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Triton's NVIDIA backend ships for Linux only")
+
+
+def _gemm_schedule(m=128, n=128, k=256):
+    a, b = torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16)
+    cm = tilefuse.compile(lambda x, y: torch.relu(x @ y), (a, b), target="h100")
+    (s,) = [k.schedule for k in cm.plan.kernels]
+    assert s.family == "gemm"
+    return s
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    return _gemm_schedule()
+
+
+def _with_bm(s, bm):
+    import dataclasses
+    tile = dataclasses.replace(s.tile, bm=bm, bn=64, bk=64, warps=4, stages=3, split=1, fixup=0)
+    (k,) = gemm_kernels(s.body, tile, "g")
+    return k
+
+
+def test_the_tensor_core_path_follows_the_rows_per_warpgroup(gemm, tmp_path, monkeypatch):
+    """Triton uses Hopper's wgmma only with 64 rows per warpgroup: BLOCK_M 64 at 4 warps compiles
+    to HGMMA on sm_90, BLOCK_M 16 to mma.sync (HMMA), and sm_80 has no wgmma at all; the operand
+    loads are 16-byte async copies (a pipelined loop) and nothing spills."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    big, small = _with_bm(gemm, 64), _with_bm(gemm, 16)
+    b64, b16, a80 = compile_native(big, 90), compile_native(small, 90), compile_native(big, 80)
+    assert (b64.mma, b16.mma, a80.mma) == ("wgmma", "mma.sync", "mma.sync")
+    for b in (b64, b16, a80):
+        assert b.pipelined and 16 in b.async_copies and not b.spills
+        assert 0 < b.registers <= 255 and b.shared_bytes > 0 and b.num_warps == 4
+        assert 1 <= binary_occupancy(b, H100) <= H100.max_blocks_per_sm
+    assert b64.arch == 90 and a80.arch == 80
+
+
+def test_a_fused_kernel_has_no_tensor_cores_and_wide_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    x = torch.randn(64, 1024)
+    cm = tilefuse.compile(lambda t: torch.softmax(t, -1), (x,), target="h100")
+    (s,) = [k.schedule for k in cm.plan.kernels]
+    b = compile_native(fused_kernel(s, "softmax"), 90)
+    assert b.mma == "none" and b.mma_instructions == 0 and not b.spills
+    assert b.wide_share(16) == 1.0 and 16 in b.loads       # fp32 rows, 4 per thread: LDG.E.128
+    assert 16 in b.stores
+
+
+def test_results_are_cached_by_kernel(gemm, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    k = _with_bm(gemm, 64)
+    first = compile_native(k, 90)
+    assert len(list((tmp_path / "native").glob("*.json"))) == 1
+
+    def fail(*a, **kw):
+        raise AssertionError("compiled again")
+    monkeypatch.setattr(native, "_compile", fail)
+    assert compile_native(k, 90) == first                  # widths come back as ints from JSON
+    with pytest.raises(AssertionError, match="compiled again"):
+        compile_native(_with_bm(gemm, 16), 90)             # another kernel is not a hit
+
+
+def test_an_architecture_triton_cannot_target_is_an_error_naming_the_kernel(gemm, tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    with pytest.raises(NativeCompileError, match=r"kernel g: Triton .* cannot compile it for sm_20"):
+        compile_native(_with_bm(gemm, 64), 20)
+
+
+def test_cuobjdump_text_is_read_into_facts():
+    usage = textwrap.dedent("""\
+        Resource usage:
+         Common:
+          GLOBAL:11 CONSTANT[4]:8
+         Function k:
+          REG:168 STACK:24 SHARED:1024 LOCAL:0 CONSTANT[0]:576 TEXTURE:0 SURFACE:0 SAMPLER:0
+        """)
+    sass = textwrap.dedent("""\
+            /*0100*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+            /*0110*/              @!P0 LDG.E.U16 R8, desc[UR4][R6.64] ;
+            /*0120*/               @P1 LDGSTS.E.BYPASS.LTC128B.128 [R9], desc[UR4][R10.64] ;
+            /*0130*/                   LDGSTS.E.64 [R9+0x10], desc[UR4][R12.64] ;
+            /*0140*/                   HGMMA.64x64x16.F32 gdesc[UR4], RZ, !UPT ;
+            /*0150*/                   HGMMA.64x64x16.F32 gdesc[UR8], R24, gsb0 ;
+            /*0160*/                   STL.64 [R1], R20 ;
+            /*0170*/                   LDL R20, [R1] ;
+            /*0180*/                   STG.E.128 desc[UR4][R2.64], R4 ;
+            /*0190*/                   UTMALDG.2D [UR8], [UR10] ;
+        """)
+    b = read_binary("k", 90, 8, usage, sass, 49152, "3.x")
+    assert (b.registers, b.spill_bytes, b.spill_instructions) == (168, 24, 2)
+    assert (b.shared_bytes, b.static_shared, b.mma, b.mma_instructions) == (49152, 1024, "wgmma", 2)
+    assert b.loads == {2: 1, 16: 1} and b.async_copies == {8: 1, 16: 1} and b.stores == {16: 1}
+    assert b.tma_loads == 1 and b.pipelined and b.spills
+    assert b.wide_share(16) == pytest.approx(2 / 4)
+    assert Binary.from_dict(json.loads(json.dumps(b.as_dict()))) == b
+    with pytest.raises(NativeCompileError, match="kernel k: no resource usage"):
+        read_binary("k", 90, 8, "nothing", sass, 0)
+
+
+def test_a_compiled_model_reports_its_binaries_beside_the_model(tmp_path, monkeypatch):
+    """``CompiledModel.native()``: a row per generated kernel with the model's registers, shared
+    memory and occupancy; the report's kernels (and so its JSON and HTML data) carry them; a plan
+    for the CPU has no architecture to compile for."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    ln = torch.nn.LayerNorm(64).half()
+
+    def fn(x, w):
+        return ln(torch.relu(x @ w))
+    args = (torch.randn(32, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16))
+    cm = tilefuse.compile(fn, args, target="h100")
+    rows = cm.native()
+    assert [r.plan_kernel for r in rows] == [b.name for b in cm.kernels if b.kernels]
+    for r in rows:
+        assert r.model.warps == r.binary.num_warps and r.model_occupancy >= 1 and r.occupancy >= 1
+    data = json.loads(cm.report.to_json())
+    natives = [n for k in data["kernels"] for n in k["native"]]
+    assert natives and all(n["arch"] == 90 and "model_registers" in n and "wide_load_share" in n for n in natives)
+    cpu = tilefuse.compile(fn, tuple(a.float() for a in args), target="cpu")
+    with pytest.raises(OptionError, match="target 'cpu' has no GPU architecture"):
+        cpu.native()
+
+
+def test_cli_compile_native_prints_the_binaries(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    path = tmp_path / "mlp.onnx"
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).half().eval()
+    torch.onnx.export(model, (torch.randn(32, 64, dtype=torch.float16),), str(path), dynamo=False)
+    assert main(["compile", str(path), "--target", "h100", "--native"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled for sm_90 (binary / modelled)" in out and "mma.sync" in out and "0 spilling" in out
+
+
+def test_running_kernels_in_the_interpreter_leaves_triton_able_to_compile_natively(tmp_path):
+    """In a fresh process where tilefuse first imports triton to interpret a kernel, and Triton's
+    interpreter patches triton.language when a kernel calls a jit helper: both are undone, so a
+    native compile afterwards works (it failed with an AssertionError and a CompilationError)."""
+    code = textwrap.dedent("""\
+        import numpy as np, onnx, tilefuse
+        from onnx import TensorProto, helper, numpy_helper
+        w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float16), "w")
+        g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [32, 64])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT16, [32, 64])], [w])
+        cm = tilefuse.compile_onnx(helper.make_model(g), target="h100")   # (no torch.export: triton not imported yet)
+        x = np.random.default_rng(1).standard_normal((32, 64)).astype(np.float16)
+        z = cm.emulate(__import__("torch").from_numpy(x))
+        assert z.shape == (32, 64)
+        import triton.language as tl
+        assert type(tl.standard.cdiv).__name__ == "JITFunction", type(tl.standard.cdiv)
+        assert tl.tensor.__mul__.__module__ == "triton.language.core", tl.tensor.__mul__.__module__
+        print(cm.native()[0].binary.mma)
+        """)
+    env = dict(os.environ, TILEFUSE_CACHE_DIR=str(tmp_path / "c"), TRITON_CACHE_DIR=str(tmp_path / "t"))
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] in ("mma.sync", "wgmma")

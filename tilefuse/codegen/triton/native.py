@@ -1,0 +1,223 @@
+"""A generated kernel compiled ahead of time for a GPU architecture, on any machine.
+
+Triton compiles for a GPU it does not have: ``triton.compile(ASTSource(...), target=
+GPUTarget("cuda", arch, 32))`` runs the whole pipeline down to the cubin, and the ``cuobjdump``
+Triton bundles reads the binary's resource usage and its instructions (SASS).  ``compile_native``
+does that for a tile-level kernel (``codegen/kernel.py``), printed by the same printer that
+builds it to run, bound to its block sizes, warps and stages, with every pointer 16-byte aligned
+as the runtime passes them (the memory planner's arena offsets are multiples of 256) and Triton's
+launch-time default of fused multiply-adds.  What it returns are facts of the binary, not of a
+model: registers, spills, shared memory, the tensor-core path, the width of global loads, async
+copies and TMA.  Results are cached by the kernel's content and the compiler's version, beside the
+kernel cache, so a plan's kernels are compiled once per machine.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ...ir.dtypes import DType
+from ...paths import cache_root
+from ..kernel import Kernel
+from .emit import triton_source
+from .interpreter import KERNEL_MODULE
+
+# Triton's signature names of pointer element types.
+_POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp16", DType.bfloat16: "*bf16",
+            DType.int64: "*i64", DType.int32: "*i32", DType.int16: "*i16", DType.int8: "*i8",
+            DType.uint8: "*u8", DType.bool: "*i1"}
+_VERSION = 1          # of what is cached: bump when Binary's fields or their reading change
+_LOCK = threading.Lock()
+
+
+class NativeCompileError(RuntimeError):
+    """A kernel that Triton cannot compile for the architecture, or a Triton without the NVIDIA
+    backend's tools (names the kernel and the architecture)."""
+
+
+@dataclass(frozen=True)
+class Binary:
+    """What the compiled kernel is, read off the cubin (per thread where it says so)."""
+    kernel: str
+    arch: int                      # compute capability, 90 = sm_90
+    num_warps: int
+    registers: int                 # per thread
+    spill_bytes: int               # local memory per thread (stack frame; 0 without spills)
+    spill_instructions: int        # STL + LDL in the SASS
+    shared_bytes: int              # per program: Triton's dynamic allocation
+    static_shared: int             # per program: cuobjdump's SHARED (on sm_90 the 1 KiB the
+                                   # system reserves per block)
+    mma: str                       # "wgmma" (HGMMA), "mma.sync" (HMMA) or "none"
+    mma_instructions: int
+    loads: dict = field(default_factory=dict)     # global load width in bytes -> LDG instructions
+    async_copies: dict = field(default_factory=dict)   # cp.async width in bytes -> LDGSTS instructions
+    tma_loads: int = 0             # UTMALDG (bulk tensor copies)
+    stores: dict = field(default_factory=dict)    # global store width in bytes -> STG instructions
+    triton: str = ""               # the compiler's version
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_bytes > 0 or self.spill_instructions > 0
+
+    @property
+    def pipelined(self) -> bool:
+        """Operands copied asynchronously into shared memory (cp.async or TMA): software-pipelined."""
+        return bool(self.async_copies) or self.tma_loads > 0
+
+    def wide_share(self, width: int = 16) -> float:
+        """Share of global load instructions (plain and async) that move ``width`` bytes or more."""
+        n = {}
+        for d in (self.loads, self.async_copies):
+            for w, c in d.items():
+                n[int(w)] = n.get(int(w), 0) + c
+        total = sum(n.values())
+        return sum(c for w, c in n.items() if w >= width) / total if total else 1.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "Binary":
+        """The inverse of ``as_dict`` through JSON (whose keys are strings: widths back to ints)."""
+        widths = {k: {int(w): int(n) for w, n in d[k].items()} for k in ("loads", "async_copies", "stores")}
+        return Binary(**{**d, **widths})
+
+
+def compile_native(kernel: Kernel, arch: int) -> Binary:
+    """The kernel compiled for compute capability ``arch`` (80, 90, ...), from the cache when an
+    identical kernel was compiled before by this Triton."""
+    import triton
+    source = triton_source(kernel)
+    blocks = {a.block_name: a.block for a in kernel.axes}
+    key = hashlib.sha256(json.dumps([_VERSION, triton.__version__, arch, source, sorted(blocks.items()),
+                                     kernel.num_warps, kernel.num_stages]).encode()).hexdigest()[:24]
+    path = cache_root() / "native" / f"{key}.json"
+    try:
+        return Binary.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    binary = _compile(kernel, source, blocks, arch)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(binary.as_dict(), sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass                       # an unusable cache costs a recompile, not the answer
+    return binary
+
+
+def _compile(kernel: Kernel, source: str, blocks: dict, arch: int) -> Binary:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    fn = _jit_function(source, kernel.name)
+    types = list(kernel.inputs) + list(kernel.outputs)
+    signature = {f"in{j}": _POINTER[t.dtype] for j, t in enumerate(kernel.inputs)}
+    signature.update({f"out{j}": _POINTER[t.dtype] for j, t in enumerate(kernel.outputs)})
+    signature.update({b: "constexpr" for b in blocks})
+    aligned = {(j,): [["tt.divisibility", 16]] for j in range(len(types))}
+    options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": True}
+    try:
+        compiled = triton.compile(ASTSource(fn, signature, blocks, aligned), target=GPUTarget("cuda", arch, 32),
+                                  options=options)
+    except Exception as e:          # Triton raises its own compilation errors and plain ones alike
+        raise NativeCompileError(f"kernel {kernel.name}: Triton {triton.__version__} cannot compile it for "
+                                 f"sm_{arch}: {type(e).__name__}: {str(e).strip().splitlines()[-1:] or ''}") from e
+    usage, sass = _objdump(compiled.asm["cubin"], kernel.name, arch)
+    return read_binary(kernel.name, arch, kernel.num_warps, usage, sass, int(compiled.metadata.shared),
+                       triton.__version__)
+
+
+def _jit_function(source: str, name: str):
+    """The kernel as a GPU ``JITFunction`` (never the interpreter's, whatever the environment says),
+    imported from a file as Triton needs its source."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    modname = f"{KERNEL_MODULE}native_{digest}"
+    mod = sys.modules.get(modname)
+    if mod is None:
+        with _LOCK:
+            folder = Path(tempfile.mkdtemp(prefix="tilefuse-native-"))
+            path = folder / f"{digest}.py"
+            path.write_text(source)
+            saved = os.environ.pop("TRITON_INTERPRET", None)
+            try:
+                spec = importlib.util.spec_from_file_location(modname, path)
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules[modname] = mod
+                spec.loader.exec_module(mod)
+            finally:
+                if saved is not None:
+                    os.environ["TRITON_INTERPRET"] = saved
+    return getattr(mod, name)
+
+
+def cuobjdump() -> Path:
+    """Triton's bundled ``cuobjdump`` (the NVIDIA backend ships it; no CUDA toolkit needed)."""
+    import triton
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not path.is_file():
+        raise NativeCompileError(f"Triton {triton.__version__} has no bundled cuobjdump at {path}: "
+                                 f"install a Triton with its NVIDIA backend to read compiled kernels")
+    return path
+
+
+def _objdump(cubin: bytes, name: str, arch: int) -> tuple[str, str]:
+    with tempfile.TemporaryDirectory(prefix="tilefuse-cubin-") as d:
+        path = Path(d) / "kernel.cubin"
+        path.write_bytes(cubin)
+        out = []
+        for flag in ("--dump-resource-usage", "-sass"):
+            done = subprocess.run([str(cuobjdump()), flag, str(path)], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise NativeCompileError(f"kernel {name}: cuobjdump {flag} failed on its sm_{arch} binary: "
+                                         f"{done.stderr.strip()}")
+            out.append(done.stdout)
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------- reading cuobjdump's text
+
+_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+_WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+
+
+def read_binary(name: str, arch: int, num_warps: int, usage: str, sass: str, dynamic_shared: int,
+                version: str = "") -> Binary:
+    """A ``Binary`` from ``cuobjdump --dump-resource-usage`` and ``-sass`` output (one function)."""
+    m = _USAGE.search(usage)
+    if m is None:
+        raise NativeCompileError(f"kernel {name}: no resource usage in cuobjdump's output for sm_{arch}")
+    regs, stack, static_shared, local = map(int, m.groups())
+    counts: dict[str, int] = {}
+    for op in _INSTR.findall(sass):
+        counts[op] = counts.get(op, 0) + 1
+
+    def widths(prefix: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for op, n in counts.items():
+            parts = op.split(".")
+            if parts[0] == prefix:
+                w = next((_WIDTHS[p] for p in parts[1:] if p in _WIDTHS), 4)
+                out[w] = out.get(w, 0) + n
+        return dict(sorted(out.items()))
+
+    def total(prefix: str) -> int:
+        return sum(n for op, n in counts.items() if op.split(".")[0] == prefix)
+
+    wgmma, sync = total("HGMMA"), total("HMMA")
+    return Binary(kernel=name, arch=arch, num_warps=num_warps, registers=regs, spill_bytes=max(stack, local),
+                  spill_instructions=total("STL") + total("LDL"), shared_bytes=dynamic_shared, static_shared=static_shared,
+                  mma="wgmma" if wgmma else "mma.sync" if sync else "none", mma_instructions=wgmma + sync,
+                  loads=widths("LDG"), async_copies=widths("LDGSTS"), tma_loads=total("UTMALDG"),
+                  stores=widths("STG"), triton=version)
