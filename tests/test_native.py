@@ -179,3 +179,15 @@ def test_running_kernels_in_the_interpreter_leaves_triton_able_to_compile_native
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] in ("mma.sync", "wgmma")
+
+
+@pytest.mark.parametrize("bm,warps", [(16, 4), (32, 8), (64, 4), (64, 8), (128, 8), (64, 2)])
+def test_the_cost_models_wgmma_rule_is_the_compilers(gemm, bm, warps, tmp_path, monkeypatch):
+    """``cost/dot.wgmma`` (what the h100 preset charges at the full tensor-core rate) agrees with
+    what Triton emits for sm_90: whole warpgroups and rows in multiples of 64."""
+    import dataclasses
+    from tilefuse.cost.dot import wgmma
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    tile = dataclasses.replace(gemm.tile, bm=bm, bn=64, bk=64, warps=warps, stages=2, split=1, fixup=0)
+    (k,) = gemm_kernels(gemm.body, tile, "g")
+    assert (compile_native(k, 90).mma == "wgmma") == wgmma(bm, warps, H100)

@@ -3,7 +3,7 @@
 A ``Dot`` of a BM × BN accumulator tile runs on tensor cores when its operand type has them on
 the target (fp16, bf16), else on CUDA cores (an fp32 dot in IEEE precision).  On tensor cores the
 tile sustains the dtype's peak times ``TRITON_GEMM_EFFICIENCY``; with fewer rows than a Hopper
-warpgroup MMA needs (``Target.warpgroup_mma_rows`` per 4 warps) it falls back to warp-level
+warpgroup MMA needs (``Target.warpgroup_mma_rows``, in warpgroups of 4 warps) it falls back to warp-level
 ``mma.sync`` at ``Target.legacy_mma_share`` of that; and a small tile is bound by shared memory:
 each product of a K step reads (BM + BN)·BK operand values for 2·BM·BN·BK flops, so a tile's
 flops per shared-memory byte is 2·BM·BN / ((BM + BN)·itemsize), times the SM's shared-memory
@@ -26,13 +26,21 @@ def tensor_cores(dtype: DType, target: Target) -> bool:
     return dtype in TENSOR_DTYPES and target.has_tensor_cores(dtype)
 
 
+def wgmma(bm: int, warps: int, target: Target) -> bool:
+    """A dot of a BM-row tile runs as Hopper warpgroup MMA: whole warpgroups of 4 warps, and rows
+    in whole multiples of ``warpgroup_mma_rows`` (Triton's rule, read off sm_90 binaries: BM 64 at
+    4 or 8 warps compiles to HGMMA; BM 16 or 32, or 2 warps, to HMMA; bench/README.md)."""
+    rows = target.warpgroup_mma_rows
+    return bool(rows) and bm % rows == 0 and warps % 4 == 0
+
+
 def dot_rate(bm: int, bn: int, warps: int, dtype: DType, target: Target) -> float:
     """FLOP/s one wave of BM × BN dot tiles of ``dtype`` operands sustains (module docstring)."""
     tc = tensor_cores(dtype, target)
     peak = target.peak(dtype, tc) * TRITON_GEMM_EFFICIENCY
     if not tc:
         return peak
-    if target.warpgroup_mma_rows and bm < target.warpgroup_mma_rows * max(warps // 4, 1):
+    if target.warpgroup_mma_rows and not wgmma(bm, warps, target):
         peak *= target.legacy_mma_share
     per_sm = peak / target.sm_count
     smem_rate = target.smem_bytes_per_clk * target.clock_hz        # bytes/s per SM

@@ -95,6 +95,8 @@ class Work:
                                # round trip, so only loads are bound by the bytes kept in flight
     tail: "Work | None" = None  # a phase the kernel runs after this one in the same launch (the
                                # last program of each group, after an Arrive): timed without a launch
+    serial_chunks: float = 0.0  # loop chunks of a program whose loads its tensor cores wait for
+                               # (a dot loop at num_stages 1: Triton issues no loads ahead)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,10 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
                 sms = min(n, target.sm_count)
                 busy = sms / target.sm_count * min(1.0, n * w.res.warps / (sms * target.warp_schedulers))
                 comp += count * (n / programs) * w.flops / (w.peak * busy)
+    if w.serial_chunks and comp:
+        # each unpipelined chunk waits a round trip before its product; the programs resident on
+        # an SM hide one another's waits, the SM's waves run one after another
+        comp += waves * w.serial_chunks * target.l2_latency_s / max(min(occ, -(-programs // target.sm_count)), 1)
     body = max(dram, l2, comp)
     overhead = target.dram_latency_s + -(-programs // target.sm_count) * target.program_cycles / target.clock_hz
     if target.program_s:      # an interpreting target runs programs and their loop chunks one by one

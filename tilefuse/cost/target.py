@@ -167,6 +167,7 @@ H100 = Target(
     dram_efficiency=0.9,                     # [3]
     dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,   # [2], loaded latencies (Little's law)
     program_cycles=16,                       # [5]
+    warpgroup_mma_rows=64, legacy_mma_share=0.5,   # [8]
     arch=90,
 )
 

@@ -180,13 +180,16 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
         peak = tc / seconds if seconds else rates[0]
         cuda = target.peak(DType.float32, False)
         flops = tc + p.cuda_flops * peak / cuda
-        # a pipelined loop keeps stages - 1 chunks in flight; without a loop, every load at once
+        # a pipelined loop keeps stages - 1 chunks in flight; without a loop, every load at once;
+        # a loop at one stage waits for each chunk's loads before its products (``serial``)
         inflight = max(stages - 1, 1) * p.inflight_loop or (requested / p.programs if p.programs else 0.0)
+        serial = p.chunks if stages == 1 and p.inflight_loop and p.chunks > 1 else 0.0
     else:
         peak, flops = target.peak(DType.float32, False), p.cuda_flops
         inflight = requested / p.programs / p.chunks if p.programs else 0.0
+        serial = 0.0
     return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
-                inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1),
+                inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
                 requested_bytes=requested + p.stored + p.scratch,
                 store_bytes=(p.stored + p.scratch) if p.tail else 0.0)
 
