@@ -28,7 +28,18 @@ def _dots(kernel, body, looped=False):
             yield from _dots(kernel, st.body, looped)
 
 
-@pytest.mark.parametrize("model,target", DEFAULT + [pytest.param(m, t, marks=pytest.mark.slow) for m, t in SLOW])
+# Known breaks of issue #22's rules (strict: the test fails when one is fixed, to be struck here)
+KNOWN = {("gpt2", "h100"): "its GEMM + RMS-style epilogue kernel at 128 x 128 spills (255 registers)",
+         ("resnet", "h100"): "convolutions gather activations with 2-byte loads: no async copies",
+         ("resnet", "a100"): "convolutions gather activations with 2-byte loads: no async copies"}
+
+
+def _param(m, t):
+    marks = [pytest.mark.slow] + ([pytest.mark.xfail(strict=True, reason=KNOWN[m, t])] if (m, t) in KNOWN else [])
+    return pytest.param(m, t, marks=marks)
+
+
+@pytest.mark.parametrize("model,target", DEFAULT + [_param(m, t) for m, t in SLOW])
 def test_the_plans_kernels_compile_natively_without_spills_and_pipelined(model, target, tmp_path, monkeypatch):
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
     size = "small" if model in ("bert", "gpt2", "llama") else "tiny"

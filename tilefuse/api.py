@@ -1,7 +1,7 @@
 """The tilefuse pipeline, stage by stage.
 
-    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► fold constants ─► compose layouts
-    into their readers (vertical) ─► orchestrate (segments,
+    model ─► frontend ─► Graph ─► fission ─► PrimGraph ─► simplify ─► fold constants ─► band masks
+    as index predicates ─► compose layouts and masks into their readers (vertical) ─► orchestrate (segments,
     candidates costed by kernel families on the target, BLP; the graph as it is and with
     contractions sharing an input merged, the cheaper kept) ─► Plan ─► codegen (every kernel
     built by its family: Triton source or a library call) ─► CompiledModel
@@ -37,6 +37,7 @@ from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
+from .transform.masks import masks_as_predicates
 from .transform.horizontal import horizontal
 from .transform.vertical import vertical
 from .transform.simplify import simplify_graph
@@ -44,8 +45,8 @@ from .verify import Verifier, eager_float64, eager_oracle, enabled, kernel_devic
 
 BACKENDS = ("reference", "triton")
 # The graph-to-graph stages after fission, in order (each checked against its input by ``verify``).
-GRAPH_STAGES = (("simplify", simplify_graph), ("fold", fold_constants), ("vertical", vertical),
-                ("simplify", simplify_graph))
+GRAPH_STAGES = (("simplify", simplify_graph), ("fold", fold_constants), ("masks", masks_as_predicates),
+                ("vertical", vertical), ("simplify", simplify_graph))
 _log = logger("plan")
 
 

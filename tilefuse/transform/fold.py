@@ -11,13 +11,16 @@ output, and its value is no larger than its largest input (folding must not turn
 a materialized tensor).  A pure layout prim larger than ``COPY_LIMIT`` (a weight's transpose or
 reshape) is not: it only moves elements, which the vertical transformation composes into the index
 maps of what reads it, and a folded copy would double the memory of every weight read that way.
-Values come from the reference executor (``ir/evaluate.py``), so folding is exact in every dtype.  Constants no prim reads any more are dropped.
+Values come from the reference executor (``ir/evaluate.py``), so folding is exact in every dtype.
+One-element constants are inlined as literals into the prims that read them.  Constants no prim
+reads any more are dropped.
 """
 from __future__ import annotations
 
 from ..analysis.classify import Category, classify
 from ..ir.evaluate import eval_prim
-from ..ir.prim import COPY_LIMIT, Constant, PrimGraph
+from ..ir.expr import Const, Expr, Load, transform, walk
+from ..ir.prim import COPY_LIMIT, Constant, Prim, PrimGraph
 
 
 
@@ -35,8 +38,27 @@ def fold_constants(pg: PrimGraph) -> PrimGraph:
             folded.append(Constant(p.name, values[p.name]))
         else:
             kept.append(p)
-    if not folded:
+    scalars = {c.name: c.data for c in pg.constants + tuple(folded) if c.data.numel() == 1}
+    inlined = [_inline_scalars(p, scalars) for p in kept]
+    if not folded and all(q is p for q, p in zip(inlined, kept)):
         return pg
-    used = {n for p in kept for n in p.inputs} | outputs
+    used = {n for p in inlined for n in p.inputs} | outputs
     constants = tuple(c for c in pg.constants + tuple(folded) if c.name in used)
-    return PrimGraph(pg.inputs, constants, tuple(kept), pg.outputs)
+    return PrimGraph(pg.inputs, constants, tuple(inlined), pg.outputs)
+
+
+def _inline_scalars(p: Prim, scalars: dict) -> Prim:
+    """``p`` with its loads of one-element constants (a scale, a fill value) as literals, so
+    kernels load nothing for them and the chain family sees a masked score's ``-inf``."""
+    if p.is_opaque or not any(n in scalars for n in p.inputs):
+        return p
+
+    def lit(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and p.inputs[e.tensor] in scalars:
+            return Const(scalars[p.inputs[e.tensor]].item(), e.dtype)
+        return None
+    body = transform(p.body, lit)
+    used = sorted({n.tensor for n in walk(body) if isinstance(n, Load)})
+    new = {old: k for k, old in enumerate(used)}
+    body = transform(body, lambda n: Load(new[n.tensor], n.index, n.dtype) if isinstance(n, Load) else None)
+    return Prim(p.name, tuple(p.inputs[k] for k in used), p.axes, body, p.out, p.reduce, p.origin)

@@ -1,6 +1,8 @@
 """The vertical transformation (Souffle §6.2): pure layout prims are composed into their
 consumers' index maps, so no reshape, transpose, permute, slice, expand, concat, pad or gather
-survives as a copy between kernels.
+survives as a copy between kernels.  Boolean masks of index comparisons and boolean loads
+(``_mask``: a causal band and a padding mask) are composed the same way: recomputing one costs
+no more than loading it.
 
 A prim is a pure layout when its value is a load, or a select among loads and constants on index
 conditions (concat, pad): no arithmetic, no type change.  Each consumer's load of it becomes its
@@ -16,7 +18,8 @@ simplified afterwards (``transform/simplify.py``).
 from __future__ import annotations
 
 from ..analysis.classify import Category, classify
-from ..ir.expr import Const, Expr, Load, Select, substitute, transform, walk
+from ..ir.dtypes import DType
+from ..ir.expr import INDEX, Binary, Const, Expr, Load, Select, Unary, substitute, transform, walk
 from ..ir.prim import Prim, PrimGraph
 
 MAX_NODES = 2000        # a consumer's body may not grow beyond this by composition
@@ -31,7 +34,7 @@ def vertical(pg: PrimGraph) -> PrimGraph:
     for p in pg.prims:
         q = _compose(p, layouts)
         changed |= q is not p
-        if _pure(q):
+        if _pure(q) or _mask(q):
             layouts[q.name] = q
         prims.append(q)
     read = {n for p in prims for n in p.inputs} | set(pg.outputs)
@@ -53,6 +56,34 @@ def _pure(p: Prim) -> bool:
         elif not (isinstance(e, Load) or isinstance(e, Const)) or e.dtype is not p.out.dtype:
             return False
     return isinstance(p.body, (Load, Select))
+
+
+_LOGIC = ("and", "or")
+_COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _mask(p: Prim) -> bool:
+    """A boolean mask as cheap to recompute as to load: index comparisons (a causal or window
+    band, ``transform/masks.py``) combined by and/or/not with boolean loads (a padding mask): its
+    readers compute it, so no ``[S, S]`` mask is materialized and a chain sees the band."""
+    if p.is_opaque or p.reduce is not None or p.out.dtype is not DType.bool:
+        return False
+    stack = [p.body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Load):
+            if e.dtype is not DType.bool or any(isinstance(n, Load) for i in e.index for n in walk(i)):
+                return False
+        elif isinstance(e, Binary) and e.op in _LOGIC:
+            stack += [e.a, e.b]
+        elif isinstance(e, Unary) and e.op == "not":
+            stack.append(e.x)
+        elif isinstance(e, Binary) and e.op in _COMPARE:
+            if e.a.dtype is not INDEX or any(isinstance(n, Load) for n in (*walk(e.a), *walk(e.b))):
+                return False
+        elif not (isinstance(e, Const) and e.dtype is DType.bool):
+            return False
+    return True
 
 
 def _compose(c: Prim, layouts: dict[str, Prim]) -> Prim:

@@ -195,9 +195,15 @@ def _causal(score: Expr, mvars, nvars, ext) -> int | None:
         return None
     best = None
     e = _strip(score)
-    while isinstance(e, Select):
-        if _is_neg_inf(e.b):
+    while True:
+        if isinstance(e, Select) and _is_neg_inf(e.b):            # where(keep, s, -inf)
             conds, e = _conjuncts(e.cond), _strip(e.a)
+        elif isinstance(e, Select) and _is_neg_inf(e.a):          # masked_fill(hide, -inf)
+            conds, e = _negated_conjuncts(e.cond), _strip(e.b)
+        elif getattr(e, "op", None) == "add" and _additive(e.b) is not None:   # s + where(keep, 0, -inf)
+            conds, e = _additive(e.b), _strip(e.a)
+        elif getattr(e, "op", None) == "add" and _additive(e.a) is not None:
+            conds, e = _additive(e.a), _strip(e.b)
         else:
             break
         for c in conds:
@@ -205,6 +211,35 @@ def _causal(score: Expr, mvars, nvars, ext) -> int | None:
             if bound is not None:
                 best = bound if best is None else min(best, bound)
     return best
+
+
+def _additive(e: Expr) -> list[Expr] | None:
+    """The conditions of an additive mask ``where(keep, 0, -inf)`` (or ``where(hide, -inf, 0)``).
+    (Stopping at the band skips keys whose scores eager adds -inf to; only a +inf score, an
+    overflowed product, would have made that NaN instead.)"""
+    e = _strip(e)
+    if isinstance(e, Select):
+        a, b = _strip(e.a), _strip(e.b)
+        if isinstance(a, Const) and a.value == 0 and _is_neg_inf(b):
+            return _conjuncts(e.cond)
+        if isinstance(b, Const) and b.value == 0 and _is_neg_inf(a):
+            return _negated_conjuncts(e.cond)
+    return None
+
+
+_NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def _negated_conjuncts(c: Expr) -> list[Expr]:
+    """Conjuncts implied by ``not c`` (comparisons flipped, ``or`` split); [] where unknown."""
+    op = getattr(c, "op", None)
+    if op == "or":
+        return _negated_conjuncts(c.a) + _negated_conjuncts(c.b)
+    if op == "not":
+        return _conjuncts(c.x)
+    if op in _NEGATE:
+        return [binary(_NEGATE[op], c.a, c.b)]
+    return []
 
 
 def _is_neg_inf(e: Expr) -> bool:
