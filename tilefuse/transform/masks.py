@@ -24,6 +24,7 @@ from ..ir.expr import INDEX, Const, Expr, Var, binary, logical_and, select
 from ..ir.prim import Constant, Origin, Prim, PrimGraph
 
 MIN_SIDE = 2            # a band needs rows and keys
+PROBE = 256             # elements of a float constant looked at before the whole of it
 
 
 def masks_as_predicates(pg: PrimGraph) -> PrimGraph:
@@ -50,6 +51,9 @@ def _band(data: torch.Tensor) -> tuple[int | None, int | None] | None:
     if data.dtype == torch.bool:
         keep = data
     elif data.is_floating_point():
+        probe = data.reshape(-1)[:PROBE]       # a weight fails here, before a pass over all of it
+        if not bool(((probe == 0) | (probe == -math.inf)).all()):
+            return None
         zero = data == 0
         if not bool((zero | (data == -math.inf)).all()):
             return None
