@@ -1,6 +1,7 @@
 """Native compilation (issue #22, item 1): generated kernels compiled ahead of time for sm_90 and
 sm_80 on this machine (no GPU), read off the binary by Triton's bundled cuobjdump; cached by
 kernel; the report, the HTML data and ``tilefuse compile --native`` show them beside the model."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -152,6 +153,7 @@ def test_cli_compile_native_prints_the_binaries(tmp_path, monkeypatch, capsys):
     assert main(["compile", str(path), "--target", "h100", "--native"]) == 0
     out = capsys.readouterr().out
     assert "compiled for sm_90 (binary / modelled)" in out and "mma.sync" in out and "0 spilling" in out
+    assert "planned on" in out and "schedules compiled for sm_90" in out
 
 
 def test_running_kernels_in_the_interpreter_leaves_triton_able_to_compile_natively(tmp_path):
@@ -191,3 +193,57 @@ def test_the_cost_models_wgmma_rule_is_the_compilers(gemm, bm, warps, tmp_path, 
     tile = dataclasses.replace(gemm.tile, bm=bm, bn=64, bk=64, warps=warps, stages=2, split=1, fixup=0)
     (k,) = gemm_kernels(gemm.body, tile, "g")
     assert (compile_native(k, 90).mma == "wgmma") == wgmma(bm, warps, H100)
+
+
+# ---------------------------------------------------------------- planning on the binary
+
+def test_planning_on_binaries_drops_a_kernel_that_spills(monkeypatch, tmp_path):
+    """compile(native=True): the plan's kernels and their alternatives are costed from their
+    binaries; the schedule the model likes best is made to spill (a fake binary), so the plan
+    takes another, costed from its binary, and still matches eager."""
+    from tilefuse import native as native_mod
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    a, b = torch.randn(256, 128), torch.randn(128, 256)
+    fn = lambda x, y: torch.relu(x @ y)          # noqa: E731
+    plain = tilefuse.compile(fn, (a, b), target="h100")
+    (favourite,) = [k.schedule for k in plain.plan.kernels]
+    real = native_mod.compile_native
+    spilled = []
+
+    def compile_spilling(kernel, arch):
+        got = real(kernel, arch)
+        if kernel.num_warps == favourite.tile.warps and kernel.axis("m").block == favourite.tile.bm \
+                and kernel.num_stages == favourite.tile.stages and kernel.axis("n").block == favourite.tile.bn:
+            spilled.append(kernel.name)
+            return dataclasses.replace(got, spill_bytes=64, spill_instructions=4)
+        return got
+    monkeypatch.setattr(native_mod, "compile_native", compile_spilling)
+    cm = tilefuse.compile(fn, (a, b), target="h100", native=True)
+    assert spilled and favourite.key() not in {k.schedule.key() for k in cm.plan.kernels}
+    n = cm.report.native_planning
+    assert n["arch"] == 90 and n["stable"] and n["schedules_compiled"] >= 2
+    torch.testing.assert_close(cm.emulate(a, b), fn(a, b), rtol=1e-4, atol=1e-4)
+
+
+def test_a_binary_on_the_other_tensor_core_path_changes_the_rate(gemm, tmp_path, monkeypatch):
+    """A kernel the model prices at wgmma's rate whose binary runs mma.sync is charged
+    ``legacy_mma_share`` of it (and the reverse), with the binary's registers and shared memory."""
+    from tilefuse import native as native_mod
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    s = dataclasses.replace(gemm, tile=dataclasses.replace(gemm.tile, bm=64, warps=4))
+    from tilefuse.families.gemm import _schedule
+    s = _schedule(s.body, s.tile, H100)
+    real = native_mod.compile_native(gemm_kernels(s.body, s.tile, "k")[0], 90)
+    assert real.mma == "wgmma"
+    as_is = native_mod.grounded_cost(s, H100)
+    monkeypatch.setattr(native_mod, "compile_native", lambda k, arch: dataclasses.replace(real, mma="mma.sync"))
+    slower = native_mod.grounded_cost(s, H100)
+    assert slower.seconds > as_is.seconds and as_is.occupancy == binary_occupancy(real, H100)
+
+
+def test_native_planning_needs_a_gpu_target_and_not_measure():
+    x = torch.randn(4, 8)
+    with pytest.raises(OptionError, match="native=True plans on kernels compiled"):
+        tilefuse.compile(lambda t: t * 2, (x,), target="cpu", native=True)
+    with pytest.raises(OptionError, match="not measure=True"):
+        tilefuse.compile(lambda t: t * 2, (x,), target="h100", native=True, measure=True)

@@ -70,10 +70,11 @@ def _check_options(backend: str, strategy: str, time_limit=10.0) -> None:
 
 def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda_graph: bool = False,
                 measured: dict[str, float] | None = None, progress: Callable[[int, int], None] | None = None,
-                solved: dict | None = None) -> tuple[dict[str, Plan], Coster]:
+                solved: dict | None = None, grounded: dict | None = None) -> tuple[dict[str, Plan], Coster]:
     """Plans for every strategy, costed on the target as they will run (per-launch or in a CUDA
-    graph), with measured kernel times (schedule key -> seconds) in place of modelled ones."""
-    coster = Coster(pg.types, target, cuda_graph=cuda_graph, measured=measured)
+    graph), with measured kernel times (schedule key -> seconds) in place of modelled ones, and
+    costs from compiled binaries (schedule key -> Cost, ``native.ground``) in place of estimates."""
+    coster = Coster(pg.types, target, cuda_graph=cuda_graph, measured=measured, grounded=grounded)
     return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress, solved=solved)), coster
 
 
@@ -145,6 +146,14 @@ def _operators(graph) -> list[tuple[str, str]]:
     return [(n.op, n.name) for n in graph.nodes]
 
 
+def _ground(primgraph: PrimGraph, tgt: Target, *, time_limit: float, cuda_graph: bool):
+    """Plan -> compile the plan's kernels and their alternatives for the target's architecture ->
+    re-plan with their binaries' resources (``native.ground``; no GPU needed)."""
+    from .native import ground
+    return ground(lambda g: orchestrate(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph, grounded=g),
+                  tgt, cuda_graph=cuda_graph)
+
+
 def _measure(primgraph: PrimGraph, tgt: Target, measure, *, time_limit: float, cuda_graph: bool):
     """Select -> measure -> re-select on the target's device (cost/measure.py); ``measure`` is
     True (CUDA events) or a timer of one's own (a ``cost.measure.Timer``)."""
@@ -179,12 +188,17 @@ def prims(graph, check: Verifier | None = None) -> PrimGraph:
 
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
-              cuda_graph: bool = False, measure=False, check: Verifier | None = None) -> CompiledModel:
+              cuda_graph: bool = False, measure=False, native: bool = False,
+              check: Verifier | None = None) -> CompiledModel:
     graph = imported.graph
     tgt = Target.get(target)
     if cuda_graph and (backend != "triton" or tgt.device != "cuda"):   # before minutes of planning
         raise OptionError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
                           f"got backend={backend!r}, target {tgt.name!r}")
+    if native and (measure or not tgt.arch):
+        raise OptionError(f"native=True plans on kernels compiled for the target's GPU architecture: it needs a "
+                          f"GPU target (h100, h200, a100; got {tgt.name!r}) and not measure=True (which plans on "
+                          f"timings instead)")
     with _stage("splitting operators into prims"):
         primgraph = prims(graph, check)
     _log.info("%d operators -> %d prims (%s)", len(_operators(graph)), len(primgraph.prims),
@@ -195,6 +209,10 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     if check is not None:
         check.stage("horizontal", primgraph, chosen)
     primgraph = chosen
+    if native:
+        with _stage(f"planning on kernels compiled for sm_{tgt.arch}"):
+            grounding = _ground(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph)
+        plans, coster = grounding.plans, grounding.coster
     if measure:
         with _stage("measuring kernels"):
             tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
@@ -209,6 +227,9 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         _dump(Path(dump), graph, primgraph, plan, kernels)
     memory = plan_memory(plan, primgraph, kernels)
     report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
+    if native:
+        report.native_planning = {"rounds": grounding.rounds, "stable": grounding.stable,
+                                  "schedules_compiled": grounding.compiled, "arch": tgt.arch}
     if measure:
         report.measurement = {"rounds": tuning.rounds, "stable": tuning.stable,
                               "schedules_measured": len(tuning.measured), "from_cache": tuning.from_cache}
@@ -262,14 +283,18 @@ def _dump(d: Path, graph, primgraph: PrimGraph, plan: Plan, kernels) -> None:
 
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
             strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
-            cuda_graph: bool = False, measure=False, verify: bool | None = None, **options: Any) -> CompiledModel:
+            cuda_graph: bool = False, measure=False, native: bool = False, verify: bool | None = None,
+            **options: Any) -> CompiledModel:
     """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args).
 
     ``time_limit`` bounds candidate enumeration and the solver per segment (seconds);
     ``cuda_graph`` replays the whole plan as one CUDA graph (CUDA targets, backend ``triton``)
     and plans with graph-node launch overheads; ``measure`` times the chosen kernels and their
     families' best alternatives on the device and re-plans with the measured times (needs the
-    target's GPU; results persist in the tuning cache); ``verify`` (default: ``TILEFUSE_VERIFY``)
+    target's GPU; results persist in the tuning cache); ``native`` compiles the plan's kernels and
+    each one's best alternatives for the target's GPU architecture (no GPU needed) and re-plans with
+    their binaries' registers, shared memory, occupancy and tensor-core path, a spilling kernel
+    excluded (``tilefuse/native.py``; the times stay modelled); ``verify`` (default: ``TILEFUSE_VERIFY``)
     checks every stage against its input on the example inputs and raises ``VerifyError`` naming
     the first stage that changed a value (``tilefuse/verify.py``); other options go to the torch
     frontend (``example_kwargs``).
@@ -289,7 +314,7 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
                          eager_oracle(model, tuple(example_inputs), kwargs), tensor_leaves(imported.unflatten_outputs),
                          eager_float64(model, tuple(example_inputs), kwargs))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, check=check)
+                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, native=native, check=check)
 
 
 def compile_prims(primgraph: PrimGraph, *, target: str | Target = "auto", backend: str = "triton",
@@ -308,11 +333,11 @@ def compile_prims(primgraph: PrimGraph, *, target: str | Target = "auto", backen
 
 def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "triton",
                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
-                 cuda_graph: bool = False, measure=False, progress=None, verify: bool | None = None,
-                 **options: Any) -> CompiledModel:
+                 cuda_graph: bool = False, measure=False, native: bool = False, progress=None,
+                 verify: bool | None = None, **options: Any) -> CompiledModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
 
-    ``time_limit``, ``cuda_graph``, ``measure`` and ``verify`` as for ``compile`` (``verify`` runs
+    ``time_limit``, ``cuda_graph``, ``measure``, ``native`` and ``verify`` as for ``compile`` (``verify`` runs
     on random inputs, and checks the import against onnxruntime where it is installed);
     ``progress(done, total)`` is called as segments are planned; other options go to the ONNX
     frontend (``input_shapes``, ``initializers_as_inputs``).
@@ -327,5 +352,5 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
         feeds = random_feeds(imported.graph.inputs)
         check = Verifier(feeds, onnx_oracle(model_or_path, feeds))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
+                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure, native=native,
                      check=check)

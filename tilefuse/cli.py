@@ -187,7 +187,7 @@ def cmd_compile(args, console: Console) -> int:
 
     with _progress(console):
         compiled = tilefuse.compile_onnx(
-            args.model, target=args.target, strategy=args.strategy, measure=args.measure,
+            args.model, target=args.target, strategy=args.strategy, measure=args.measure, native=args.native,
             cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args))
     r = compiled.report
     console.print(kernel_table(r))
@@ -197,6 +197,10 @@ def cmd_compile(args, console: Console) -> int:
         console.print(native_table(rows, compiled.target.arch))
     console.print(strategy_table(r))
     console.print(roofline_line(r), soft_wrap=True)
+    if r.native_planning:
+        n = r.native_planning
+        console.print(f"planned on {n['schedules_compiled']} schedules compiled for sm_{n['arch']} in {n['rounds']} "
+                      f"rounds; plan {'stable' if n['stable'] else 'still changing'}")
     if r.measurement:
         m = r.measurement
         console.print(f"measured {m['schedules_measured']} schedules ({m['from_cache']} from the tuning cache) "
@@ -428,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measure", action="store_true",
                    help="time the chosen kernels on this machine's GPU and re-plan with measured times")
     p.add_argument("--native", action="store_true",
-                   help="compile every generated kernel for the target's GPU (sm_90 for h100; no GPU needed) "
-                        "and print what the binary uses beside the model")
+                   help="compile the kernels for the target's GPU (sm_90 for h100; no GPU needed), plan on "
+                        "their binaries (registers, occupancy, tensor-core path; no spilling kernel), and print "
+                        "what each binary uses beside the model")
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
     p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime",

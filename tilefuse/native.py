@@ -9,12 +9,16 @@ kernel: ``CompiledModel.native()``, the report, ``tilefuse compile --native``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
+from .codegen.kernel import Dot
 from .codegen.triton.native import Binary, compile_native
-from .cost.model import Resources, occupancy
+from .cost.dot import wgmma
+from .cost.model import Resources, Work, occupancy
 from .cost.target import Target
 from .errors import OptionError
+from .families import Cost, family
 from .progress import report
 
 # Registers are allocated per warp in units of 256 (8 per thread), the figure occupancy rests on.
@@ -63,3 +67,85 @@ def native_kernels(plan, built, target: Target) -> list[NativeKernel]:
                                  occupancy(work.res, target)))
         report(f"compiling kernels for sm_{target.arch}", i + 1, len(jobs))
     return rows
+
+
+# ---------------------------------------------------------------- planning on the binary
+
+TOP_K = 3          # schedules of each kernel of the plan compiled per round (the measurement loop's)
+ROUNDS = 8
+
+
+def grounded_cost(schedule, target: Target, cuda_graph: bool = False) -> Cost:
+    """The schedule's cost with what the model estimated of its kernels replaced by the binary's:
+    registers, shared memory and so occupancy, and the tensor-core path (wgmma or mma.sync, at
+    ``legacy_mma_share`` of the rate).  A kernel that spills costs ``inf``: planning takes another."""
+    fam = family(schedule.family)
+    works = (schedule.work, *schedule.then)
+    kernels = fam.kernels(schedule, "k")
+    out = []
+    for kernel, w in zip(kernels, works):
+        b = compile_native(kernel, target.arch)
+        if b.spills:
+            return replace(Cost.of(works, target, cuda_graph), seconds=math.inf)
+        out.append(_grounded_work(w, kernel, b, target))
+    return Cost.of(tuple(out), target, cuda_graph)
+
+
+def _grounded_work(w: Work, kernel, b: Binary, target: Target) -> Work:
+    regs = -(-max(b.registers, 1) // _REG_UNIT) * _REG_UNIT
+    res = Resources(b.num_warps, regs, b.shared_bytes + b.static_shared)
+    peak = w.peak
+    dot = next((st for st in _statements(kernel.body) if isinstance(st, Dot)), None)
+    if dot is not None and b.mma != "none" and target.warpgroup_mma_rows:
+        assumed = wgmma(kernel.axis(dot.m).block, kernel.num_warps, target)
+        if assumed and b.mma == "mma.sync":
+            peak *= target.legacy_mma_share
+        elif not assumed and b.mma == "wgmma":
+            peak /= target.legacy_mma_share
+    tail = _grounded_work(w.tail, kernel, b, target) if w.tail is not None else None
+    return replace(w, res=res, peak=peak, tail=tail)
+
+
+def _statements(body):
+    for st in body:
+        yield st
+        yield from _statements(getattr(st, "body", ()))
+
+
+@dataclass(frozen=True)
+class Grounding:
+    plans: dict
+    coster: object
+    compiled: int              # schedules compiled and costed from their binaries
+    rounds: int
+    stable: bool               # the last plan's kernels were all costed from their binaries
+
+
+def ground(plan_fn, target: Target, *, strategy: str = "optimal", cuda_graph: bool = False,
+           top_k: int = TOP_K, rounds: int = ROUNDS) -> Grounding:
+    """Plan, cost the plan's kernels and each one's ``top_k`` alternatives from their binaries
+    (``grounded_cost``), re-plan with those costs, until a round compiles nothing new (the
+    measurement loop's shape, ``cost/measure.py: tune``, with the binary in place of the GPU).
+    ``plan_fn(grounded)`` plans with ``grounded`` (schedule key -> Cost) overriding the model."""
+    if not target.arch:
+        raise OptionError(f"target {target.name!r} has no GPU architecture to compile kernels for; "
+                          f"plan for a GPU (target='h100', 'h200' or 'a100') to plan on the binary")
+    grounded: dict = {}
+    plans, coster = plan_fn(grounded)
+    for done in range(rounds):
+        new = 0
+        for kernel in plans[strategy].kernels:
+            for _, sched in coster.options(kernel.candidate)[:top_k]:
+                key = sched.key()
+                if key in grounded or not hasattr(family(sched.family), "kernels"):
+                    continue
+                grounded[key] = grounded_cost(sched, target, cuda_graph)
+                new += 1
+                report(f"compiling kernels for sm_{target.arch}", len(grounded))
+        if not new:
+            return Grounding(plans, coster, len(grounded), done, True)
+        plans, coster = plan_fn(grounded)
+    stable = all(coster.best(k.candidate)[1].key() in grounded or
+                 not hasattr(family(coster.best(k.candidate)[1].family), "kernels")
+                 for k in plans[strategy].kernels)
+    return Grounding(plans, coster, len(grounded), rounds, stable)

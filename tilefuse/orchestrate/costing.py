@@ -22,17 +22,20 @@ class Coster:
 
     ``measured`` maps a schedule's ``key()`` to measured seconds; those schedules are costed at
     their measured time (plus nothing: a measured time includes what the model calls launch).
+    ``grounded`` maps a schedule's key to its modelled cost with the compiled binary's resources
+    and tensor-core path (``tilefuse/native.py: ground``); still modelled, not measured.
     """
 
     def __init__(self, types: Mapping[str, TensorType], target: Target,
                  families: Sequence[KernelFamily] = FAMILIES, *, cuda_graph: bool = False,
-                 measured: Mapping[str, float] | None = None):
+                 measured: Mapping[str, float] | None = None, grounded: Mapping[str, Cost] | None = None):
         self.types = types
         self.target = target
         self.families = tuple(families)
         self._by_name = {f.name: f for f in self.families}
         self.cuda_graph = cuda_graph
         self.measured = dict(measured or {})
+        self.grounded = grounded or {}        # schedule key -> its cost from its compiled binary
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
 
     def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
@@ -47,13 +50,17 @@ class Coster:
                 costed = self._calibrated(fam.schedules(group, self.target))
                 if costed:
                     # a family's own order stands (its ties are broken by simplicity), unless a
-                    # measured time says otherwise; families compete by their first schedule
-                    costed.sort(key=lambda cs: cs[0].seconds if any(c.measured for c, _ in costed) else 0)
+                    # measured time or a binary says otherwise; families compete by their first
+                    costed.sort(key=lambda cs: cs[0].seconds if self._informed(costed) else 0)
                     ranked.append(costed)
             ranked.sort(key=lambda opts: opts[0][0].seconds)
             got = [cs for opts in ranked for cs in opts]
             self._options[key] = got
         return got
+
+    def _informed(self, costed) -> bool:
+        return any(c.measured for c, _ in costed) or bool(self.grounded) and any(
+            s.key() in self.grounded for _, s in costed)
 
     def _calibrated(self, scheds: list[Schedule]) -> list[tuple[Cost, Schedule]]:
         """A family's schedules of one group, costed.  Where some were measured, the others'
@@ -68,7 +75,8 @@ class Coster:
         return [(cs if cs[0].measured else (replace(cs[0], seconds=cs[0].seconds * r), cs[1])) for cs in costed]
 
     def _modelled(self, sched: Schedule) -> Cost:
-        return self._by_name[sched.family].cost(sched, self.target, self.cuda_graph)
+        got = self.grounded.get(sched.key()) if self.grounded else None
+        return got if got is not None else self._by_name[sched.family].cost(sched, self.target, self.cuda_graph)
 
     def cost(self, sched: Schedule) -> Cost:
         cost = self._modelled(sched)

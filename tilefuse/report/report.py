@@ -64,6 +64,9 @@ class Report:
     # The measurement loop (compile(measure=...)): rounds, whether the plan settled, how many
     # schedules were measured and how many of those came from the tuning cache.  Empty if none.
     measurement: dict[str, Any] = field(default_factory=dict)
+    # Planning on compiled binaries (compile(native=True)): rounds, whether the plan settled, how
+    # many schedules were compiled for the architecture.  Empty if not asked for.
+    native_planning: dict[str, Any] = field(default_factory=dict)
     # The stages ``verify`` checked against their input, in order (empty when it was off).
     verified: list[str] = field(default_factory=list)
 
