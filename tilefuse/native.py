@@ -13,13 +13,16 @@ import math
 from dataclasses import dataclass, replace
 
 from .codegen.kernel import Dot
-from .codegen.triton.native import Binary, compile_native
+from .codegen.triton.native import Binary, NativeCompileError, compile_native
 from .cost.dot import wgmma
 from .cost.model import Resources, Work, occupancy
 from .cost.target import Target
 from .errors import OptionError
 from .families import Cost, family
+from .log import logger
 from .progress import report
+
+_log = logger("plan")
 
 # Registers are allocated per warp in units of 256 (8 per thread), the figure occupancy rests on.
 _REG_UNIT = 8
@@ -78,13 +81,18 @@ ROUNDS = 8
 def grounded_cost(schedule, target: Target, cuda_graph: bool = False) -> Cost:
     """The schedule's cost with what the model estimated of its kernels replaced by the binary's:
     registers, shared memory and so occupancy, and the tensor-core path (wgmma or mma.sync, at
-    ``legacy_mma_share`` of the rate).  A kernel that spills costs ``inf``: planning takes another."""
+    ``legacy_mma_share`` of the rate).  A kernel that spills, or that Triton cannot compile for
+    the architecture, costs ``inf``: planning takes another."""
     fam = family(schedule.family)
     works = (schedule.work, *schedule.then)
     kernels = fam.kernels(schedule, "k")
     out = []
     for kernel, w in zip(kernels, works):
-        b = compile_native(kernel, target.arch)
+        try:
+            b = compile_native(kernel, target.arch)
+        except NativeCompileError as e:
+            _log.warning("%s; the schedule %s is not planned", e, schedule.tile_key())
+            return replace(Cost.of(works, target, cuda_graph), seconds=math.inf)
         if b.spills:
             return replace(Cost.of(works, target, cuda_graph), seconds=math.inf)
         out.append(_grounded_work(w, kernel, b, target))

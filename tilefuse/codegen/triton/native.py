@@ -37,6 +37,7 @@ _POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp1
             DType.uint8: "*u8", DType.bool: "*i1"}
 _VERSION = 1          # of what is cached: bump when Binary's fields or their reading change
 _LOCK = threading.Lock()
+_SOURCES: list[Path] = []
 
 
 class NativeCompileError(RuntimeError):
@@ -131,8 +132,9 @@ def _compile(kernel: Kernel, source: str, blocks: dict, arch: int) -> Binary:
         compiled = triton.compile(ASTSource(fn, signature, blocks, aligned), target=GPUTarget("cuda", arch, 32),
                                   options=options)
     except Exception as e:          # Triton raises its own compilation errors and plain ones alike
+        last = (str(e).strip().splitlines() or [""])[-1]
         raise NativeCompileError(f"kernel {kernel.name}: Triton {triton.__version__} cannot compile it for "
-                                 f"sm_{arch}: {type(e).__name__}: {str(e).strip().splitlines()[-1:] or ''}") from e
+                                 f"sm_{arch}: {type(e).__name__}: {last}") from e
     usage, sass = _objdump(compiled.asm["cubin"], kernel.name, arch)
     return read_binary(kernel.name, arch, kernel.num_warps, usage, sass, int(compiled.metadata.shared),
                        triton.__version__)
@@ -146,8 +148,9 @@ def _jit_function(source: str, name: str):
     mod = sys.modules.get(modname)
     if mod is None:
         with _LOCK:
-            folder = Path(tempfile.mkdtemp(prefix="tilefuse-native-"))
-            path = folder / f"{digest}.py"
+            if not _SOURCES:                # one folder a process for the sources Triton reads
+                _SOURCES.append(Path(tempfile.mkdtemp(prefix="tilefuse-native-")))
+            path = _SOURCES[0] / f"{digest}.py"
             path.write_text(source)
             saved = os.environ.pop("TRITON_INTERPRET", None)
             try:
