@@ -128,6 +128,9 @@ class Loop:
     state: tuple[State, ...] = ()
     stop: tuple[str, int] | None = None    # (axis, k): stop after the position k past the last of
                                            # this program's tile of that axis (a causal key loop)
+    start: tuple[str, int] | None = None   # (axis, w): start at the chunk holding the position w
+                                           # before the first of this program's tile of that axis
+                                           # (a sliding window's key loop)
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,7 @@ def check(kernel: "Kernel") -> None:
                 reads(st.a, st.b, *(() if st.init is None else (st.init,)))
                 define(st.slot)
             elif isinstance(st, Loop):
-                axes(st.axis, *((st.stop[0],) if st.stop else ()))
+                axes(st.axis, *((st.stop[0],) if st.stop else ()), *((st.start[0],) if st.start else ()))
                 for s in st.state:
                     axes(*s.axes)
                     reads(s.init)

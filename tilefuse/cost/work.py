@@ -35,7 +35,8 @@ From that walk, for every family alike:
   operand tiles staged in shared memory (``num_stages`` deep inside a loop); without, a base for
   indices and pointers plus a thread's share of the tile times the values live at once (the loads
   of the widest scope, at most 8, and the value computed);
-- a loop that stops early (a causal key loop, ``Loop.stop``) runs its average share of the chunks;
+- a loop that stops early or starts late (a causal key loop, ``Loop.stop``; a sliding window's,
+  ``Loop.start``) runs its average share of the chunks;
 - an ``Arrive``'s body is a tail phase (``Work.tail``): one program per group, run by the last
   program of each to arrive in the same launch.
 """
@@ -94,7 +95,8 @@ class Profile:
     reduce_tiles: tuple[frozenset, ...]                        # axes of each reduction's value tile
     scopes: tuple[tuple[tuple, bool, bool], ...]               # (loop path, issues loads, stopped)
     stored: frozenset                                          # output slots this phase stores
-    stop: tuple | None = None                                  # (loop axis, row axis, offset)
+    stop: tuple | None = None                                  # (loop axis, row axis, offset past the
+                                                               # row tile or None, window before it or None)
     arrive: tuple = ()                                         # the tail's group axes
     tail: "Profile | None" = None
 
@@ -384,12 +386,17 @@ def _box_at(vars_, ext, block: int, start: int) -> dict:
 
 
 def _stop_share(stop: tuple, by: dict) -> float:
-    """Of a loop that stops after the key ``k`` past its program's last row, the share of its
-    chunks a program runs on average over the row tiles."""
-    loop, row, k = stop
+    """Of a loop that stops after the key ``k`` past its program's last row and starts at the
+    chunk of the key ``w`` before its first row (either None: from the first chunk, to the last),
+    the share of its chunks a program runs on average over the row tiles."""
+    loop, row, k, w = stop
     n, m = by[loop], by[row]
     nt = max(n.chunks, 1)
-    walked = [min(nt, max(0, -(-((i + 1) * m.block + k) // n.block))) for i in range(max(m.chunks, 1))]
+    walked = []
+    for i in range(max(m.chunks, 1)):
+        end = nt if k is None else min(nt, max(0, -(-((i + 1) * m.block + k) // n.block)))
+        first = 0 if w is None else max(i * m.block - w, 0) // n.block
+        walked.append(max(end - first, 0))
     return sum(walked) / len(walked) / nt
 
 
@@ -460,8 +467,9 @@ class _Walk:
                 for s in st.state:
                     self.slot_axes[s.slot] = frozenset(self.canon[a] for a in s.axes)
                 stopped = self.stopped
-                if st.stop is not None:
-                    self.stop = (st.axis, *st.stop)
+                if st.stop is not None or st.start is not None:
+                    row = (st.stop or st.start)[0]
+                    self.stop = (st.axis, row, st.stop[1] if st.stop else None, st.start[1] if st.start else None)
                     self.stopped = True
                 with self.scope(st.axis):
                     self.around.append(self.canon[st.axis])

@@ -8,7 +8,8 @@ given: a ``[..., Lq, Lk]`` tensor whose every leading slice is the same band, ``
 chain family, which then walks every key block.  Each such constant is replaced by a prim with no
 inputs computing the same values from its indices — a boolean mask as the predicate itself, an
 additive float mask (0 on the band, -inf off it) as a select — so that the chain kernel's scores
-see ``j - i <= c`` and stop the key loop at the diagonal (``families/chain/body.py: _causal``).
+see ``j - i <= c`` (and ``j - i >= -w``) and walk only the band's key blocks
+(``families/chain/body.py: _key_bounds``).
 
 Exact: the predicate is regenerated and compared element for element with the constant before
 anything is replaced.
@@ -20,7 +21,7 @@ import math
 import torch
 
 from ..ir.dtypes import DType, TensorType
-from ..ir.expr import INDEX, Const, Expr, Var, binary, logical_and, select
+from ..ir.expr import INDEX, Const, Expr, Var, binary, logical_and, select, unary
 from ..ir.prim import Constant, Origin, Prim, PrimGraph
 
 MIN_SIDE = 2            # a band needs rows and keys
@@ -33,10 +34,12 @@ def masks_as_predicates(pg: PrimGraph) -> PrimGraph:
     kept: list[Constant] = []
     for c in pg.constants:
         band = _band(c.data)
-        if band is None:
+        if band is not None:
+            made.append(_predicate_prim(c, *band))
+        elif c.data.dtype == torch.bool and (band := _band(~c.data)) is not None:
+            made.append(_predicate_prim(c, *band, hide=True))     # the positions to hide: not the band
+        else:
             kept.append(c)
-            continue
-        made.append(_predicate_prim(c, *band))
     if not made:
         return pg
     return PrimGraph(pg.inputs, tuple(kept), tuple(made) + pg.prims, pg.outputs)
@@ -87,7 +90,7 @@ def _band(data: torch.Tensor) -> tuple[int | None, int | None] | None:
     return (c, w) if torch.equal(want, first) else None
 
 
-def _predicate_prim(c: Constant, offset: int | None, window: int | None) -> Prim:
+def _predicate_prim(c: Constant, offset: int | None, window: int | None, hide: bool = False) -> Prim:
     shape = tuple(c.data.shape)
     dtype = DType.from_torch(c.data.dtype)
     axes = tuple(Var(f"i{k}") for k in range(len(shape)))
@@ -96,6 +99,8 @@ def _predicate_prim(c: Constant, offset: int | None, window: int | None) -> Prim
     conds = ([binary("le", diff, Const(offset, INDEX))] if offset is not None else []) + \
         ([binary("ge", diff, Const(-window, INDEX))] if window is not None else [])
     cond: Expr = conds[0] if len(conds) == 1 else logical_and(*conds)
+    if hide:
+        cond = unary("not", cond)
     body = cond if dtype is DType.bool else select(cond, Const(0.0, dtype), Const(-math.inf, dtype))
     what = "sliding-window" if offset is not None and window is not None else "causal"
     return Prim(c.name, (), axes, body, TensorType(shape, dtype), origin=Origin(f"{what} mask", c.name))

@@ -369,7 +369,8 @@ class _Printer:
     def statements(self, body) -> None:
         for st in body:
             if isinstance(st, Loop):
-                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop)
+                self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop,
+                           st.start)
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -381,11 +382,11 @@ class _Printer:
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
-    def _loop(self, a: TileAxis, body, state=(), stop=None) -> None:
+    def _loop(self, a: TileAxis, body, state=(), stop=None, start=None) -> None:
         """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
         ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
         by all the states' next values at once at the end of every iteration; ``stop`` ends the
-        loop early (``Loop.stop``)."""
+        loop early (``Loop.stop``), ``start`` begins it late (``Loop.start``)."""
         looped = a.looped and a.name not in self.scope.bound
         if not looped and not state:
             body()
@@ -419,7 +420,12 @@ class _Printer:
             if stop is not None:
                 p = self.axis_by_name[stop[0]]
                 end = f"tl.minimum({a.reach}, ({self._pid(p)} + 1) * {p.block_name} + {stop[1]})"
-            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {end}, {a.block_name}):")
+            first = "0"
+            if start is not None:
+                p = self.axis_by_name[start[0]]
+                first = (f"tl.maximum({self._pid(p)} * {p.block_name} - {start[1]}, 0) // {a.block_name} "
+                         f"* {a.block_name}")
+            outer.lines.append(f"{outer.indent}for {a.name}_start in range({first}, {end}, {a.block_name}):")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
             self.results[st.slot] = _Value(name, frozenset(st.axes), outer.depth)

@@ -57,6 +57,8 @@ class ChainBody:
     stores: tuple[AccStore, ...]         # read the second contraction as Load(S, ()) (its own slot)
     causal: int | None = None            # keys beyond row + causal score -inf (an index predicate):
                                          # a row tile's key loop stops at its last row + causal
+    window: int | None = None            # keys before row - window score -inf: the key loop starts
+                                         # at its first row - window (a sliding window)
 
     @property
     def slot(self) -> int:
@@ -181,19 +183,21 @@ def chain_body(group: Group) -> ChainBody | None:
     size = sum(1 for e in [a, b, d, p] + [st.value for st in stores] for _ in walk(e))
     if size > MAX_EXPR_NODES:
         return None
-    causal = _causal(softmax.score, mvars, nvars, ext) if softmax else None
+    causal, window = _key_bounds(softmax.score, mvars, nvars, ext) if softmax else (None, None)
     return ChainBody(group, c1.name, c2.name, group.inputs, avars, bvars, mvars, nvars, kvars, hvars, ext,
-                     a, b, d, p, softmax, in1, s_dtype, in2, c2.out.dtype, instances, tuple(stores), causal)
+                     a, b, d, p, softmax, in1, s_dtype, in2, c2.out.dtype, instances, tuple(stores), causal,
+                     window)
 
 
-def _causal(score: Expr, mvars, nvars, ext) -> int | None:
-    """``c`` when the score is -inf wherever key > row + c: the score is a select of -inf on an
-    index comparison of the one varying key and the one varying row variable (is_causal, or a
-    mask built from their positions), perhaps under other such selects (a boolean mask)."""
+def _key_bounds(score: Expr, mvars, nvars, ext) -> tuple[int | None, int | None]:
+    """``(c, w)``: the score is -inf wherever key > row + c, and wherever key < row - w (None
+    where no such bound holds): the score is a select of -inf on index comparisons of the one
+    varying key and the one varying row variable (is_causal, or a mask built from their
+    positions: causal, a sliding window), perhaps under other such selects (a boolean mask)."""
     rows, keys = [v for v in mvars if ext[v] > 1], [v for v in nvars if ext[v] > 1]
     if len(rows) != 1 or len(keys) != 1:
-        return None
-    best = None
+        return None, None
+    best = window = None
     e = _strip(score)
     while True:
         if isinstance(e, Select) and _is_neg_inf(e.b):            # where(keep, s, -inf)
@@ -210,7 +214,10 @@ def _causal(score: Expr, mvars, nvars, ext) -> int | None:
             bound = _key_bound(c, rows[0], keys[0], ext)
             if bound is not None:
                 best = bound if best is None else min(best, bound)
-    return best
+            low = _key_bound(c, rows[0], keys[0], ext, lower=True)
+            if low is not None:
+                window = low if window is None else min(window, low)
+    return best, window
 
 
 def _additive(e: Expr) -> list[Expr] | None:
@@ -228,6 +235,7 @@ def _additive(e: Expr) -> list[Expr] | None:
 
 
 _NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
 
 
 def _negated_conjuncts(c: Expr) -> list[Expr]:
@@ -253,18 +261,23 @@ def _conjuncts(c: Expr) -> list[Expr]:
     return [c]
 
 
-def _key_bound(c: Expr, m: Var, n: Var, ext) -> int | None:
-    """``k`` when condition ``c`` implies key n <= row m + k (n - m + const compared with 0)."""
+def _key_bound(c: Expr, m: Var, n: Var, ext, lower: bool = False) -> int | None:
+    """``k`` when condition ``c`` implies key n <= row m + k (n - m + const compared with 0);
+    with ``lower``, ``w`` when it implies key n >= row m - w."""
     op = getattr(c, "op", None)
     if op not in ("le", "lt", "ge", "gt"):
         return None
     lhs, rhs = (c.a, c.b) if op in ("le", "lt") else (c.b, c.a)      # lhs <(=) rhs
     form = linear_form(binary("sub", lhs, rhs))
     terms = {v: k for v, k in form.terms.items() if not (isinstance(v, Var) and ext.get(v) == 1)}
-    if terms != {n: 1, m: -1}:
-        return None
-    # n - m + const <= 0 (or < 0): n <= m - const (- 1)
-    return -form.const - (1 if op in ("lt", "gt") else 0)
+    strict = 1 if op in ("lt", "gt") else 0
+    if not lower and terms == {n: 1, m: -1}:
+        # n - m + const <= 0 (or < 0): n <= m - const (- 1)
+        return -form.const - strict
+    if lower and terms == {n: -1, m: 1}:
+        # m - n + const <= 0 (or < 0): n >= m + const (+ 1), so w = -const - 1 for strict
+        return -form.const - strict
+    return None
 
 
 def _reads(e: Expr, slot: int) -> bool:

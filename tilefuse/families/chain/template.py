@@ -98,5 +98,6 @@ def chain_kernel(b, t, name: str) -> Kernel:
                 f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
                 f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), tuple(axes),
-                  (Loop("n", body, state, None if b.causal is None else ("m", b.causal)),) + stores, t.warps,
+                  (Loop("n", body, state, None if b.causal is None else ("m", b.causal),
+                        None if b.window is None else ("m", b.window)),) + stores, t.warps,
                   t.stages, comments)
