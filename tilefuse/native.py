@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from .codegen.kernel import Dot
 from .codegen.triton.native import Binary, NativeCompileError, compile_native
 from .cost.dot import wgmma
+from .cost.measure import settle
 from .cost.model import Resources, Work, occupancy
 from .cost.target import Target
 from .errors import OptionError
@@ -132,28 +133,21 @@ class Grounding:
 def ground(plan_fn, target: Target, *, strategy: str = "optimal", cuda_graph: bool = False,
            top_k: int = TOP_K, rounds: int = ROUNDS) -> Grounding:
     """Plan, cost the plan's kernels and each one's ``top_k`` alternatives from their binaries
-    (``grounded_cost``), re-plan with those costs, until a round compiles nothing new (the
-    measurement loop's shape, ``cost/measure.py: tune``, with the binary in place of the GPU).
+    (``grounded_cost``), re-plan with those costs, until a round compiles nothing new: the loop
+    the measurement loop runs (``cost/measure.py: settle``), with the binary in place of the GPU.
     ``plan_fn(grounded)`` plans with ``grounded`` (schedule key -> Cost) overriding the model."""
     if not target.arch:
         raise OptionError(f"target {target.name!r} has no GPU architecture to compile kernels for; "
                           f"plan for a GPU (target='h100', 'h200' or 'a100') to plan on the binary")
-    grounded: dict = {}
-    plans, coster = plan_fn(grounded)
-    for done in range(rounds):
-        new = 0
-        for kernel in plans[strategy].kernels:
-            for _, sched in coster.options(kernel.candidate)[:top_k]:
-                key = sched.key()
-                if key in grounded or not hasattr(family(sched.family), "kernels"):
-                    continue
-                grounded[key] = grounded_cost(sched, target, cuda_graph)
-                new += 1
-                report(f"compiling kernels for sm_{target.arch}", len(grounded))
-        if not new:
-            return Grounding(plans, coster, len(grounded), done, True)
-        plans, coster = plan_fn(grounded)
-    stable = all(coster.best(k.candidate)[1].key() in grounded or
-                 not hasattr(family(coster.best(k.candidate)[1].family), "kernels")
-                 for k in plans[strategy].kernels)
-    return Grounding(plans, coster, len(grounded), rounds, stable)
+    compiled = []
+
+    def value_of(sched) -> Cost:
+        compiled.append(sched.key())
+        cost = grounded_cost(sched, target, cuda_graph)
+        report(f"compiling kernels for sm_{target.arch}", len(compiled))
+        return cost
+
+    plans, coster, grounded, done, stable = settle(
+        plan_fn, value_of, strategy=strategy, top_k=top_k, rounds=rounds,
+        wanted=lambda sched: hasattr(family(sched.family), "kernels"))
+    return Grounding(plans, coster, len(grounded), done, stable)

@@ -116,29 +116,47 @@ def tune(plan_fn: Callable[[dict[str, float]], tuple[dict, object]],
     """
     from .cache import entry_key, library_versions
     versions = versions if versions is not None else library_versions()
-    measured: dict[str, float] = {}
     from_cache = 0
-    plans, coster = plan_fn(measured)
+
+    def device_time(sched) -> float:
+        nonlocal from_cache
+        key = sched.key()
+        ekey = entry_key(key, target, versions)
+        device_s = cache.get(ekey) if cache is not None else None
+        if device_s is None:
+            device_s = timer(runner(sched)).median_s
+            if cache is not None and device_s > 0:
+                cache.put(ekey, device_s, schedule=key, target=target)
+        else:
+            from_cache += 1
+        return device_s + launch_s
+
+    plans, coster, measured, done, stable = settle(plan_fn, device_time, strategy=strategy, top_k=top_k,
+                                                   rounds=rounds)
+    return Tuning(plans, coster, measured, done, stable, from_cache)
+
+
+def settle(plan_fn: Callable[[dict], tuple[dict, object]], value_of: Callable[[object], object], *,
+           strategy: str = "optimal", top_k: int = TOP_K, rounds: int = ROUNDS,
+           wanted: Callable[[object], bool] = lambda sched: True) -> tuple[dict, object, dict, int, bool]:
+    """The loop of planning on better figures than the model's: plan with ``plan_fn(values)``
+    (schedule key -> what ``value_of(schedule)`` gave: a measured time, a cost from the binary),
+    get ``value_of`` for every kernel of ``plans[strategy]`` and its ``top_k`` options that
+    ``wanted`` admits and that has none yet, re-plan, until a round adds nothing (stable) or
+    after ``rounds`` re-plans.  Returns (plans, coster, values, rounds run, stable)."""
+    values: dict = {}
+    plans, coster = plan_fn(values)
     for done in range(rounds):
         new = 0
         for kernel in plans[strategy].kernels:
             for _, sched in coster.options(kernel.candidate)[:top_k]:
                 key = sched.key()
-                if key in measured:
+                if key in values or not wanted(sched):
                     continue
-                ekey = entry_key(key, target, versions)
-                device_s = cache.get(ekey) if cache is not None else None
-                if device_s is None:
-                    device_s = timer(runner(sched)).median_s
-                    if cache is not None and device_s > 0:
-                        cache.put(ekey, device_s, schedule=key, target=target)
-                else:
-                    from_cache += 1
-                measured[key] = device_s + launch_s
+                values[key] = value_of(sched)
                 new += 1
         if not new:
-            return Tuning(plans, coster, measured, done, True, from_cache)
-        plans, coster = plan_fn(measured)
-    stable = all(sched_key in measured for sched_key in
-                 (coster.best(k.candidate)[1].key() for k in plans[strategy].kernels))
-    return Tuning(plans, coster, measured, rounds, stable, from_cache)
+            return plans, coster, values, done, True
+        plans, coster = plan_fn(values)
+    best = [coster.best(k.candidate)[1] for k in plans[strategy].kernels]
+    return plans, coster, values, rounds, all(s.key() in values or not wanted(s) for s in best)
