@@ -113,7 +113,7 @@ def test_sliding_window_attention_walks_only_the_window(kind):
     """A causal window of 8 keys (a constant band, as Mistral-style models build it): the chain
     knows both edges, each row tile's key loop starts at the chunk of its first row - 7 and stops
     at its last row; the outputs match eager and the modelled work is a fraction of causal's."""
-    lq = lk = 384
+    lq = lk = 256
     band = _band(lq, lk, 0, 7)
     mask = band if kind == "bool" else torch.zeros(lq, lk).masked_fill(~band, -math.inf)
     q, k, v = (torch.randn(1, 2, lq, 16) for _ in range(3))
