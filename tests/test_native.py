@@ -80,6 +80,9 @@ def test_results_are_cached_by_kernel(gemm, tmp_path, monkeypatch):
         raise AssertionError("compiled again")
     monkeypatch.setattr(native, "_compile", fail)
     assert compile_native(k, 90) == first                  # widths come back as ints from JSON
+    # the same kernel under another name and comments (the next layer's) is the same binary
+    other = dataclasses.replace(k, name="g_2", comments=("another layer",))
+    assert compile_native(other, 90) == dataclasses.replace(first, kernel="g_2")
     with pytest.raises(AssertionError, match="compiled again"):
         compile_native(_with_bm(gemm, 16), 90)             # another kernel is not a hit
 

@@ -49,11 +49,15 @@ class NativeKernel:
                 "model_shared_bytes": self.model.smem_bytes, "model_occupancy": self.model_occupancy}
 
 
+def binary_resources(b: Binary) -> Resources:
+    """What one program of the binary holds: its warps, registers (in allocation units) and shared
+    memory (Triton's dynamic allocation and cuobjdump's static figure)."""
+    return Resources(b.num_warps, -(-max(b.registers, 1) // _REG_UNIT) * _REG_UNIT, b.shared_bytes + b.static_shared)
+
+
 def binary_occupancy(b: Binary, target: Target) -> int:
-    """Programs resident per SM for the binary's registers (in allocation units), shared memory
-    (Triton's dynamic allocation and cuobjdump's static figure) and warps."""
-    regs = -(-max(b.registers, 1) // _REG_UNIT) * _REG_UNIT
-    return occupancy(Resources(b.num_warps, regs, b.shared_bytes + b.static_shared), target)
+    """Programs resident per SM for the binary's resources."""
+    return occupancy(binary_resources(b), target)
 
 
 def native_kernels(plan, built, target: Target) -> list[NativeKernel]:
@@ -101,8 +105,7 @@ def grounded_cost(schedule, target: Target, cuda_graph: bool = False) -> Cost:
 
 
 def _grounded_work(w: Work, kernel, b: Binary, target: Target) -> Work:
-    regs = -(-max(b.registers, 1) // _REG_UNIT) * _REG_UNIT
-    res = Resources(b.num_warps, regs, b.shared_bytes + b.static_shared)
+    res = binary_resources(b)
     peak = w.peak
     dot = next((st for st in _statements(kernel.body) if isinstance(st, Dot)), None)
     if dot is not None and b.mma != "none" and target.warpgroup_mma_rows:

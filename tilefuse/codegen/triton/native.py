@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ...ir.dtypes import DType
@@ -35,7 +35,8 @@ from .interpreter import KERNEL_MODULE
 _POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp16", DType.bfloat16: "*bf16",
             DType.int64: "*i64", DType.int32: "*i32", DType.int16: "*i16", DType.int8: "*i8",
             DType.uint8: "*u8", DType.bool: "*i1"}
-_VERSION = 1          # of what is cached: bump when Binary's fields or their reading change
+_VERSION = 2          # of what is cached: bump when Binary's fields or their reading change
+_NAME = "kernel"      # the name every kernel is compiled under (the binary does not depend on it)
 _LOCK = threading.Lock()
 _SOURCES: list[Path] = []
 
@@ -95,18 +96,24 @@ class Binary:
 
 def compile_native(kernel: Kernel, arch: int) -> Binary:
     """The kernel compiled for compute capability ``arch`` (80, 90, ...), from the cache when an
-    identical kernel was compiled before by this Triton."""
+    identical kernel was compiled before by this Triton (under any name: a layer's kernels are the
+    next layer's, named and commented apart, and one compile serves them all)."""
     import triton
-    source = triton_source(kernel)
+    plain = replace(kernel, name=_NAME, comments=())
+    source = triton_source(plain)
     blocks = {a.block_name: a.block for a in kernel.axes}
     key = hashlib.sha256(json.dumps([_VERSION, triton.__version__, arch, source, sorted(blocks.items()),
+                                     [_POINTER[t.dtype] for t in kernel.inputs + kernel.outputs],
                                      kernel.num_warps, kernel.num_stages]).encode()).hexdigest()[:24]
     path = cache_root() / "native" / f"{key}.json"
     try:
-        return Binary.from_dict(json.loads(path.read_text()))
+        return replace(Binary.from_dict(json.loads(path.read_text())), kernel=kernel.name)
     except (OSError, ValueError, TypeError, AttributeError):
         pass
-    binary = _compile(kernel, source, blocks, arch)
+    try:
+        binary = _compile(plain, source, blocks, arch)
+    except NativeCompileError as e:          # named as the caller knows the kernel
+        raise NativeCompileError(str(e).replace(f"kernel {_NAME}:", f"kernel {kernel.name}:", 1)) from e.__cause__
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
@@ -114,7 +121,7 @@ def compile_native(kernel: Kernel, arch: int) -> Binary:
         os.replace(tmp, path)
     except OSError:
         pass                       # an unusable cache costs a recompile, not the answer
-    return binary
+    return replace(binary, kernel=kernel.name)
 
 
 def _compile(kernel: Kernel, source: str, blocks: dict, arch: int) -> Binary:
