@@ -18,7 +18,9 @@ LDG widths, LDGSTS = cp.async, UTMALDG = TMA); nothing is measured on a GPU.  Pl
 - ``g4``, ``g11``: MCFuser's GEMM chains relu(A @ B) @ D (bench/chains.py: G4 1x512x512x256x256,
   G11 4x1024x1024x128x128).
 
-Per plan, family and architecture it records: kernels compiled, compile failures, spilling
+With ``--grounded`` the plans are made on the binaries (``compile(native=True)``: each kernel's
+top alternatives compiled, occupancy and the tensor-core path from the binary, a spilling kernel
+refused).  Per plan, family and architecture it records: kernels compiled, compile failures, spilling
 kernels, tensor-core kernels and how many on wgmma (also among those whose problem has >= 64 rows),
 the 16-byte share of global load instructions, kernels with a dot loop and how many are pipelined
 (cp.async/TMA), and registers / shared memory binary vs model (ratio per kernel; mean and range).
@@ -116,7 +118,7 @@ def _ratio_stats(pairs):
     return {"mean": round(statistics.mean(rs), 3), "min": round(min(rs), 3), "max": round(max(rs), 3), "n": len(rs)}
 
 
-def run_plan(name: str, archs) -> dict:
+def run_plan(name: str, archs, grounded: bool = False) -> dict:
     import tilefuse
     from tilefuse.codegen.triton.native import NativeCompileError, compile_native
     from tilefuse.cost.model import occupancy
@@ -124,7 +126,7 @@ def run_plan(name: str, archs) -> dict:
     from tilefuse.native import binary_occupancy
     fn, args = build(name)
     t = time.time()
-    cm = tilefuse.compile(fn, args, target="h100", backend="triton")
+    cm = tilefuse.compile(fn, args, target="h100", backend="triton", native=grounded)
     plan_s = time.time() - t
     jobs = [(b, kernel, work) for k, b in zip(cm.plan.kernels, cm.kernels)
             for kernel, work in zip(b.kernels, (k.schedule.work, *k.schedule.then))]
@@ -172,7 +174,9 @@ def run_plan(name: str, archs) -> dict:
             loads = fam.pop("_loads")
             total = sum(loads.values())
             fam["wide_load_share"] = round(sum(c for w, c in loads.items() if w >= 16) / total, 3) if total else None
-            fam["registers_binary_over_model"] = _ratio_stats(fam.pop("_regs"))
+            regs = fam.pop("_regs")
+            fam["registers_binary_over_model"] = _ratio_stats(regs)
+            fam["registers_within_25"] = sum(0.75 <= b / m <= 1.25 for b, m in regs if m > 0)
             fam["shared_binary_over_model"] = _ratio_stats(fam.pop("_smem"))
             occ = fam.pop("_occ")
             fam["occupancy_model_above_binary"] = sum(m > b for b, m in occ) if arch == 90 else None
@@ -187,6 +191,8 @@ def main(argv=None) -> int:
     ap.add_argument("--archs", default="90,80")
     ap.add_argument("--label", default="")
     ap.add_argument("--json")
+    ap.add_argument("--grounded", action="store_true",
+                    help="plan on the binaries (compile(native=True): spilling kernels refused)")
     args = ap.parse_args(argv)
     import tilefuse
     import torch
@@ -194,7 +200,7 @@ def main(argv=None) -> int:
     archs = [int(a) for a in args.archs.split(",")]
     results = {}
     for name in args.plans.split(","):
-        r = run_plan(name, archs)
+        r = run_plan(name, archs, args.grounded)
         results[name] = r
         for arch, a in r["archs"].items():
             for fam, f in sorted(a["families"].items()):
@@ -203,6 +209,7 @@ def main(argv=None) -> int:
                       f"(>=64 rows {f['wgmma_64_rows']}/{f['tensor_core_64_rows']}) "
                       f"pipelined {f['pipelined_dot_loops']}/{f['dot_loops']} 16B {f['wide_load_share']} "
                       f"regs b/m {(f['registers_binary_over_model'] or {}).get('mean')} "
+                      f"(within 25% {f['registers_within_25']}/{f['kernels'] - f['failures']}) "
                       f"smem b/m {(f['shared_binary_over_model'] or {}).get('mean')}", flush=True)
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -101,11 +101,45 @@ def test_attention_boolean_mask_with_fully_masked_rows():
 def test_causal_attention_from_the_index_predicate(lq, lk):
     """is_causal: the mask is an index predicate (query l sees keys s <= l); no mask tensor is
     read, and each row tile's key loop stops after its last row (rows past the keys, or keys
-    past the rows, in the ragged cases)."""
+    past the rows, in the ragged cases).  The loop is split as FlashAttention's: the chunks
+    before the tile's first row run without the predicate, the diagonal ones after with it;
+    and the softmax's exponentials are base 2 with log2(e) folded into the scale."""
     q, k, v = qkv(lq=lq, lk=lk)
     built, body = forced(sdpa(is_causal=True), tile(), q, k, v, tol=TOL, family="chain")
     assert len(body.inputs) == 3 and body.causal == 0
-    assert f"range(0, tl.minimum({lk}, (tl.program_id(0) + 1) * BLOCK_M + 0), BLOCK_N)" in built.source
+    src = built.source
+    assert f"n_split = tl.maximum(tl.minimum({lk}, tl.program_id(0) * BLOCK_M + 1) // BLOCK_N * BLOCK_N, 0)" in src
+    unmasked, diagonal = src.split("for n_start in range(")[1:]
+    assert unmasked.startswith("0, n_split, BLOCK_N)") and "ns <= ms" not in unmasked
+    assert diagonal.startswith(f"n_split, tl.minimum({lk}, (tl.program_id(0) + 1) * BLOCK_M + 0), BLOCK_N)")
+    assert "ns <= ms" in diagonal
+    assert "tl.exp(" not in src and f"{0.25 * 1.4426950408889634!r}" in src     # scale 1/sqrt(16)
+
+
+def test_the_causal_split_is_costed_as_the_loop_it_replaces_and_checked():
+    """The two loops of the split walk, between them, the chunks the one bounded loop walked: the
+    same modelled product flops and key/value bytes (the unmasked chunks skip the mask's
+    compares: fewer CUDA-core flops), more registers (the second loop's own pipeline, as the
+    sm_90 binaries show); a loop that resumes without the split before it is refused."""
+    import dataclasses
+    from tilefuse.codegen.kernel import Loop, check
+    from tilefuse.cost.work import work
+    from gemm_eval import H100
+    q, k, v = qkv(b=1, h=2, lq=256, lk=256, e=64, dtype=torch.float16)
+    b = chain_body(whole(compile_h100(sdpa(is_causal=True), q, k, v).primgraph))
+    from tilefuse.families.chain.template import chain_kernel
+    kernel = chain_kernel(b, tile(64, 64, 64, 64), "c")
+    loops = [st for st in kernel.body if isinstance(st, Loop)]
+    assert [(lp.until, lp.stop, lp.resume) for lp in loops] == [(("m", 0), None, False), (None, ("m", 0), True)]
+    rest = tuple(st for st in kernel.body if not isinstance(st, Loop))
+    one = dataclasses.replace(kernel, body=(dataclasses.replace(loops[1], resume=False),) + rest)
+    split, single = work(kernel, H100), work(one, H100)
+    assert split.dram_bytes == pytest.approx(single.dram_bytes) and split.l2_bytes == pytest.approx(single.l2_bytes)
+    assert split.chunks == single.chunks and split.flops < single.flops
+    assert split.res.regs_per_thread > single.res.regs_per_thread
+    assert split.res.smem_bytes == single.res.smem_bytes
+    with pytest.raises(ValueError, match="resumes"):
+        check(dataclasses.replace(kernel, body=(loops[1],) + rest))
 
 
 def test_causal_attention_is_modelled_at_about_half_the_work():

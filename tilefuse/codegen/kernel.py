@@ -131,6 +131,12 @@ class Loop:
     start: tuple[str, int] | None = None   # (axis, w): start at the chunk holding the position w
                                            # before the first of this program's tile of that axis
                                            # (a sliding window's key loop)
+    until: tuple[str, int] | None = None   # (axis, k): end before the first chunk reaching past the
+                                           # position k after the first of this program's tile of
+                                           # that axis (a causal key loop's chunks no row masks)
+    resume: bool = False                   # go on from the chunk where the Loop just before it over
+                                           # the same axis ended, carrying its states on (the
+                                           # causal key loop's diagonal chunks, after ``until``)
 
 
 @dataclass(frozen=True)
@@ -195,8 +201,18 @@ def check(kernel: "Kernel") -> None:
             if a not in names:
                 fail(f"axis {a!r} is not one of its axes {sorted(names)}")
 
+    local: set[int] = set()           # the slots the body of the last Loop defined
+
     def walk_body(body) -> None:
+        nonlocal local
+        before = None
         for st in body:
+            if isinstance(st, Loop) and st.resume and not (
+                    isinstance(before, Loop) and before.axis == st.axis and before.until is not None
+                    and [s.slot for s in before.state] == [s.slot for s in st.state]):
+                fail(f"a Loop over {st.axis!r} resumes, but no Loop over it with the same states and an "
+                     f"'until' comes just before it")
+            before = st
             if isinstance(st, Store):
                 if not (0 <= st.output < len(kernel.outputs)) or len(st.index) != kernel.outputs[st.output].rank:
                     fail(f"a store to output {st.output} with {len(st.index)} indices")
@@ -210,12 +226,17 @@ def check(kernel: "Kernel") -> None:
                 reads(st.a, st.b, *(() if st.init is None else (st.init,)))
                 define(st.slot)
             elif isinstance(st, Loop):
-                axes(st.axis, *((st.stop[0],) if st.stop else ()), *((st.start[0],) if st.start else ()))
+                axes(st.axis, *(b[0] for b in (st.stop, st.start, st.until) if b))
                 for s in st.state:
                     axes(*s.axes)
                     reads(s.init)
-                    define(s.slot)
+                    if not st.resume:
+                        define(s.slot)
+                if st.resume:               # its body computes the slots of the loop before it anew
+                    defined.difference_update(local)
+                known = set(defined)
                 walk_body(st.body)
+                local = defined - known
                 reads(*(s.next for s in st.state))
             elif isinstance(st, Arrive):
                 axes(*st.axes)

@@ -34,7 +34,7 @@ from .target import Target
 OP_WEIGHT = {
     "exp": 4, "log": 4, "sin": 4, "cos": 4, "tan": 8, "tanh": 6, "sigmoid": 6, "erf": 8, "pow": 8,
     "sqrt": 4, "rsqrt": 4, "div": 4, "reciprocal": 4, "asin": 8, "acos": 8, "atan": 8, "sinh": 8,
-    "cosh": 8, "asinh": 8, "acosh": 8, "atanh": 8, "log1p": 4, "expm1": 4, "fmod": 4, "mod": 2,
+    "cosh": 8, "asinh": 8, "acosh": 8, "atanh": 8, "log1p": 4, "expm1": 4, "exp2": 3, "fmod": 4, "mod": 2,
     "floordiv": 2,
 }
 BOUNDS = ("dram", "l2", "compute", "launch")

@@ -49,14 +49,25 @@ from dataclasses import dataclass, replace
 
 from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, pow2
 from ..ir.dtypes import DType
-from ..ir.expr import Binary, Load, Select, Unary, Value, Var, free_vars, walk
+from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, walk
 from .dot import dot_rate
 from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
-REGISTER_BASE = 24       # per thread: program ids, offsets, pointers, loop counters
-DOT_REGISTER_BASE = 40   # with a Dot: its operand pointers and K-loop state too
+REGISTER_BASE = 20       # per thread: program ids, offsets, pointers, loop counters
+DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
+# Registers per operand value a thread's share of a Dot's operand tile (one stage) costs, by how
+# the operand is read: fitted to 57 sm_90 binaries of the zoo's plans (bench/README.md, "native.py";
+# tests/test_native_plans.py checks them).  A plain load is copied to shared memory (cp.async:
+# about one address per 16-byte vector); a computed operand (a prologue: casts, scales,
+# activations) passes through registers; a gathered one (an index not affine in the flat tile
+# axis: im2col's div/mod, a strided window) also holds a 64-bit address and a mask per value.
+OPERAND_REGISTERS = {"direct": 1 / 16, "computed": 0.4, "gathered": 1.5}
+LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
+GATHER_RUN = 8           # contiguous values (16 bytes of fp16) a gathered axis's runs need to stay vector loads
+SPLIT_REGISTERS = 1.5     # per value of a fresh product tile in the second loop of a split (Loop.resume)
+EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 MAX_LIVE_LOADS = 8       # loads a thread holds at once, at most (the compiler interleaves the rest)
 
 
@@ -69,7 +80,7 @@ class LoadUse:
     reps: tuple              # enclosing loop axes it does not vary along: issued again each chunk
     path: tuple              # the loop axes of its scope, outermost first
     operand: bool            # it feeds a Dot's operand
-    stopped: bool            # inside a loop that stops early
+    stopped: int             # inside a bounded loop: 1 + its index in ``Profile.stops`` (0: none)
     irregular: bool = False  # an index dim neither affine nor data-dependent (floordiv/mod maps):
                              # the first program's box does not stand for the others'
 
@@ -82,7 +93,12 @@ class DotUse:
     in_dtype: DType
     around: tuple            # enclosing loop axes
     staged: tuple            # per operand (a, b): 0 no input loads (registers), 1 loaded once, 2 in a loop
-    stopped: bool
+    stopped: int
+    reads: tuple = (("", 0), ("", 0))   # per operand: (a key of OPERAND_REGISTERS, or "" without
+                                        # input loads; the loads of whole tiles it reads)
+    again: bool = False      # the same Dot as in the loop before (Loop.resume): its accumulator,
+                             # operand registers and shared memory are that one's
+    fresh: bool = True       # its product starts from zeros (not a carried accumulator)
 
 
 @dataclass(frozen=True)
@@ -90,13 +106,15 @@ class Profile:
     """What a kernel (or an ``Arrive``'s tail) does that does not depend on its block sizes,
     given which axes are looped."""
     loads: tuple[LoadUse, ...]
-    flops: tuple[tuple[int, frozenset, frozenset, bool], ...]   # (flops, extent axes, tile axes, stopped)
+    flops: tuple[tuple[int, frozenset, frozenset, int], ...]    # (flops, extent axes, tile axes, stopped)
     dots: tuple[DotUse, ...]
     reduce_tiles: tuple[frozenset, ...]                        # axes of each reduction's value tile
-    scopes: tuple[tuple[tuple, bool, bool], ...]               # (loop path, issues loads, stopped)
+    scopes: tuple[tuple[tuple, bool, int], ...]                # (loop path, issues loads, stopped)
     stored: frozenset                                          # output slots this phase stores
-    stop: tuple | None = None                                  # (loop axis, row axis, offset past the
-                                                               # row tile or None, window before it or None)
+    stops: tuple = ()                                          # per bounded loop: (loop axis, row axis,
+                                                               # offset past the row tile or None, window
+                                                               # before it or None, its part or None:
+                                                               # ("until" | "resume", offset))
     arrive: tuple = ()                                         # the tail's group axes
     tail: "Profile | None" = None
 
@@ -142,7 +160,9 @@ class _Phase:
     live: int                         # load values the program holds at once (no Dot)
     staged: int                       # shared-memory bytes of one pipeline stage of the operands
     held: int                         # shared-memory bytes of operands loaded once
-    acc_elems: int                    # the Dots' accumulator elements
+    acc_elems: float                  # the Dots' accumulator elements (and a split loop's second pipeline)
+    operand_regs: float               # registers of the Dots' operand values (OPERAND_REGISTERS), all threads
+    epilogue_elems: int               # values of the tiles loaded outside Dot operands
     tail: bool                        # an Arrive's tail phase
 
 
@@ -211,8 +231,13 @@ def _window(kernel: Kernel, concurrent: int) -> dict:
 
 def _registers(p: _Phase, threads: int) -> int:
     if p.dots:
-        return DOT_REGISTER_BASE + -(-p.acc_elems // threads) + -(-p.reduce_tile // threads)
-    return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // threads)
+        held = p.operand_regs + EPILOGUE_REGISTERS * p.epilogue_elems
+        # (a reduction over the accumulator's tile reduces it in place: no registers of its own)
+        return DOT_REGISTER_BASE + math.ceil(p.acc_elems / threads) + math.ceil(held / threads)
+    # the widest scope's loads are consumed as they arrive: about a quarter of them live at once
+    # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
+    # values than it loads)
+    return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -220,7 +245,7 @@ def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tupl
     """Cached by value: the warp counts a family tries for one tile share it."""
     looped = frozenset(a.name for a in axes if a.looped)
     shape = tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in axes)
-    prof = profile(body, shape, looped, len(inputs))
+    prof = profile(body, shape, looped, tuple(t.shape for t in inputs))
     main = _bind(prof, axes, inputs, outputs, scratch, target, None)
     tail = _bind(prof.tail, axes, inputs, outputs, scratch, target, prof.arrive) if prof.tail else None
     return _Tile(main, tail)
@@ -249,7 +274,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     reach = lambda name: by[name].extent if by[name].grid is not None else by[name].reach  # noqa: E731
     # in-range share of a split axis's tiles: the last tile's positions beyond the extent are masked
     inside = {a.name: a.extent / (max(a.chunks, 1) * min(a.block, a.extent)) for a in split if a.extent}
-    stop_share = _stop_share(prof.stop, by) if prof.stop else 1.0
+    shares = (1.0,) + tuple(_stop_share(st, by) for st in prof.stops)
     samples = _sampled(ranges, split) if any(u.irregular for u in prof.loads) else ()
     per_input = [0.0] * len(inputs)
     operand: set = set()
@@ -277,37 +302,43 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         b *= math.prod(chunks(x) for x in u.reps)
         if not u.irregular:     # (sampled boxes already hold the last tile's in-range share)
             b *= math.prod(inside.get(x, 1.0) for x in u.varies)
-        if u.stopped:
-            b *= stop_share
+        b *= shares[u.stopped]
         per_input[u.site.load.tensor] += b
-        if u.path:
-            loop_bytes += b / (math.prod(chunks(x) for x in u.path) * (stop_share if u.stopped else 1.0))
+        if u.path and shares[u.stopped]:       # (a loop part no program runs moves nothing)
+            loop_bytes += b / (math.prod(chunks(x) for x in u.path) * shares[u.stopped])
         if u.operand:
             operand.add(u.site.load.tensor)
             rereads.setdefault(u.site.load.tensor, set()).update(split_names - u.varies)
     cuda = 0.0
     for f, ext_axes, tile_axes, stopped in prof.flops:
         n = f * math.prod(reach(x) for x in ext_axes) * math.prod(chunks(x) for x in tile_axes)
-        cuda += n * (stop_share if stopped else 1.0)
+        cuda += n * shares[stopped]
     if arrive is not None:      # the tail walks its groups' tiles: positions per group, times groups
         cuda *= programs
     blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
-    dot_flops, dots, staged, held, acc = [], [], 0, 0, 0
+    dot_flops, dots, staged, held, acc, operand_regs = [], [], 0, 0, 0, 0.0
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
         dims = (d.m, d.n, d.k)
         per = math.prod(blk(x) if by[x].grid is not None else chunks(x) * blk(x) for x in dims)
         per *= math.prod(chunks(x) for x in d.around if canon[x] not in dims)
-        f = 2.0 * progs * per * (stop_share if d.stopped else 1.0)
+        f = 2.0 * progs * per * shares[d.stopped]
         dot_flops.append(f)
         dots.append((blk(d.m), blk(d.n), d.in_dtype))
+        if d.again:
+            # the second loop of a split keeps its own pipeline of the product: fitted to sm_90
+            # binaries of causal attention split and not (bench/README.md, "native.py")
+            acc += SPLIT_REGISTERS * blk(d.m) * blk(d.n) if d.fresh else 0
+            continue
         acc += blk(d.m) * blk(d.n)
         item = max(d.in_dtype.itemsize, 1)
-        for kind, tile in zip(d.staged, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
+        for kind, reads, tile in zip(d.staged, d.reads, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
             if kind == 2:
                 staged += tile * item
             elif kind == 1:
                 held += tile * item
+            if reads[0]:
+                operand_regs += OPERAND_REGISTERS[reads[0]] * reads[1] * tile
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     for a in axes:
@@ -317,7 +348,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     nchunks = 0.0
     for path, has, stopped in prof.scopes:
         if path:
-            nchunks += math.prod(chunks(x) for x in path) * (stop_share if stopped else 1.0)
+            nchunks += math.prod(chunks(x) for x in path) * shares[stopped]
         elif has or len(loops) == 1:
             nchunks += 1
     # the values a thread holds at once: its share of each load of the widest scope (a load
@@ -327,6 +358,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         sizes = sorted((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads if u.path == path),
                        reverse=True)
         live = max(live, sum(sizes[:MAX_LIVE_LOADS]))
+    epilogue = sum(math.prod(blk(x) for x in u.varies if x in by) for u in prof.loads if not u.operand) \
+        if prof.dots else 0
     stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters]
     scratch_slots = [k for k in prof.stored if k in workspaces]
     return _Phase(programs, tuple(per_input), frozenset(operand),
@@ -336,7 +369,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   tuple(dot_flops), tuple(dots), cuda, reduce_tile,
                   # a tail holds its own tile (its reductions'), not the kernel's widest blocks
                   reduce_tile if arrive is not None and reduce_tile else math.prod(dims.values()),
-                  live, staged, held, acc, arrive is not None)
+                  live, staged, held, acc, operand_regs, epilogue, arrive is not None)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -388,32 +421,39 @@ def _box_at(vars_, ext, block: int, start: int) -> dict:
 def _stop_share(stop: tuple, by: dict) -> float:
     """Of a loop that stops after the key ``k`` past its program's last row and starts at the
     chunk of the key ``w`` before its first row (either None: from the first chunk, to the last),
-    the share of its chunks a program runs on average over the row tiles."""
-    loop, row, k, w = stop
+    the share of its chunks a program runs on average over the row tiles; of its part before
+    the chunk reaching past key ``s`` after the first row (``("until", s)``), or from there on
+    (``("resume", s)``)."""
+    loop, row, k, w, part = stop
     n, m = by[loop], by[row]
     nt = max(n.chunks, 1)
     walked = []
     for i in range(max(m.chunks, 1)):
         end = nt if k is None else min(nt, max(0, -(-((i + 1) * m.block + k) // n.block)))
         first = 0 if w is None else max(i * m.block - w, 0) // n.block
+        if part is not None:
+            split = min(nt, max(first, (i * m.block + part[1] + 1) // n.block))
+            first, end = (first, split) if part[0] == "until" else (split, end)
         walked.append(max(end - first, 0))
     return sum(walked) / len(walked) / nt
 
 
 @functools.lru_cache(maxsize=4096)
-def profile(body: tuple, shape: tuple, looped: frozenset, num_inputs: int) -> Profile:
-    """The kernel's ``Profile`` from its statements, its axes (name, vars, ext, dim, grid, alias)
-    and the axes that are looped.  Cached by value: a family lowers a body once and binds block
-    sizes per candidate, which changes neither."""
-    return _Walk(shape, looped, num_inputs).run(body)
+def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple) -> Profile:
+    """The kernel's ``Profile`` from its statements, its axes (name, vars, ext, dim, grid, alias),
+    the axes that are looped and its inputs' shapes.  Cached by value: a family lowers a body
+    once and binds block sizes per candidate, which changes neither."""
+    return _Walk(shape, looped, input_shapes).run(body)
 
 
 class _Walk:
     """One phase's walk.  ``tail``: an ``Arrive``'s body, whose positions are per group (its
     program-split axes are the group's, one position each)."""
 
-    def __init__(self, shape: tuple, looped: frozenset, num_inputs: int, tail: bool = False):
-        self.shape = shape
+    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False):
+        self.shape, self.input_shapes = shape, input_shapes
+        self.tiled = {v: dim >= 0 for _, vars_, _, dim, *_ in shape for v in vars_}   # a tile dim, not per program
+        num_inputs = len(input_shapes)
         self.canon = {name: alias or name for name, _, _, _, _, alias in shape}
         self.axis_of = {v: self.canon[name] for name, vars_, *_ in shape for v in vars_}
         aliases: dict[str, set[str]] = {}
@@ -437,8 +477,10 @@ class _Walk:
         self.slot_axes: dict[int, frozenset] = {}
         self.axes_memo: dict = {}
         self.around: list[str] = []               # enclosing Loop axes
-        self.stopped = False
-        self.stop: tuple | None = None
+        self.stopped = 0
+        self.stops: list[tuple] = []
+        self.until: tuple | None = None           # the last loop's split (Loop.until)
+        self.resuming = False                     # in a loop that resumes the one before it
         self.tail: Profile | None = None
         self.arrive: tuple = ()
 
@@ -446,7 +488,7 @@ class _Walk:
         self.statements(body)
         return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
                        tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
-                       self.stop, self.arrive, self.tail)
+                       tuple(self.stops), self.arrive, self.tail)
 
     def statements(self, body) -> None:
         for st in body:
@@ -466,11 +508,19 @@ class _Walk:
             elif isinstance(st, Loop):
                 for s in st.state:
                     self.slot_axes[s.slot] = frozenset(self.canon[a] for a in s.axes)
+                looped = st.axis in self.looped
+                if st.until is not None and not looped:
+                    continue                # one chunk: the loop that resumes it runs it
                 stopped = self.stopped
-                if st.stop is not None or st.start is not None:
-                    row = (st.stop or st.start)[0]
-                    self.stop = (st.axis, row, st.stop[1] if st.stop else None, st.start[1] if st.start else None)
-                    self.stopped = True
+                part = ("until", st.until[1]) if st.until is not None else \
+                    ("resume", self.until[1]) if st.resume and looped and self.until else None
+                bound = st.stop or st.start or st.until or (self.until if part else None)
+                self.until = st.until
+                if bound is not None:
+                    self.stops.append((st.axis, bound[0], st.stop[1] if st.stop else None,
+                                       st.start[1] if st.start else None, part))
+                    self.stopped = len(self.stops)
+                resuming, self.resuming = self.resuming, self.resuming or (st.resume and part is not None)
                 with self.scope(st.axis):
                     self.around.append(self.canon[st.axis])
                     self.statements(st.body)
@@ -478,7 +528,7 @@ class _Walk:
                         self.loads(s.next)
                         self.count((s.next,))
                     self.around.pop()
-                self.stopped = stopped
+                self.stopped, self.resuming = stopped, resuming
             elif isinstance(st, Dot):
                 self.dot(st)
             elif isinstance(st, Arrive):
@@ -486,7 +536,7 @@ class _Walk:
                     raise TypeError("work: a kernel with nested or repeated Arrive statements")
                 self.arrive = st.axes
                 self.stored.add(st.counter)
-                inner = _Walk(self.shape, self.looped, self.nin, tail=True)
+                inner = _Walk(self.shape, self.looped, self.input_shapes, tail=True)
                 inner.slot_axes = dict(self.slot_axes)
                 self.tail = inner.run(st.body)
             else:
@@ -495,15 +545,59 @@ class _Walk:
     def dot(self, st: Dot) -> None:
         m, n, k = (self.canon[x] for x in (st.m, st.n, st.k))
         staged = []
+        reads = []
         with self.scope(st.k):
-            for operand in (st.a, st.b):
+            for operand, dims in ((st.a, {m, k}), (st.b, {k, n})):
                 paths = self.loads(operand, operand=True)
                 staged.append(0 if not paths else 2 if any(paths) else 1)
+                reads.append(self.operand_reads(operand, dims) if paths else ("", 0))
                 self.count((operand,))
             if st.init is not None:
                 self.count((st.init,))
-        self.dots.append(DotUse(m, n, k, st.in_dtype, tuple(self.around), tuple(staged), self.stopped))
+        self.dots.append(DotUse(m, n, k, st.in_dtype, tuple(self.around), tuple(staged), self.stopped,
+                                tuple(reads), self.resuming, st.init is None))
         self.slot_axes[st.slot] = frozenset({m, n})
+
+    def operand_reads(self, e, dims: set) -> tuple:
+        """How a Dot operand with input loads is read, (a key of ``OPERAND_REGISTERS``, the loads
+        of whole tiles it reads): gathered when a load's address is not affine in a tile axis's
+        flat index, else direct when the operand is the load itself (cast at most), else computed."""
+        loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
+        # each load of the whole tile holds its own values and addresses (a concatenation's
+        # select among three weights: three); a per-row or per-column vector is few values;
+        # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
+        tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
+        if any(self.gathered(ld) for ld in loads):
+            return "gathered", 1
+        while isinstance(e, Cast):
+            e = e.x
+        return ("direct", 1) if isinstance(e, Load) else ("computed", tiles)
+
+    def gathered(self, ld: Load) -> bool:
+        """The load's element offset is not affine in the flat index of a tile axis of several
+        variables (the printer splits such an index by div/mod): an im2col window, a strided
+        row, a permuted pair of axes; variables of extent 1 do not count."""
+        coeff: dict = {}
+        stride = 1
+        for (kind, what), n in reversed(tuple(zip(_load_site(ld).dims, self.input_shapes[ld.tensor]))):
+            if kind != "affine":
+                used = what if kind == "data" else free_vars(what)
+                if (kind == "other" and _whole_runs(what)) or not any(self.tiled.get(v) for v in used):
+                    continue        # (a per-program index: a KV head's h // 4)
+                return True
+            for v, c in what[0].items():
+                coeff[v] = coeff.get(v, 0) + c * stride
+            stride *= n
+        for _, vars_, ext, dim, *_ in self.shape:
+            live = [(v, n) for v, n in zip(vars_, ext) if n > 1 and dim >= 0]
+            if len(live) > 1 and any(coeff.get(v) for v, _ in live) and \
+                    any(coeff.get(a, 0) != coeff.get(b, 0) * nb for (a, _), (b, nb) in zip(live, live[1:])):
+                # runs of the innermost variable that hold whole 16-byte vectors stay vector
+                # loads (a heads-by-dim axis); shorter or strided runs are per-value addresses
+                inner, n = live[-1]
+                if coeff.get(inner) != 1 or n % GATHER_RUN:
+                    return True
+        return False
 
     @contextlib.contextmanager
     def scope(self, axis: str):
@@ -549,7 +643,7 @@ class _Walk:
                 site = _load_site(n)
                 self.uses.append(LoadUse(site, _site_vars(site), axes,
                                          tuple(a for a in path if self.canon[a] not in axes), path, operand,
-                                         self.stopped and bool(path), any(k == "other" for k, _ in site.dims)))
+                                         self.stopped if path else 0, any(k == "other" for k, _ in site.dims)))
             paths.append(tuple(s[3] for s in self.stack[:depth + 1] if s[3] is not None))
         return paths
 
@@ -587,6 +681,14 @@ class _Walk:
                 got = frozenset().union(*(self.node_axes(c) for c in e.children()))
             self.axes_memo[e] = got
         return got
+
+
+def _whole_runs(e) -> bool:
+    """An index ``v // c`` or ``v % c`` of one variable with ``c`` a multiple of ``GATHER_RUN``:
+    runs of ``c`` consecutive values (a heads-by-dim axis read from a [heads, seq, dim] tensor),
+    whole vectors."""
+    return isinstance(e, Binary) and e.op in ("floordiv", "mod") and isinstance(e.a, Var) \
+        and isinstance(e.b, Const) and int(e.b.value) % GATHER_RUN == 0
 
 
 def _index_vars(ld: Load) -> set[Var]:

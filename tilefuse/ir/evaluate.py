@@ -44,7 +44,7 @@ _UNARY = {
     "asinh": torch.asinh, "acosh": torch.acosh, "atanh": torch.atanh, "erf": torch.erf,
     "sigmoid": torch.sigmoid, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "trunc": torch.trunc, "sign": torch.sign, "not": torch.logical_not, "reciprocal": torch.reciprocal,
-    "isnan": torch.isnan, "isinf": torch.isinf, "log1p": torch.log1p, "expm1": torch.expm1,
+    "isnan": torch.isnan, "isinf": torch.isinf, "log1p": torch.log1p, "expm1": torch.expm1, "exp2": torch.exp2,
 }
 
 

@@ -19,7 +19,7 @@ INDEX = DType.int64
 UNARY_OPS = frozenset({
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
     "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "sigmoid", "floor", "ceil", "round", "trunc",
-    "sign", "not", "reciprocal", "isnan", "isinf", "log1p", "expm1",
+    "sign", "not", "reciprocal", "isnan", "isinf", "log1p", "expm1", "exp2",
 })
 # Unary ops whose result is bool regardless of the operand.
 UNARY_BOOL = frozenset({"isnan", "isinf", "not"})

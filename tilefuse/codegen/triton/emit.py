@@ -51,8 +51,12 @@ class _Value:
 
 
 class _Scope:
-    def __init__(self, parent: "_Scope | None", bound: frozenset, indent: str, fence: bool = False):
+    def __init__(self, parent: "_Scope | None", bound: frozenset, indent: str, fence: bool = False,
+                 full: frozenset = frozenset()):
         self.parent, self.bound, self.indent = parent, bound, indent
+        # axes whose every chunk here lies within the extent (a causal loop's chunks before its
+        # split): no masks
+        self.full = full | (parent.full if parent is not None else frozenset())
         self.fence = fence          # nothing computed inside is hoisted out (a conditional body)
         self.depth = 0 if parent is None else parent.depth + 1
         self.lines: list[str] = []
@@ -184,7 +188,11 @@ class _Printer:
 
     def masks(self, axes: Iterable[str]) -> list[_Value]:
         out = [self.axis_by_name[n] for n in sorted(axes, key=lambda n: (self.axis_by_name[n].dim, n))]
-        return [self.mask(a) for a in out if a.masked]
+        return [self.mask(a) for a in out if self.masked(a)]
+
+    def masked(self, a: TileAxis) -> bool:
+        """The axis's tile may run past its extent here."""
+        return a.masked and a.name not in self.scope.full
 
     def run(self, a: TileAxis, j: int, l: int) -> _Value:
         """Positions of variables j..l (a contiguous run) of an axis: a slice of its linear index."""
@@ -370,7 +378,7 @@ class _Printer:
         for st in body:
             if isinstance(st, Loop):
                 self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop,
-                           st.start)
+                           st.start, st.until, st.resume)
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -382,23 +390,31 @@ class _Printer:
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
-    def _loop(self, a: TileAxis, body, state=(), stop=None, start=None) -> None:
+    def _loop(self, a: TileAxis, body, state=(), stop=None, start=None, until=None, resume=False) -> None:
         """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
         ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
         by all the states' next values at once at the end of every iteration; ``stop`` ends the
-        loop early (``Loop.stop``), ``start`` begins it late (``Loop.start``)."""
+        loop early (``Loop.stop``), ``start`` begins it late (``Loop.start``), ``until`` ends it
+        before the chunks the program's first row would mask, at ``<axis>_split``, where the
+        next loop ``resume``s with the states as they are (``Loop.until``, ``Loop.resume``)."""
         looped = a.looped and a.name not in self.scope.bound
+        if not looped and until is not None:
+            return                  # one chunk: the loop that resumes runs it, from the states' start
+        resume = resume and looped
         if not looped and not state:
             body()
             return
         outer = self.scope
         # a state of a one-chunk loop still gets its own scope: what reads the state before the
         # update must not be reused after it
-        inner = _Scope(outer, outer.bound | self.binds[a.name], outer.indent + ("    " if looped else ""))
+        inner = _Scope(outer, outer.bound | self.binds[a.name], outer.indent + ("    " if looped else ""),
+                       full=self.binds[a.name] if until is not None else frozenset())
         names = [f"st{st.slot}" for st in state]
         for st, name in zip(state, names):
             shape, ty = self.shape(st.axes), TL[st.next.dtype]
-            if isinstance(st.init, Const):
+            if resume:
+                pass
+            elif isinstance(st.init, Const):
                 outer.lines.append(f"{outer.indent}{name} = tl.full({shape}, {literal(st.init.value, st.next.dtype)}, {ty})")
             else:
                 v = self.value(st.init)
@@ -425,6 +441,13 @@ class _Printer:
                 p = self.axis_by_name[start[0]]
                 first = (f"tl.maximum({self._pid(p)} * {p.block_name} - {start[1]}, 0) // {a.block_name} "
                          f"* {a.block_name}")
+            if resume:
+                first = f"{a.name}_split"
+            if until is not None:
+                p = self.axis_by_name[until[0]]
+                end = f"{a.name}_split"
+                outer.lines.append(f"{outer.indent}{end} = tl.maximum(tl.minimum({a.reach}, {self._pid(p)} * "
+                                   f"{p.block_name} + {until[1] + 1}) // {a.block_name} * {a.block_name}, {first})")
             outer.lines.append(f"{outer.indent}for {a.name}_start in range({first}, {end}, {a.block_name}):")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
@@ -529,7 +552,7 @@ class _Printer:
         ka = self.axis_by_name[kaxis]
         # a masked memory load over K reads 0 past it; an on-chip tile (a chain's scores: Load of
         # a result slot, no index) holds whatever the first product made of its padded columns
-        if ka.masked and not (isinstance(e, Load) and e.index and kaxis in v.axes):
+        if self.masked(ka) and not (isinstance(e, Load) and e.index and kaxis in v.axes):
             m = self.mask(ka)
             v = self.emit(f"tl.where({m.text}, {v.text}, 0.0).to({TL[dt]})", deps=[v, m])
         if self.tiled(v) != frozenset(axes):
@@ -543,7 +566,7 @@ class _Printer:
     def _padded(self, v: _Value, a: TileAxis, init: str, dt: DType) -> _Value:
         """``v`` over the whole tile of axis ``a``, the identity where the axis runs past its extent."""
         axes = v.axes | {a.name}
-        if a.masked:
+        if self.masked(a):
             m = self.mask(a)
             text = f"tl.where({m.text}, {v.text}, {init})"
             if dt not in _LITERAL_EXACT:

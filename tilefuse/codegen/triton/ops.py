@@ -18,7 +18,7 @@ LIBDEVICE = "from triton.language.extra import libdevice"
 # Unary ops on floats.  ``{x}`` is the operand; 16-bit floats are computed in fp32 and rounded
 # back (what torch does on CPU), since libdevice has no 16-bit entry points.
 UNARY = {
-    "neg": "-{x}", "abs": "tl.abs({x})", "exp": "tl.exp({x})", "log": "tl.log({x})",
+    "neg": "-{x}", "abs": "tl.abs({x})", "exp": "tl.exp({x})", "exp2": "tl.exp2({x})", "log": "tl.log({x})",
     "sqrt": "tl.sqrt({x})", "rsqrt": "tl.rsqrt({x})", "sin": "tl.sin({x})", "cos": "tl.cos({x})",
     "tan": "libdevice.tan({x})", "asin": "libdevice.asin({x})", "acos": "libdevice.acos({x})",
     "atan": "libdevice.atan({x})", "sinh": "libdevice.sinh({x})", "cosh": "libdevice.cosh({x})",

@@ -220,6 +220,27 @@ def _key_bounds(score: Expr, mvars, nvars, ext) -> tuple[int | None, int | None]
     return best, window
 
 
+def unmasked(e: Expr, mvars, nvars, ext, c: int) -> Expr:
+    """``e`` over a chunk of keys wholly at or before the tile's first row + ``c`` (every key <=
+    every row + c): each comparison of the key with the row that this decides is a constant,
+    which the constructors fold, so a causal mask's select (or its additive -inf) disappears.
+    Valid wherever such a comparison appears, since it holds at every position of the chunk."""
+    rows, keys = [v for v in mvars if ext[v] > 1], [v for v in nvars if ext[v] > 1]
+    if len(rows) != 1 or len(keys) != 1:
+        return e
+
+    def decide(n: Expr) -> Expr | None:
+        op = getattr(n, "op", None)
+        if op not in _NEGATE:
+            return None
+        for cond, value in ((n, True), (binary(_NEGATE[op], n.a, n.b), False)):
+            bound = _key_bound(cond, rows[0], keys[0], ext)
+            if bound is not None and bound >= c:
+                return Const(value, DType.bool)
+        return None
+    return transform(e, decide)
+
+
 def _additive(e: Expr) -> list[Expr] | None:
     """The conditions of an additive mask ``where(keep, 0, -inf)`` (or ``where(hide, -inf, 0)``).
     (Stopping at the band skips keys whose scores eager adds -inf to; only a +inf score, an

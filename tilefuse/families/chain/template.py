@@ -23,10 +23,36 @@ from ...analysis.index import extent_ranges
 from ...codegen.kernel import Dot, Kernel, Loop, State, Store, TileAxis
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType
-from ...ir.expr import Const, Value, Var, binary, cast, select, substitute, transform, unary
+from ...ir.expr import Binary, Const, Select, Unary, Value, Var, binary, cast, select, substitute, transform, unary
 from ...transform.simplify import simplify
+from .body import unmasked
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
+
+
+LOG2E = 1.4426950408889634
+
+
+def _base2(e):
+    """``exp(a - b)`` in fp32 as ``exp2(a·log2(e) - b·log2(e))``, the factor folded into a's
+    constant scale (the softmax scale): what ``tl.exp`` computes anyway (ex2 of a product), one
+    fused multiply-add per score instead of a multiply, a subtraction and a multiply."""
+    def fn(n):
+        if isinstance(n, Unary) and n.op == "exp" and n.x.dtype is DType.float32 and getattr(n.x, "op", None) == "sub":
+            return unary("exp2", binary("sub", _log2e(n.x.a), _log2e(n.x.b)))
+        return None
+    return transform(e, fn)
+
+
+def _log2e(x):
+    """``x·log2(e)``, folded into a constant factor of ``x`` or through a select of -inf."""
+    if isinstance(x, Binary) and x.op == "mul" and isinstance(x.b, Const):
+        return binary("mul", x.a, Const(x.b.value * LOG2E, x.dtype))
+    if isinstance(x, Binary) and x.op == "mul" and isinstance(x.a, Const):
+        return binary("mul", Const(x.a.value * LOG2E, x.dtype), x.b)
+    if isinstance(x, Select) and isinstance(x.b, Const) and x.b.value == -math.inf:
+        return select(x.cond, _log2e(x.a), x.b)
+    return binary("mul", x, Const(LOG2E, x.dtype))
 
 
 def chain_kernel(b, t, name: str) -> Kernel:
@@ -58,6 +84,7 @@ def chain_kernel(b, t, name: str) -> Kernel:
     d = substitute(b.d, dict(zip(b.nvars, nvv)))
     note2 = "{}: {} x [{} x {}] @ [{} x {}]".format(b.second, shape[0], shape[1], shape[2], shape[2], shape[4])
     sm = b.softmax
+    open_body = ()                  # the loop's body over the chunks no row masks (a causal split)
     if sm is None:
         body = (first, Dot(D2, b.p, d, "m", "h", "nv", "n", b.in2, f32, note2, init=acc))
         state = (State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)),)
@@ -69,8 +96,8 @@ def chain_kernel(b, t, name: str) -> Kernel:
         neg_inf = Const(-math.inf, mx.dtype)
         m_safe = select(binary("eq", m_new, neg_inf), Const(0.0, mx.dtype), m_new)
         top = Value(sm.max_slot, mx.dtype)
-        p = transform(sm.exp_term, lambda n: m_safe if n is top else None)
-        alpha = unary("exp", binary("sub", running, m_safe))
+        p = _base2(transform(sm.exp_term, lambda n: m_safe if n is top else None))
+        alpha = _base2(unary("exp", binary("sub", running, m_safe)))
         body = (first,
                 reduction(replace(mx, slot=MXC), sm.score, "n"),
                 reduction(replace(total, slot=SMC), p, "n"),
@@ -80,6 +107,16 @@ def chain_kernel(b, t, name: str) -> Kernel:
                  State(LI, ("m",), Const(0.0, total.dtype),
                        binary("add", binary("mul", rsum, cast(alpha, total.dtype)), Value(SMC, total.dtype))),
                  State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)))
+        if b.causal is not None and b.window is None:
+            # FlashAttention's split: the key chunks no row of the tile masks run without the
+            # mask's compares and selects; the diagonal chunks after them with it
+            free = lambda e: unmasked(e, b.mvars, b.nvars, b.ext, b.causal)  # noqa: E731
+            if free(sm.score) is not sm.score:
+                open_body = (first,
+                             reduction(replace(mx, slot=MXC), free(sm.score), "n"),
+                             reduction(replace(total, slot=SMC), free(p), "n"),
+                             Dot(D2, free(p), d, "m", "h", "nv", "n", b.in2, f32, note2,
+                                 init=binary("mul", acc, cast(alpha, f32))))
         last = {sm.max_slot: running, sm.sum_slot: rsum}
         coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
         value = binary("mul", cast(coeff, f32), acc)
@@ -97,7 +134,10 @@ def chain_kernel(b, t, name: str) -> Kernel:
                 "implements:", *(f"  {o}" for o in origins),
                 f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
                 f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    causal, window = None if b.causal is None else ("m", b.causal), None if b.window is None else ("m", b.window)
+    if open_body:
+        loops = (Loop("n", open_body, state, until=causal), Loop("n", body, state, causal, window, resume=True))
+    else:
+        loops = (Loop("n", body, state, causal, window),)
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), tuple(axes),
-                  (Loop("n", body, state, None if b.causal is None else ("m", b.causal),
-                        None if b.window is None else ("m", b.window)),) + stores, t.warps,
-                  t.stages, comments)
+                  loops + stores, t.warps, t.stages, comments)
