@@ -416,7 +416,30 @@ def test_split_k_is_offered_only_to_grids_that_leave_sms_idle():
     many = ranked_tiles(GemmShape(1, 4096, 4096, 4096, DType.float16), H100)
     assert not any(t.split > 1 for t in many)           # every tiling already fills the SMs
     rows = ranked_tiles(GemmShape(1, 64, 64, 8192, DType.float16, row_reduction=True), H100)
-    assert rows and not any(t.split > 1 for t in rows)
+    assert any(t.split > 1 for t in rows)               # the reduction kernel holds whole rows
+    wide = ranked_tiles(GemmShape(1, 64, 4096, 8192, DType.float16, row_reduction=True), H100)
+    assert wide and not any(t.split > 1 for t in wide)  # rows past MAX_ROW: two phases instead
+
+
+@pytest.mark.parametrize("dtype,split,bn", [(torch.float32, 4, 64), (torch.float16, 3, 32)], ids=["fp32-4", "fp16-3"])
+def test_split_k_with_an_epilogue_that_reduces_rows(dtype, split, bn):
+    """Split-K under a LayerNorm (row reductions over N) and a residual add: the partials
+    kernel's tiles need not hold rows (BN < N); the reduction kernel sums the splits of whole
+    rows, then normalizes them."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.ln = torch.nn.Linear(600, 48), torch.nn.LayerNorm(48)
+
+        def forward(self, x, r):
+            return self.ln(self.fc(x) + r)
+    model = M().eval().to(dtype)
+    args = (torch.randn(20, 600).to(dtype), torch.randn(20, 48).to(dtype))
+    tol = F32_TOL if dtype is torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    built, body = forced(model, GemmTile(16, bn, 32, 4, 2, 1, True, split), *args, tol=tol)
+    assert len(body.instances) >= 2 and built.source.count("tl.dot(") == 1
+    reduce_src = built.source.split("_partials(")[-1]
+    assert "BLOCK_N: tl.constexpr" in built.source and "RBLOCK" in reduce_src
 
 
 @pytest.mark.parametrize("m", [1, 3])

@@ -113,9 +113,10 @@ def fixup_rows(bm: int, warps: int, n2: int, target: Target) -> int:
 
 def _splits(t: GemmTile, s: GemmShape, target: Target) -> list[GemmTile]:
     """Split-K variants of a tile whose grid leaves SMs idle: each split covers at least
-    ``MIN_K_PER_SPLIT`` of K; not with an epilogue that reduces rows (it needs whole sums)."""
+    ``MIN_K_PER_SPLIT`` of K; with an epilogue that reduces rows, when the reduction kernel holds
+    whole rows (``MAX_ROW``), which it reduces after summing the splits."""
     programs = s.batch * -(-s.m // t.bm) * -(-s.n // t.bn)
-    if s.row_reduction or programs >= target.sm_count:
+    if (s.row_reduction and pow2(s.n) > MAX_ROW) or programs >= target.sm_count:
         return []
     out = []
     for split in SPLITS:

@@ -11,7 +11,8 @@ each through its own index map (a transposed or reshaped output is a store order
 The small-M path (``tile.dot`` False) keeps every row in the program and reduces the fp32 product
 tile over ``k`` (dimension 2) instead of a ``Dot``.  Split-K (``tile.split`` > 1) is two kernels:
 the partial products over each split's K range, written to an fp32 workspace, and a reduction
-over the splits that runs the epilogue.
+over the splits that runs the epilogue (whole rows per program when the epilogue reduces rows:
+a GEMM + LayerNorm fills the SMs with K ranges where its row tiles alone would not).
 
 Two phases (``tile.fixup``: the epilogue reduces rows wider than BLOCK_N): every program stores
 the early outputs and the epilogue's pre-reduction value (``body.phases.pre``) of its tile, into a
@@ -165,17 +166,33 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
                     Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
                    swizzle=t.swizzle, workspaces=frozenset({0}))
-    # the reduction: one program per REDUCE_BLOCK outputs, the splits summed, then the epilogue
+    # the reduction: the splits summed, then the epilogue; one program per REDUCE_BLOCK outputs,
+    # or, when the epilogue reduces rows, per ROWS_BLOCK whole rows (the row reductions after the sum)
     nin = len(b.inputs)
-    axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, pow2(math.prod(b.acc_shape))), 0, grid=0,
-                      block_name="XBLOCK"),
-             TileAxis("r", (sv,), (t.split,), pow2(t.split), 1, block_name="RBLOCK"))
-    body = [Reduce(nin + 1, Load(nin, (sv,) + b.avars, DType.float32), "r", "sum", DType.float32, 0.0, b.out_dtype,
-                   f"{b.anchor}: the {t.split} partial sums")]
-    body += _stores(b, {b.acc: nin + 1})
-    head = f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials (in{nin})"
+    moved = {b.acc: nin + 1} | {i.slot: i.slot + 1 for i in b.instances}
+    partial = Load(nin, (sv,) + b.avars, DType.float32)
+    sums = f"{b.anchor}: the {t.split} partial sums"
+    if b.instances:
+        rows = tuple(v for v in b.avars if v not in b.nvars)
+        n2, s2 = pow2(shape.n), pow2(t.split)
+        xr = min(pow2(max(REDUCE_BLOCK // (n2 * s2), 1)), pow2(math.prod(_ext(b, rows))))
+        axes2 = (TileAxis("x", rows, _ext(b, rows), xr, 0, grid=0, block_name="XBLOCK"),
+                 TileAxis("n", b.nvars, _ext(b, b.nvars), n2, 1, block_name="BLOCK_N"),
+                 TileAxis("r", (sv,), (t.split,), s2, 2, block_name="RBLOCK"))
+        body = [Reduce(nin + 1, partial, "r", "sum", DType.float32, 0.0, b.out_dtype, sums)]
+        body += [reduction(replace(i, slot=i.slot + 1), _renumber(i.body, moved), "n") for i in b.instances]
+        warps = 8 if xr * n2 * s2 >= 8 * REDUCE_BLOCK else 4
+    else:
+        axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, pow2(math.prod(b.acc_shape))), 0, grid=0,
+                          block_name="XBLOCK"),
+                 TileAxis("r", (sv,), (t.split,), pow2(t.split), 1, block_name="RBLOCK"))
+        body = [Reduce(nin + 1, partial, "r", "sum", DType.float32, 0.0, b.out_dtype, sums)]
+        warps = 4
+    body += _stores(b, moved)
+    head = f"{name}: gemm kernel (tilefuse), split-K reduction and epilogue of {name}_partials (in{nin})" + \
+        (f", {len(b.instances)} row reduction(s) over N on whole rows" if b.instances else "")
     second = Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), tuple(types[st.tensor] for st in b.stores),
-                    axes2, tuple(body), 4, 1, _comments(b, head), transient=frozenset({nin}))
+                    axes2, tuple(body), warps, 1, _comments(b, head), transient=frozenset({nin}))
     return first, second
 
 
