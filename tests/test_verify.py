@@ -14,7 +14,7 @@ import tilefuse.api as api
 from tilefuse.ir.prim import Constant, Prim, PrimGraph
 from tilefuse.verify import VerifyError, difference
 
-ALL_STAGES = ["import", "simplify", "fold", "masks", "vertical", "simplify", "horizontal", "plan", "kernels"]
+ALL_STAGES = ["import", "simplify", "fold", "masks", "vertical", "channels_last", "simplify", "horizontal", "plan", "kernels"]
 
 
 class Block(torch.nn.Module):
@@ -67,7 +67,7 @@ def test_a_wrong_fission_is_blamed_on_the_import(monkeypatch):
     assert e.value.stage == "import" and "against the model itself" in str(e.value)
 
 
-@pytest.mark.parametrize("stage", ["simplify", "fold", "masks", "vertical"])
+@pytest.mark.parametrize("stage", ["simplify", "fold", "masks", "vertical", "channels_last"])
 def test_a_wrong_graph_rewrite_is_blamed_on_its_stage_and_first_value(monkeypatch, stage):
     stages = list(api.GRAPH_STAGES)
     k = next(i for i, (n, _) in enumerate(stages) if n == stage)

@@ -37,6 +37,7 @@ from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
+from .transform.channels_last import channels_last
 from .transform.masks import masks_as_predicates
 from .transform.horizontal import horizontal
 from .transform.vertical import vertical
@@ -46,7 +47,7 @@ from .verify import Verifier, eager_float64, eager_oracle, enabled, kernel_devic
 BACKENDS = ("reference", "triton")
 # The graph-to-graph stages after fission, in order (each checked against its input by ``verify``).
 GRAPH_STAGES = (("simplify", simplify_graph), ("fold", fold_constants), ("masks", masks_as_predicates),
-                ("vertical", vertical), ("simplify", simplify_graph))
+                ("vertical", vertical), ("channels_last", channels_last), ("simplify", simplify_graph))
 _log = logger("plan")
 
 

@@ -56,18 +56,19 @@ from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
 REGISTER_BASE = 20       # per thread: program ids, offsets, pointers, loop counters
-DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
-# Registers per operand value a thread's share of a Dot's operand tile (one stage) costs, by how
-# the operand is read: fitted to 57 sm_90 binaries of the zoo's plans (bench/README.md, "native.py";
-# tests/test_native_plans.py checks them).  A plain load is copied to shared memory (cp.async:
-# about one address per 16-byte vector); a computed operand (a prologue: casts, scales,
-# activations) passes through registers; a gathered one (an index not affine in the flat tile
-# axis: im2col's div/mod, a strided window) also holds a 64-bit address and a mask per value.
-OPERAND_REGISTERS = {"direct": 1 / 16, "computed": 0.4, "gathered": 1.5}
-LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
-GATHER_RUN = 8           # contiguous values (16 bytes of fp16) a gathered axis's runs need to stay vector loads
-SPLIT_REGISTERS = 1.5     # per value of a fresh product tile in the second loop of a split (Loop.resume)
+DOT_REGISTER_BASE = 36   # with a Dot: its operand pointers and K-loop state too
+# Registers per value of a thread's share of a Dot's operand tile (one stage), by how the operand
+# is read: fitted to the sm_90 binaries of the bench plans' 105 dot kernels, NCHW and NHWC
+# (bench/README.md, "native.py"; tests/test_native_plans.py checks the share within 25%).  A plain
+# load is copied to shared memory (cp.async: an address per 16-byte vector); a computed operand (a
+# prologue: casts, scales, activations) passes through registers, per tile it loads; a gathered
+# one (an address not affine in a tile axis's flat index, nor whole 16-byte runs: NCHW im2col, a
+# rotated half) holds addresses and masks per value too.
+OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.45, "gathered": 0.75}
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
+SPLIT_REGISTERS = 1.5    # per value of a fresh product tile in the second loop of a split (Loop.resume)
+LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
+GATHER_RUN = 8           # contiguous values (16 bytes of fp16) a run needs to stay one vector load
 MAX_LIVE_LOADS = 8       # loads a thread holds at once, at most (the compiler interleaves the rest)
 
 

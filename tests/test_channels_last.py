@@ -1,0 +1,101 @@
+"""Convolutions read channels-last activations (``transform/channels_last.py``, issue #22): the
+intermediate activations of a convolution chain are relabeled NHWC, each convolution sums over
+(kh, kw, c) and reads a weight re-laid out as [F, KH, KW, C]; values unchanged (against eager);
+for sm_90 the convolutions' activation loads become 16-byte async copies."""
+import sys
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse import api
+from tilefuse.transform.channels_last import channels_last
+
+
+class Block(torch.nn.Module):
+    """A stem convolution on the model's input, then a residual block of two 3x3 convolutions."""
+
+    def __init__(self, c_in=3, c=16):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(c_in, c, 3, padding=1, bias=False)
+        self.bn0 = torch.nn.BatchNorm2d(c)
+        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c)
+        self.conv2 = torch.nn.Conv2d(c, c, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(c, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn0(self.stem(x)))
+        y = torch.relu(self.bn1(self.conv1(y)) + y)
+        y = torch.relu(self.conv2(y))
+        return self.head(y.mean((2, 3)))
+
+
+def _model(c=16):
+    torch.manual_seed(0)
+    m = Block(c=c).eval()
+    for bn in (m.bn0, m.bn1):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return m, (torch.randn(2, 3, 12, 12),)
+
+
+def test_a_convolution_chain_runs_channels_last_and_matches_eager():
+    m, args = _model()
+    with torch.no_grad():
+        cm = tilefuse.compile(m, args, target="cpu", verify=True)
+        torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
+    pg = cm.primgraph
+    nhwc = [p for p in pg.prims if p.name.endswith("_nhwc")]
+    assert nhwc and all(p.out.shape[-1] == 16 for p in nhwc if p.out.rank == 4)
+    convs = [p for p in pg.prims if p.reduce is not None and p.out.rank == 4 and len(p.reduce.axes) == 3]
+    # the stem reads the model's input (NCHW, kept): its window stays inner; the block's
+    # convolutions read channels-last activations: the channel is their innermost K variable
+    inner = [p.reduce.extents[-1] for p in convs]
+    assert sorted(inner) == [3, 16, 16]
+    weights = {c.name: c for c in pg.constants if c.name.endswith("_nhwc")}
+    assert len(weights) == 2 and all(c.data.shape[1:] == (3, 3, 16) for c in weights.values())
+    assert [d.type.shape for d in pg.inputs] == [(2, 3, 12, 12)]
+
+
+def test_few_channels_keep_their_layout():
+    """Fewer than 8 channels make no 16-byte run: the graph is left as it is."""
+    m, args = _model(c=4)
+    cm = tilefuse.compile(m, args, target="cpu", backend="reference")
+    assert not any(p.name.endswith("_nhwc") for p in cm.primgraph.prims)
+    before = _stages_until_channels_last(m, args)
+    assert channels_last(before) is before
+
+
+def _stages_until_channels_last(m, args):
+    from tilefuse.frontend.torch import import_torch
+    pg = api.fission(import_torch(m, args).graph)
+    for name, stage in api.GRAPH_STAGES:
+        if name == "channels_last":
+            return pg
+        pg = stage(pg)
+    raise AssertionError("no channels_last stage")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Triton's NVIDIA backend ships for Linux only")
+def test_channels_last_convolutions_load_activations_in_16_byte_async_copies(tmp_path, monkeypatch):
+    """For sm_90: the block's convolution kernels copy activations with cp.async (LDGSTS) and
+    16-byte loads; without the stage the same convolutions gather 2-byte values."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    m, _ = _model(c=32)
+    m = m.half()
+    args = (torch.randn(1, 3, 32, 32, dtype=torch.float16),)
+
+    def block_convs():
+        """The binaries of the convolution kernels after the stem (which reads the NCHW input)."""
+        cm = tilefuse.compile(m, args, target="h100")
+        convs = [r.binary for r in cm.native() if "conv" in r.binary.kernel and r.binary.mma != "none"]
+        return convs[1:]
+
+    nhwc = block_convs()
+    monkeypatch.setattr(api, "GRAPH_STAGES", tuple(s for s in api.GRAPH_STAGES if s[0] != "channels_last"))
+    nchw = block_convs()
+    assert nhwc and nchw
+    wide = lambda bs: sum(b.wide_share(16) for b in bs) / len(bs)  # noqa: E731
+    assert wide(nhwc) > 0.8 and wide(nchw) < 0.5
+    assert all(b.pipelined and b.async_copies.get(16) for b in nhwc)

@@ -1,0 +1,162 @@
+"""Convolutions read channels-last activations: NCHW intermediates become NHWC.
+
+A convolution in the GEMM view reads its activation ``x[n, c, oh·s + kh, ow·s + kw]`` over
+K = (c, kh, kw): in NCHW no run of K is contiguous in memory (kw moves by one element for three
+steps, then c jumps by H·W), so every activation value is a 2-byte gather that Triton can neither
+vectorize nor copy asynchronously (issue #22: 43% of ResNet-50's load instructions were 16-byte).
+Channels-last, with K ordered (kh, kw, c), a K chunk is a run of channels: 16-byte loads,
+``cp.async``, pipelined, as cuDNN's and TensorRT's NHWC convolutions read.
+
+The stage relabels tensors; it computes nothing anew.  The tensors relabeled are the 4-D
+intermediates connected to a convolution (its activation input, its output) through prims that
+keep dim 1 as the channel (batch norm, activations, residual adds, padding, pooling, another
+convolution): each one's producer lists its axes as (n, h, w, c), every reader's load of it
+permutes its index the same way, and each convolution over a relabeled activation sums over
+(kh, kw, c) and reads its weight as ``[F, KH, KW, C]``.  The weight is a constant re-laid out
+once here (a copy the size of the weight: the layout the kernel reads, as the vendor libraries'
+reformatted weights; beyond ``COPY_LIMIT`` too); a weight that is not a constant is relabeled as
+an intermediate.  Graph inputs and outputs keep their layout (a convolution reading the model's
+input, the stem, reads it as it is), and so does a tensor an opaque prim reads or produces.
+
+Exact: every value is the same; only addresses change (``verify`` checks the stage against eager).
+"""
+from __future__ import annotations
+
+from ..ir.expr import Load, Var, free_vars, transform, walk
+from ..ir.prim import Constant, Prim, PrimGraph, Reduction
+
+NHWC = (0, 2, 3, 1)          # dims of an NCHW tensor in channels-last order
+MIN_CHANNELS = 8             # channels a K run needs to be a 16-byte fp16 vector
+
+
+def channels_last(pg: PrimGraph) -> PrimGraph:
+    """``pg`` with its convolutions' activations channels-last (module docstring); the same object
+    when no convolution reads an intermediate activation of at least ``MIN_CHANNELS`` channels."""
+    convs = {p.name: c for p in pg.prims if (c := _conv(p, pg)) is not None}
+    region = _region(pg, convs)
+    if not region:
+        return pg
+    # weights: constants re-laid out; intermediates relabeled; a graph input keeps its layout (and
+    # then its convolution its K order: K runs would be gathers of the weight instead)
+    weights: dict[str, str] = {}
+    relabel = set(region)
+    for name, (act, weight, _) in convs.items():
+        if act not in region:
+            continue
+        if (weight in pg.constant_map and weight not in pg.outputs) or \
+                (weight in pg.producers and _relabelable(weight, pg)):
+            weights[name] = weight
+            if weight in pg.producers:
+                relabel.add(weight)
+    moved = relabel | set(weights.values())
+    # a relabeled tensor is another tensor: it gets its own name (what holds the old name's
+    # values, ``verify`` among them, never meets the new layout under it)
+    taken = set(pg.types)
+    renamed = {}
+    for n in sorted(moved):
+        new = f"{n}_nhwc"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        renamed[n] = new
+    constants = tuple(Constant(renamed[c.name], c.data.permute(*NHWC).contiguous()) if c.name in moved else c
+                      for c in pg.constants)
+    prims = []
+    for p in pg.prims:
+        q = _reads_permuted(p, moved)
+        axes, out = q.axes, q.out
+        if p.name in relabel:
+            axes, out = tuple(axes[d] for d in NHWC), type(out)(tuple(out.shape[d] for d in NHWC), out.dtype)
+        q = Prim(renamed.get(q.name, q.name), tuple(renamed.get(n, n) for n in q.inputs), axes, q.body, out,
+                 q.reduce, q.origin)
+        if p.name in weights:
+            q = _channels_inner(q, convs[p.name][2])
+        prims.append(q)
+    return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
+
+
+def _conv(p: Prim, pg: PrimGraph) -> tuple[str, str, Var] | None:
+    """(activation, weight, channel variable) when ``p`` sums ``x[n, c, ...] · w[f, c, kh, kw]``
+    over c and the window, with x a 4-D tensor of at least ``MIN_CHANNELS`` channels."""
+    if p.is_opaque or p.reduce is None or p.reduce.combiner != "sum" or p.out.rank != 4:
+        return None
+    reduced = set(p.reduce.axes)
+    loads = {}
+    for ld in walk(p.body):
+        if isinstance(ld, Load) and len(ld.index) == 4:
+            loads.setdefault(ld.tensor, ld)
+    for a in loads.values():
+        c = a.index[1]
+        if not (isinstance(c, Var) and c in reduced):
+            continue
+        for w in loads.values():
+            if w is a or w.index[1] is not c or not free_vars(w.index[0]) <= set(p.axes):
+                continue
+            window = w.index[2:]
+            if all(isinstance(k, Var) and k in reduced and k is not c for k in window) and len(set(window)) == 2:
+                x = p.inputs[a.tensor]
+                if pg.types[x].shape[1] >= MIN_CHANNELS:
+                    return x, p.inputs[w.tensor], c
+    return None
+
+
+def _region(pg: PrimGraph, convs: dict) -> set[str]:
+    """The relabeled tensors: from each convolution's activation and output, through prims that
+    keep dim 1 the channel, the 4-D intermediates a relabeling can reach (``_relabelable``)."""
+    seeds = [t for name, (act, _, _) in convs.items() for t in (act, name)]
+    region: set[str] = set()
+    work = [t for t in seeds if _relabelable(t, pg)]
+    while work:
+        t = work.pop()
+        if t in region:
+            continue
+        region.add(t)
+        # its producer's channel-keeping inputs, and its readers' outputs
+        near = []
+        if t not in convs:
+            near += [n for n in _channel_inputs(pg.producers[t], pg)]
+        for q in pg.consumers.get(t, ()):
+            if q.name in convs or t in _channel_inputs(q, pg):
+                near.append(q.name)
+        work += [n for n in near if n not in region and _relabelable(n, pg)]
+    return region
+
+
+def _channel_inputs(p: Prim, pg: PrimGraph) -> list[str]:
+    """The 4-D inputs ``p`` (a 4-D prim, not opaque) reads at its own channel (dim 1 index =
+    its axis 1) in every load of them."""
+    if p.is_opaque or p.out.rank != 4:
+        return []
+    out = []
+    for j, name in enumerate(p.inputs):
+        lds = [n for n in walk(p.body) if isinstance(n, Load) and n.tensor == j]
+        if lds and pg.types[name].rank == 4 and all(ld.index[1] is p.axes[1] for ld in lds):
+            out.append(name)
+    return out
+
+
+def _relabelable(t: str, pg: PrimGraph) -> bool:
+    """An intermediate 4-D tensor made and read by prims whose index maps can be rewritten."""
+    p = pg.producers.get(t)
+    if p is None or p.is_opaque or p.out.rank != 4 or t in pg.outputs:
+        return False
+    return not any(q.is_opaque for q in pg.consumers.get(t, ()))
+
+
+def _reads_permuted(p: Prim, moved: set[str]) -> Prim:
+    """``p`` reading each tensor of ``moved`` at its channels-last position."""
+    slots = {j for j, n in enumerate(p.inputs) if n in moved}
+    if not slots or p.is_opaque:
+        return p
+    body = transform(p.body, lambda n: Load(n.tensor, tuple(n.index[d] for d in NHWC), n.dtype)
+                     if isinstance(n, Load) and n.tensor in slots else None)
+    return Prim(p.name, p.inputs, p.axes, body, p.out, p.reduce, p.origin)
+
+
+def _channels_inner(p: Prim, c: Var) -> Prim:
+    """The convolution summing over its window first and the channel last: K runs of channels."""
+    r = p.reduce
+    order = [j for j, v in enumerate(r.axes) if v is not c] + [r.axes.index(c)]
+    return Prim(p.name, p.inputs, p.axes, p.body, p.out,
+                Reduction(tuple(r.axes[j] for j in order), tuple(r.extents[j] for j in order), r.combiner),
+                p.origin)
