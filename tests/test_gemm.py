@@ -442,6 +442,33 @@ def test_split_k_with_an_epilogue_that_reduces_rows(dtype, split, bn):
     assert "BLOCK_N: tl.constexpr" in built.source and "RBLOCK" in reduce_src
 
 
+@pytest.mark.parametrize("case", ["linear", "bmm", "fp16-ragged"])
+def test_operands_through_tensor_descriptors(case):
+    """On sm_90 plans (``GemmTile.tma``) a Dot operand that is a whole input tile is read through
+    a tensor descriptor (TMA): the weight of a Linear as [N, K] blocks transposed, a batched
+    operand at its batch position (its [K, N] blocks as they are), ragged M, N and K past the tensor reading zeros; the same
+    values as eager (run here by the interpreter's descriptors)."""
+    torch.manual_seed(0)
+    if case == "linear":
+        fn, args, tol = torch.nn.Sequential(torch.nn.Linear(40, 24), torch.nn.ReLU()).eval(), (torch.randn(20, 40),), F32_TOL
+    elif case == "bmm":
+        fn, args, tol = (lambda a, b: torch.bmm(a, b)), (torch.randn(3, 20, 40), torch.randn(3, 40, 24)), F32_TOL
+    else:
+        fn = torch.nn.Linear(72, 40).eval().half()
+        args, tol = (torch.randn(33, 72).half(),), dict(rtol=1e-2, atol=1e-2)
+    built, body = forced(fn, GemmTile(16, 16, 32, 4, 2, 1, True, tma=True), *args, tol=tol)
+    assert built.source.count("tl.make_tensor_descriptor(") == 2
+    assert ("tl.trans(" in built.source) == (case != "bmm")     # a Linear's weight is [N, K] in memory
+
+
+def test_a_computed_operand_is_read_through_pointers_under_tma():
+    """A prologue (GELU on the activation) is computed per value: that operand keeps pointer
+    loads, the weight alone goes through a descriptor."""
+    model = torch.nn.Sequential(torch.nn.GELU(), torch.nn.Linear(40, 24)).eval()
+    built, _ = forced(model, GemmTile(16, 16, 16, 4, 2, 1, True, tma=True), torch.randn(20, 40))
+    assert built.source.count("tl.make_tensor_descriptor(") == 1
+
+
 @pytest.mark.parametrize("m", [1, 3])
 def test_small_m_path_reduces_products_without_tensor_cores(m):
     """The GEMV / decode path: all M rows in one program (BM = 1 or 4, not 16), the products

@@ -47,13 +47,15 @@ def _with_bm(s, bm):
 def test_the_tensor_core_path_follows_the_rows_per_warpgroup(gemm, tmp_path, monkeypatch):
     """Triton uses Hopper's wgmma only with 64 rows per warpgroup: BLOCK_M 64 at 4 warps compiles
     to HGMMA on sm_90, BLOCK_M 16 to mma.sync (HMMA), and sm_80 has no wgmma at all; the operand
-    loads are 16-byte async copies (a pipelined loop) and nothing spills."""
+    loads are TMA copies on sm_90 (the h100 plan's kernel reads through tensor descriptors) and
+    16-byte async copies on sm_80 (the same kernel through pointers): a pipelined loop, no spill."""
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
     big, small = _with_bm(gemm, 64), _with_bm(gemm, 16)
     b64, b16, a80 = compile_native(big, 90), compile_native(small, 90), compile_native(big, 80)
     assert (b64.mma, b16.mma, a80.mma) == ("wgmma", "mma.sync", "mma.sync")
+    assert big.tma and b64.tma_loads and b16.tma_loads and 16 in a80.async_copies and not a80.tma_loads
     for b in (b64, b16, a80):
-        assert b.pipelined and 16 in b.async_copies and not b.spills
+        assert b.pipelined and not b.spills
         assert 0 < b.registers <= 255 and b.shared_bytes > 0 and b.num_warps == 4
         assert 1 <= binary_occupancy(b, H100) <= H100.max_blocks_per_sm
     assert b64.arch == 90 and a80.arch == 80

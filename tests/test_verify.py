@@ -198,3 +198,13 @@ def test_16_bit_models_are_held_to_a_float64_run_not_to_eager_rounding(dtype, mo
     monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh", 1.1))   # bf16: 2^-7 a rounding
     with pytest.raises(VerifyError, match="float64 run"):
         tilefuse.compile(model, sets[0], backend="reference", verify=True, time_limit=2.0)
+
+
+def test_a_sums_rounding_is_judged_against_its_terms():
+    """A centered sum, Σ(x - mean), is rounding noise: two evaluations differ by more than the
+    tolerance of its own (tiny) value, not by more than that of its terms' sizes."""
+    from tilefuse.verify import difference
+    want, got = torch.tensor([3.5e-6, -1e-6]), torch.tensor([-7.5e-6, -1e-6])
+    assert difference(got, want) is not None
+    assert difference(got, want, magnitude=torch.tensor([40.0, 40.0])) is None
+    assert difference(got + 1e-2, want, magnitude=torch.tensor([40.0, 40.0])) is not None

@@ -32,7 +32,7 @@ import torch
 from .errors import TilefuseError
 from .ir.dtypes import DType
 from .ir.evaluate import eval_prim, retype
-from .ir.expr import transform, walk
+from .ir.expr import transform, unary, walk
 from .ir.prim import Prim, PrimGraph, TensorDecl
 from .ir.samples import allocate
 
@@ -92,9 +92,13 @@ def floor(types) -> DType | None:
     return max(floats, key=lambda d: TOLERANCE[d][0], default=None)
 
 
-def difference(got: torch.Tensor, want: torch.Tensor, floor: DType | None = None) -> str | None:
+def difference(got: torch.Tensor, want: torch.Tensor, floor: DType | None = None,
+               magnitude: torch.Tensor | None = None) -> str | None:
     """None when ``got`` equals ``want`` within the tolerance of ``want``'s type (or of ``floor``,
-    the least precise float type it was computed through, if looser), else what differs."""
+    the least precise float type it was computed through, if looser), else what differs.  The
+    absolute tolerance scales with the largest value of ``want`` (at least 1), or, per element,
+    with ``magnitude`` where given: a sum's rounding is relative to the sum of its terms' sizes,
+    not to the sum (a centered sum, ``Σ(x - mean)``, is rounding noise itself)."""
     if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
         return (f"is {str(got.dtype).replace('torch.', '')}{list(got.shape)}, "
                 f"want {str(want.dtype).replace('torch.', '')}{list(want.shape)}")
@@ -109,6 +113,8 @@ def difference(got: torch.Tensor, want: torch.Tensor, floor: DType | None = None
         err = (g64 - w64).abs()
         both_nan = torch.isnan(g64) & torch.isnan(w64)
         same_inf = torch.isinf(w64) & (g64 == w64)
+        if magnitude is not None:
+            scale = torch.clamp(magnitude.detach().cpu().double(), min=scale)
         close = torch.isfinite(w64) & (err <= atol * scale + rtol * w64.abs())
         bad = ~(close | both_nan | same_inf)
     else:
@@ -121,6 +127,15 @@ def difference(got: torch.Tensor, want: torch.Tensor, floor: DType | None = None
         if err is not None and torch.isfinite(err[bad]).any() else ""
     return (f"differs at {int(bad.sum())} of {w.numel()} elements ({worst}first at {list(first)}: "
             f"got {g[first].item()}, want {w[first].item()})")
+
+
+def _sums(p) -> bool:
+    return not p.is_opaque and p.reduce is not None and p.reduce.combiner == "sum" and p.out.dtype.is_float
+
+
+def _terms_size(p):
+    """The prim summing its terms' absolute values: the scale of its rounding."""
+    return dataclasses.replace(p, body=unary("abs", p.body))
 
 
 def mismatch(got: torch.Tensor, want: torch.Tensor, floor: DType | None,
@@ -215,9 +230,12 @@ class Verifier:
             if bad:
                 raise VerifyError(name, n, bad, _origin(after, n) or _origin(before, n))
         for p in after.prims:
-            new[p.name] = eval_prim(p, [old[n] if n in old else new[n] for n in p.inputs])
+            ins = [old[n] if n in old else new[n] for n in p.inputs]
+            new[p.name] = eval_prim(p, ins)
             if p.name in old:
                 bad = difference(new[p.name], old[p.name], lo)
+                if bad and _sums(p):
+                    bad = difference(new[p.name], old[p.name], lo, eval_prim(_terms_size(p), ins))
                 if bad:
                     raise VerifyError(name, p.name, bad, _origin(after, p.name) or _origin(before, p.name))
         for k, (a, b) in enumerate(zip(after.outputs, before.outputs)):

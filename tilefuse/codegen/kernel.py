@@ -247,6 +247,11 @@ def check(kernel: "Kernel") -> None:
     walk_body(kernel.body)
 
 
+# The first architecture whose tensor descriptors are TMA copies (Triton lowers them to plain loads,
+# without async copies, for sm_80: read off the binaries); ``Kernel.tma`` is for it and later.
+TMA_ARCH = 90
+
+
 def pow2(n: int) -> int:
     """The least power of two at least ``n`` (and 1): block sizes are powers of two."""
     return 1 << max(n - 1, 0).bit_length()
@@ -273,6 +278,8 @@ class Kernel:
                                    # once and left at zero by every launch (an ``Arrive``'s)
     transient: frozenset[int] = field(default=frozenset())   # input slots reading a workspace the
                                    # schedule's previous kernel wrote (still in L2 where it fits)
+    tma: bool = False              # Dot operands that are whole input tiles are read through tensor
+                                   # descriptors (``tl.make_tensor_descriptor``: TMA on sm_90)
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})

@@ -63,8 +63,9 @@ DOT_REGISTER_BASE = 36   # with a Dot: its operand pointers and K-loop state too
 # load is copied to shared memory (cp.async: an address per 16-byte vector); a computed operand (a
 # prologue: casts, scales, activations) passes through registers, per tile it loads; a gathered
 # one (an address not affine in a tile axis's flat index, nor whole 16-byte runs: NCHW im2col, a
-# rotated half) holds addresses and masks per value too.
-OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.45, "gathered": 0.75}
+# rotated half) holds addresses and masks per value too; a plain load through a tensor descriptor
+# (``Kernel.tma``) holds none: the copy engine computes the addresses.
+OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.45, "gathered": 0.75, "tma": 0.0}
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 SPLIT_REGISTERS = 1.5    # per value of a fresh product tile in the second loop of a split (Loop.resume)
 LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
@@ -123,7 +124,7 @@ class Profile:
 def work(kernel: Kernel, target: Target) -> Work:
     """The kernel's work on ``target`` (see the module docstring)."""
     t = _tile(kernel.body, kernel.axes, kernel.inputs, kernel.outputs, (kernel.workspaces, kernel.counters),
-              target)
+              target, kernel.tma)
     threads = kernel.num_warps * target.warp_size
     regs = _registers(t.main, threads)
     if t.tail is not None:
@@ -242,11 +243,12 @@ def _registers(p: _Phase, threads: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, target: Target) -> _Tile:
+def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tuple, target: Target,
+          tma: bool = False) -> _Tile:
     """Cached by value: the warp counts a family tries for one tile share it."""
     looped = frozenset(a.name for a in axes if a.looped)
     shape = tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in axes)
-    prof = profile(body, shape, looped, tuple(t.shape for t in inputs))
+    prof = profile(body, shape, looped, tuple(t.shape for t in inputs), tma)
     main = _bind(prof, axes, inputs, outputs, scratch, target, None)
     tail = _bind(prof.tail, axes, inputs, outputs, scratch, target, prof.arrive) if prof.tail else None
     return _Tile(main, tail)
@@ -440,19 +442,20 @@ def _stop_share(stop: tuple, by: dict) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple) -> Profile:
+def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple, tma: bool = False) -> Profile:
     """The kernel's ``Profile`` from its statements, its axes (name, vars, ext, dim, grid, alias),
-    the axes that are looped and its inputs' shapes.  Cached by value: a family lowers a body
-    once and binds block sizes per candidate, which changes neither."""
-    return _Walk(shape, looped, input_shapes).run(body)
+    the axes that are looped, its inputs' shapes and whether plain operand loads go through
+    tensor descriptors.  Cached by value: a family lowers a body once and binds block sizes per
+    candidate, which changes neither."""
+    return _Walk(shape, looped, input_shapes, tma=tma).run(body)
 
 
 class _Walk:
     """One phase's walk.  ``tail``: an ``Arrive``'s body, whose positions are per group (its
     program-split axes are the group's, one position each)."""
 
-    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False):
-        self.shape, self.input_shapes = shape, input_shapes
+    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False, tma: bool = False):
+        self.shape, self.input_shapes, self.tma = shape, input_shapes, tma
         self.tiled = {v: dim >= 0 for _, vars_, _, dim, *_ in shape for v in vars_}   # a tile dim, not per program
         num_inputs = len(input_shapes)
         self.canon = {name: alias or name for name, _, _, _, _, alias in shape}
@@ -572,7 +575,9 @@ class _Walk:
             return "gathered", 1
         while isinstance(e, Cast):
             e = e.x
-        return ("direct", 1) if isinstance(e, Load) else ("computed", tiles)
+        if isinstance(e, Load):
+            return ("tma" if self.tma else "direct"), 1
+        return "computed", tiles
 
     def gathered(self, ld: Load) -> bool:
         """The load's element offset is not affine in the flat index of a tile axis of several

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
-from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var
+from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, free_vars, walk
 from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
@@ -546,7 +546,9 @@ class _Printer:
 
     def _operand(self, e: Expr, axes: tuple[str, str], kaxis: str, dt: DType) -> _Value:
         """A dot operand as a whole 2-D tile over ``axes`` in ``dt``, zero past K's extent."""
-        v = self.value(e)
+        v = self._described(e, axes) if self.k.tma else None
+        if v is None:
+            v = self.value(e)
         if e.dtype is not dt:
             v = self.emit(f"{v.text}.to({TL[dt]})", deps=[v])
         ka = self.axis_by_name[kaxis]
@@ -558,6 +560,68 @@ class _Printer:
         if self.tiled(v) != frozenset(axes):
             v = self.emit(f"tl.broadcast_to({v.text}, {self.shape(axes)})", axes=axes, deps=[v])
         return v
+
+    def _described(self, e: Expr, axes: tuple[str, str]) -> _Value | None:
+        """The operand read through a tensor descriptor (TMA on sm_90: one bulk copy per tile, no
+        per-value addresses or masks; positions past the tensor read as zeros), or None where it
+        is not a whole input tile: each tile axis one variable indexing a dim of its own extent,
+        the innermost dim among them, the other dims per-program positions (a batch), every
+        stride a whole number of 16 bytes."""
+        if not isinstance(e, Load) or e.tensor in self.k.written or self.rank != 2 or self.idt is DType.int64:
+            return None         # (descriptor coordinates are 32-bit)
+        t = self.k.inputs[e.tensor]
+        item = e.dtype.itemsize
+        if any(math.prod(t.shape[d + 1:]) * item % 16 for d in range(t.rank - 1)):
+            return None
+        where: dict[str, int] = {}
+        offsets: list[str] = []
+        blocks: list[str] = []
+        deps: list[_Value] = []
+        for d, (x, n) in enumerate(zip(e.index, t.shape)):
+            a = self.axis_of.get(x) if isinstance(x, Var) else None
+            if a is not None and a.name in axes:
+                if len(a.vars) != 1 or a.ext[0] != n or a.name in where or a.block * item < 16:
+                    return None
+                where[a.name] = d
+                lin = self.linear(a)
+                deps.append(lin)
+                offsets.append(f"{self._start(a)}")
+                blocks.append(a.block_name)
+            elif all(v in self.axis_of and self.axis_of[v].dim < 0 for v in free_vars(x)) \
+                    and not any(isinstance(n, Load) for n in walk(x)):       # (not a gathered batch)
+                v = self.value(x, index=True)
+                deps.append(v)
+                offsets.append(v.text)
+                blocks.append("1")
+            else:
+                return None
+        if set(where) != set(axes) or t.rank - 1 not in where.values():
+            return None
+        top = self.scopes[0]
+        key = ("desc", e.tensor, tuple(blocks))
+        desc = top.memo.get(key)
+        if desc is None:
+            desc = f"desc{e.tensor}_{sum(isinstance(k, tuple) and k[0] == 'desc' for k in top.memo)}"
+            strides = [str(math.prod(t.shape[d + 1:])) for d in range(t.rank)]
+            top.lines.insert(0, f"{top.indent}{desc} = tl.make_tensor_descriptor(in{e.tensor}, "
+                                f"[{', '.join(map(str, t.shape))}], [{', '.join(strides)}], [{', '.join(blocks)}])")
+            top.memo[key] = desc
+        stored = sorted(axes, key=lambda n: where[n])            # the tile's axes in memory order
+        wanted = sorted(axes, key=lambda n: self.axis_by_name[n].dim)
+        text = (f"tl.reshape({desc}.load([{', '.join(offsets)}]), "
+                f"[{', '.join(self.axis_by_name[n].block_name for n in stored)}])")
+        if stored != wanted:
+            text = f"tl.trans({text})"
+        return self.emit(text, axes=axes, deps=deps)
+
+    def _start(self, a: TileAxis) -> str:
+        """The first position of the program's (or this chunk's) tile of axis ``a``."""
+        target = self.axis_by_name[a.alias] if a.alias else a
+        if a.grid is not None:
+            return f"{self._pid(a)} * {a.block_name}"
+        if target.looped:
+            return f"{target.name}_start"
+        return "0"
 
     def _typed(self, r: Reduce) -> _Value:
         v = self.value(r.value)

@@ -89,6 +89,24 @@ def _fallback_cache() -> Path:
     return _FALLBACK[0]
 
 
+def _torch_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _descriptor_scratch() -> None:
+    """Triton builds a kernel's tensor descriptors in global memory it asks an allocator for (a
+    context variable: per thread): set one, torch's caching allocator, unless the caller's
+    context has one already."""
+    import triton
+    try:
+        from triton.runtime import _allocation
+        if not isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+            return
+    except (ImportError, AttributeError):       # another Triton's internals: set ours
+        pass
+    triton.set_allocator(_torch_scratch)
+
+
 def compile_kernel(kernel: Kernel) -> tuple[Callable[[list[torch.Tensor], list[torch.Tensor]], None], str]:
     """(launcher, source) of a kernel: the launcher takes its inputs (``kernel.inputs`` order) and
     preallocated contiguous outputs and writes the outputs."""
@@ -97,12 +115,17 @@ def compile_kernel(kernel: Kernel) -> tuple[Callable[[list[torch.Tensor], list[t
     grid = kernel.grid
     blocks = {a.block_name: a.block for a in kernel.axes}
     warps, stages = kernel.num_warps, kernel.num_stages
-    empty = kernel.empty
+    empty, tma = kernel.empty, kernel.tma and "make_tensor_descriptor" in source
 
     def launch(inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         if empty:
             return
+        ins = [t.contiguous() for t in inputs]
+        if tma:         # a tensor descriptor's base must be 16-byte aligned (a view may not be)
+            ins = [t if t.data_ptr() % 16 == 0 else t.clone() for t in ins]
+            if not interpreted():
+                _descriptor_scratch()
         with interpreting() if interpreted() else contextlib.nullcontext():
-            fn[grid](*(t.contiguous() for t in inputs), *outputs, **blocks, num_warps=warps, num_stages=stages)
+            fn[grid](*ins, *outputs, **blocks, num_warps=warps, num_stages=stages)
 
     return launch, source

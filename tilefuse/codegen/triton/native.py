@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ...ir.dtypes import DType
 from ...paths import cache_root
-from ..kernel import Kernel
+from ..kernel import TMA_ARCH, Kernel
 from .emit import triton_source
 from .interpreter import KERNEL_MODULE
 
@@ -97,9 +97,11 @@ class Binary:
 def compile_native(kernel: Kernel, arch: int) -> Binary:
     """The kernel compiled for compute capability ``arch`` (80, 90, ...), from the cache when an
     identical kernel was compiled before by this Triton (under any name: a layer's kernels are the
-    next layer's, named and commented apart, and one compile serves them all)."""
+    next layer's, named and commented apart, and one compile serves them all).  Below sm_90 a
+    kernel reads through pointers, not tensor descriptors (Triton lowers those to plain loads
+    there, without async copies)."""
     import triton
-    plain = replace(kernel, name=_NAME, comments=())
+    plain = replace(kernel, name=_NAME, comments=(), tma=kernel.tma and arch >= TMA_ARCH)
     source = triton_source(plain)
     blocks = {a.block_name: a.block for a in kernel.axes}
     key = hashlib.sha256(json.dumps([_VERSION, triton.__version__, arch, source, sorted(blocks.items()),

@@ -12,7 +12,11 @@ the chunk's row max, the new running max (``m_safe``: 0 while the row is all -in
 ``-inf - -inf`` appears), ``p = exp(score - m_safe)`` and its row sum, the rescale factor
 ``alpha = exp(old max - m_safe)``; the second ``Dot`` accumulates ``p·V`` into ``alpha × acc``.
 After the loop the second contraction's value is the accumulator times the softmax's row-only
-coefficient (``1/sum``, guarded), rounded to its type; the epilogue's stores follow.
+coefficient (``1/sum``, guarded), rounded to its type; the epilogue's stores follow.  The
+exponentials are base 2, log2(e) folded into the scores' scale (``_base2``).  A causal key loop
+without a window is split as FlashAttention's: a ``Loop`` with ``until`` over the chunks no row
+of the tile masks (the mask's comparisons folded to constants: ``body.unmasked``), then the
+bounded loop over the diagonal chunks, which ``resume``s it.
 """
 from __future__ import annotations
 

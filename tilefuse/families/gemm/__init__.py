@@ -167,7 +167,7 @@ def _bound(body: GemmBody, t: GemmTile, forms: dict) -> tuple:
     warps, stages and swizzle (``Kernel.bound``): the kernels ``gemm_kernels`` prints for it."""
     s = body.shape
     key = (t.dot, t.bn >= s.n, (t.bm, t.bn) if t.fixup else (), t.split, t.k_range(s.k) if t.split > 1 else 0,
-           t.bk if t.split > 1 else 0)
+           t.bk if t.split > 1 else 0, t.tma)
     if key not in forms:
         forms[key] = gemm_kernels(body, t, "gemm")
     first, *rest = forms[key]

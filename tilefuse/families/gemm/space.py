@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...codegen.kernel import pow2
+from ...codegen.kernel import TMA_ARCH, pow2
 from ...cost.target import Target
 from ...cost.work import DOT_REGISTER_BASE
 from ...ir.dtypes import DType
@@ -52,10 +52,12 @@ class GemmTile:
                                  # fp32 partials summed by a second kernel that runs the epilogue
     fixup: int = 0               # two-phase row reductions (rows wider than BN): the last program
                                  # of a row block finishes the block's rows, ``fixup`` rows a step
+    tma: bool = False            # operands that are whole input tiles read through tensor
+                                 # descriptors (TMA: targets of sm_90 and later)
 
     def key(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot, self.split,
-                self.fixup)
+                self.fixup, self.tma)
 
     def k_range(self, k: int) -> int:
         """K positions each split covers (whole chunks)."""
@@ -65,7 +67,8 @@ class GemmTile:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
                 + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M")
                 + (f" split-K {self.split}" if self.split > 1 else "")
-                + (f" two-phase rows ({self.fixup} a step)" if self.fixup else ""))
+                + (f" two-phase rows ({self.fixup} a step)" if self.fixup else "")
+                + (" TMA" if self.tma else ""))
 
 
 def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
@@ -74,6 +77,7 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
     the K loop."""
     out = []
     m2, n2, k2 = pow2(max(s.m, 16)), pow2(max(s.n, 16)), pow2(max(s.k, 16))
+    tma = target.arch >= TMA_ARCH
     if s.row_reduction:
         whole = (n2,) if n2 <= MAX_ROW else ()
         bns = whole + (tuple(b for b in BNS if b < n2) if n2 <= MAX_FIXUP_ROW else ())
@@ -92,7 +96,7 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
                             continue
                         mt, nt = -(-s.m // bm), -(-s.n // bn)
                         sw = SWIZZLE if mt > SWIZZLE and nt > 1 else 1
-                        t = GemmTile(bm, bn, bk, warps, stages, sw, fixup=fixup)
+                        t = GemmTile(bm, bn, bk, warps, stages, sw, fixup=fixup, tma=tma)
                         # the fp32 accumulator must fit the registers (the rest: the ranking)
                         if -(-bm * bn // (warps * target.warp_size)) <= 255 - DOT_REGISTER_BASE:
                             out.append(t)

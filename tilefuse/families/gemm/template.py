@@ -79,7 +79,7 @@ def gemm_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
                          f"B[{shape.k} x {shape.n}] in {b.in_dtype.value}, fp32 accumulation"
                          + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""))
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
-                  tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle)
+                  tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, tma=t.tma)
 
 
 def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
@@ -129,7 +129,7 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     workspace = frozenset({len(b.stores)}) if ph.source < 0 else frozenset()
     return Kernel(name, tuple(types[n] for n in b.inputs) + (pre_type,), tuple(outputs), tuple(axes),
                   tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, written=frozenset({nin}),
-                  workspaces=workspace, counters=frozenset({len(outputs) - 1}))
+                  workspaces=workspace, counters=frozenset({len(outputs) - 1}), tma=t.tma)
 
 
 def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]:
