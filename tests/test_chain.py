@@ -97,6 +97,18 @@ def test_attention_boolean_mask_with_fully_masked_rows():
     forced(fn, tile(), q, k, v, keep, tol=TOL, family="chain")     # NaN would not compare equal to 0
 
 
+@pytest.mark.parametrize("kw,shapes", [({"is_causal": True}, dict(lq=40, lk=40)), ({}, dict(lq=20, lk=24)),
+                                       ({"enable_gqa": True}, dict(h=6, hk=2))], ids=["causal", "plain", "gqa"])
+def test_attention_operands_through_tensor_descriptors(kw, shapes):
+    """On sm_90 plans the chain reads Q, K and V through tensor descriptors (K's [keys, dim]
+    blocks transposed on chip; a GQA head's K/V at its group's position): the same values as
+    eager (the interpreter's descriptors), the causal split's two loops both through them."""
+    q, k, v = qkv(**shapes)
+    built, _ = forced(sdpa(**kw), ChainTile(16, 16, 16, 16, 4, 2, True), q, k, v, tol=TOL, family="chain")
+    assert built.source.count("tl.make_tensor_descriptor(") == 3
+    assert built.source.count(".load([") == (6 if kw.get("is_causal") else 3)
+
+
 @pytest.mark.parametrize("lq,lk", [(40, 40), (20, 40), (40, 24)])
 def test_causal_attention_from_the_index_predicate(lq, lk):
     """is_causal: the mask is an index predicate (query l sees keys s <= l); no mask tensor is

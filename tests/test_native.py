@@ -254,9 +254,10 @@ def test_native_planning_needs_a_gpu_target_and_not_measure():
         tilefuse.compile(lambda t: t * 2, (x,), target="h100", native=True, measure=True)
 
 
-def test_a_causal_attention_split_in_two_loops_compiles_to_two_pipelined_wgmma_loops(tmp_path, monkeypatch):
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
+def test_a_causal_attention_split_in_two_loops_compiles_to_two_pipelined_wgmma_loops(tma, tmp_path, monkeypatch):
     """The causal key loop split as FlashAttention's (the chunks no row masks, then the diagonal):
-    for sm_90 both loops are software-pipelined (each issues the async copies the single
+    for sm_90 both loops are software-pipelined (each issues the async or TMA copies the single
     bounded loop did), on wgmma, without spills."""
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
     import torch.nn.functional as F
@@ -267,11 +268,12 @@ def test_a_causal_attention_split_in_two_loops_compiles_to_two_pipelined_wgmma_l
     q, k, v = (torch.randn(1, 2, 256, 64, dtype=torch.float16) for _ in range(3))
     cm = tilefuse.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), (q, k, v),
                           target="h100", backend="reference")
-    kernel = chain_kernel(chain_body(whole(cm.primgraph)), ChainTile(64, 64, 64, 64, 4, 2), "causal")
+    kernel = chain_kernel(chain_body(whole(cm.primgraph)), ChainTile(64, 64, 64, 64, 4, 2, tma), "causal")
     loops = [st for st in kernel.body if isinstance(st, Loop)]
     assert len(loops) == 2
     one = dataclasses.replace(kernel, body=(dataclasses.replace(loops[1], resume=False),)
                               + tuple(st for st in kernel.body if not isinstance(st, Loop)))
     split, single = compile_native(kernel, 90), compile_native(one, 90)
     assert split.mma == "wgmma" and split.pipelined and not split.spills
-    assert sum(split.async_copies.values()) == 2 * sum(single.async_copies.values()) > 0
+    copies = (lambda b: b.tma_loads) if tma else (lambda b: sum(b.async_copies.values()))  # noqa: E731
+    assert copies(split) > copies(single) > 0 and (not tma or not split.async_copies)

@@ -139,7 +139,7 @@ def _schedule(b: ChainBody, t: ChainTile, target: Target, kernel=None) -> ChainS
 def _bound(b: ChainBody, t: ChainTile, forms: dict):
     """The body's kernel for tile ``t``: lowered once per form (H split across programs or
     whole) and bound to the tile's blocks, warps and stages."""
-    split = t.bh < b.extent(b.hvars)
+    split = (t.bh < b.extent(b.hvars), t.tma)
     if split not in forms:
         forms[split] = chain_kernel(b, t, "chain")
     return forms[split].bound({"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "BLOCK_H": t.bh}, t.warps,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ...codegen.kernel import pow2
+from ...codegen.kernel import TMA_ARCH, pow2
 from ...cost.target import Target
 
 SIZES = (16, 32, 64, 128, 256)
@@ -43,12 +43,14 @@ class ChainTile:
     bh: int                              # >= H: H whole in the program
     warps: int
     stages: int
+    tma: bool = False                    # whole input tiles through tensor descriptors (sm_90 on)
 
     def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages)
+        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma)
 
     def __str__(self) -> str:
-        return f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
+        return (f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
+                + (" TMA" if self.tma else ""))
 
 
 def chain_tiles(s: ChainShape, target: Target) -> list[ChainTile]:
@@ -57,7 +59,7 @@ def chain_tiles(s: ChainShape, target: Target) -> list[ChainTile]:
     for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
         smem = s.itemsize * (bm * bk + bk * bn + bm * bn + bn * bh + bm * bh)
         if smem <= SMEM_SLACK * target.smem_per_block:
-            out += [ChainTile(bm, bn, bk, bh, w, st) for w in WARPS for st in STAGES]
+            out += [ChainTile(bm, bn, bk, bh, w, st, target.arch >= TMA_ARCH) for w in WARPS for st in STAGES]
     return out
 
 

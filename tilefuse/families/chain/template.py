@@ -144,4 +144,4 @@ def chain_kernel(b, t, name: str) -> Kernel:
     else:
         loops = (Loop("n", body, state, causal, window),)
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), tuple(axes),
-                  loops + stores, t.warps, t.stages, comments)
+                  loops + stores, t.warps, t.stages, comments, tma=t.tma)
