@@ -31,10 +31,13 @@ From that walk, for every family alike:
   along times the tiles of the others (a weight's prologue runs once per row tile); a ``Dot``
   computes its padded tiles at ``dot.dot_rate`` (tensor cores or not), the rest at the fp32
   CUDA-core peak;
-- resources: with a ``Dot``, its fp32 accumulators and the tile a reduction holds per thread, the
-  operand tiles staged in shared memory (``num_stages`` deep inside a loop); without, a base for
-  indices and pointers plus a thread's share of the tile times the values live at once (the loads
-  of the widest scope, at most 8, and the value computed);
+- resources: with a ``Dot``, its fp32 accumulators per thread, its operands' registers by how
+  each is read (``OPERAND_REGISTERS``: a cp.async or TMA copy, a computed prologue, a gather), the
+  tiles the epilogue loads, and the operand tiles staged in shared memory (``num_stages`` deep
+  inside a loop); without, a base for indices and pointers plus a thread's share of the tile and a
+  quarter of the values the widest scope loads (at most 8 loads);
+- a causal loop split in two (``Loop.until``, ``Loop.resume``) charges each part its share of
+  the chunks and the second its own pipeline of the product (``SPLIT_REGISTERS``);
 - a loop that stops early or starts late (a causal key loop, ``Loop.stop``; a sliding window's,
   ``Loop.start``) runs its average share of the chunks;
 - an ``Arrive``'s body is a tail phase (``Work.tail``): one program per group, run by the last
