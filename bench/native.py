@@ -120,7 +120,7 @@ def _ratio_stats(pairs):
 
 def run_plan(name: str, archs, grounded: bool = False) -> dict:
     import tilefuse
-    from tilefuse.codegen.triton.native import NativeCompileError, compile_native
+    from tilefuse.codegen.triton.native import TMA_BOX_BYTES, NativeCompileError, compile_native
     from tilefuse.cost.model import occupancy
     from tilefuse.cost.target import H100
     from tilefuse.native import binary_occupancy
@@ -158,7 +158,7 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
             if _dot_loop(kernel):
                 fam["dot_loops"] += 1
                 fam["pipelined_dot_loops"] += bin_.pipelined
-            for d in (bin_.loads, bin_.async_copies):
+            for d in (bin_.loads, bin_.async_copies, {TMA_BOX_BYTES: bin_.tma_loads} if bin_.tma_loads else {}):
                 for w, c in d.items():
                     fam["_loads"][w] = fam["_loads"].get(w, 0) + c
             fam["_regs"].append((bin_.registers, work.res.regs_per_thread))

@@ -120,7 +120,7 @@ def test_cuobjdump_text_is_read_into_facts():
     assert (b.shared_bytes, b.static_shared, b.mma, b.mma_instructions) == (49152, 1024, "wgmma", 2)
     assert b.loads == {2: 1, 16: 1} and b.async_copies == {8: 1, 16: 1} and b.stores == {16: 1}
     assert b.tma_loads == 1 and b.pipelined and b.spills
-    assert b.wide_share(16) == pytest.approx(2 / 4)
+    assert b.wide_share(16) == pytest.approx(3 / 5)      # two 16-byte loads and the TMA box of five
     assert Binary.from_dict(json.loads(json.dumps(b.as_dict()))) == b
     with pytest.raises(NativeCompileError, match="kernel k: no resource usage"):
         read_binary("k", 90, 8, "nothing", sass, 0)

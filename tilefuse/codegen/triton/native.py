@@ -76,8 +76,9 @@ class Binary:
         return bool(self.async_copies) or self.tma_loads > 0
 
     def wide_share(self, width: int = 16) -> float:
-        """Share of global load instructions (plain and async) that move ``width`` bytes or more."""
-        n = {}
+        """Share of global load instructions (plain, async and TMA) that move ``width`` bytes or
+        more; a TMA copy moves a whole box (``TMA_BOX_BYTES``, at least)."""
+        n = {TMA_BOX_BYTES: self.tma_loads} if self.tma_loads else {}
         for d in (self.loads, self.async_copies):
             for w, c in d.items():
                 n[int(w)] = n.get(int(w), 0) + c
@@ -92,6 +93,9 @@ class Binary:
         """The inverse of ``as_dict`` through JSON (whose keys are strings: widths back to ints)."""
         widths = {k: {int(w): int(n) for w, n in d[k].items()} for k in ("loads", "async_copies", "stores")}
         return Binary(**{**d, **widths})
+
+
+TMA_BOX_BYTES = 128    # a TMA box: blocks of 16-byte rows at least (counted as wide as a load can be)
 
 
 def compile_native(kernel: Kernel, arch: int) -> Binary:
