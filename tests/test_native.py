@@ -159,6 +159,7 @@ def test_cli_compile_native_prints_the_binaries(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "compiled for sm_90 (binary / modelled)" in out and "mma.sync" in out and "0 spilling" in out
     assert "planned on" in out and "schedules compiled for sm_90" in out
+    assert "TMA" in out         # the Linear's operands through tensor descriptors: how its loop is pipelined
 
 
 def test_running_kernels_in_the_interpreter_leaves_triton_able_to_compile_natively(tmp_path):

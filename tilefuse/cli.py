@@ -149,11 +149,12 @@ def native_table(rows, arch: int) -> Table:
         t.add_row(str(i), b.kernel, b.mma, f"{b.registers} / {r.model.regs_per_thread}",
                   f"{b.spill_bytes} B" if b.spills else "0", f"{b.shared_bytes / 1024:.0f} / {r.model.smem_bytes / 1024:.0f}",
                   f"{r.occupancy} / {r.model_occupancy}", f"{100 * b.wide_share(16):.0f}%",
-                  "yes" if b.pipelined else "no")
+                  "TMA" if b.tma_loads else "cp.async" if b.async_copies else "no")
     spills = sum(r.binary.spills for r in rows)
     dots = [r for r in rows if r.binary.mma != "none"]
     t.caption = (f"{spills} spilling; {sum(r.binary.mma == 'wgmma' for r in dots)} of {len(dots)} tensor-core kernels "
-                 f"on wgmma; regs and smem per program, progs/SM = programs resident per SM")
+                 f"on wgmma; regs and smem per program, progs/SM = programs resident per SM; pipelined by "
+                 f"TMA or cp.async copies, or not")
     return t
 
 

@@ -37,7 +37,7 @@
       const cells = [r.kernel, r.mma, r.registers + " / " + r.model_registers, String(r.spill_bytes),
                      (r.shared_bytes / 1024).toFixed(1) + " / " + (r.model_shared_bytes / 1024).toFixed(1),
                      r.occupancy + " / " + r.model_occupancy, Math.round(100 * r.wide_load_share) + "%",
-                     r.pipelined ? "yes" : "no"];
+                     r.tma_loads ? "TMA" : r.pipelined ? "cp.async" : "no"];
       t.append(el("tr", {}, ...cells.map(v => el("td", {textContent: v}))));
     }
     return [el("h3", {textContent: "Compiled for sm_" + rows[0].arch + " (from the binary)"}), t];
