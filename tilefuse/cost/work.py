@@ -50,7 +50,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, pow2
+from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, pow2
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, walk
 from .dot import dot_rate
@@ -460,6 +460,8 @@ class _Walk:
     def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False, tma: bool = False):
         self.shape, self.input_shapes, self.tma = shape, input_shapes, tma
         self.tiled = {v: dim >= 0 for _, vars_, _, dim, *_ in shape for v in vars_}   # a tile dim, not per program
+        self.axis_info = {v: (alias or name, vars_, ext[0] if len(ext) == 1 else None, dim)
+                          for name, vars_, ext, dim, _, alias in shape for v in vars_}
         num_inputs = len(input_shapes)
         self.canon = {name: alias or name for name, _, _, _, _, alias in shape}
         self.axis_of = {v: self.canon[name] for name, vars_, *_ in shape for v in vars_}
@@ -579,7 +581,8 @@ class _Walk:
         while isinstance(e, Cast):
             e = e.x
         if isinstance(e, Load):
-            return ("tma" if self.tma else "direct"), 1
+            whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims))
+            return ("tma" if whole else "direct"), 1
         return "computed", tiles
 
     def gathered(self, ld: Load) -> bool:

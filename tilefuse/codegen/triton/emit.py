@@ -17,8 +17,8 @@ from typing import Iterable
 
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
-from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, free_vars, walk
-from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check
+from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var
+from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -69,6 +69,8 @@ class _Printer:
         self.idt = k.index_dtype()
         self.rank = k.rank
         self.axis_of = {v: a for a in k.axes for v in a.vars}
+        self.axis_info = {v: (a.name, a.vars, a.ext[0] if len(a.ext) == 1 else None, a.dim)
+                          for a in k.axes for v in a.vars}
         self.axis_by_name = {a.name: a for a in k.axes}
         self.ranges = {v: (0, n - 1) for a in k.axes for v, n in zip(a.vars, a.ext)}
         self.nin = len(k.inputs)
@@ -412,7 +414,7 @@ class _Printer:
         names = [f"st{st.slot}" for st in state]
         for st, name in zip(state, names):
             shape, ty = self.shape(st.axes), TL[st.next.dtype]
-            if resume:
+            if resume:          # the states go on from the loop before
                 pass
             elif isinstance(st.init, Const):
                 outer.lines.append(f"{outer.indent}{name} = tl.full({shape}, {literal(st.init.value, st.next.dtype)}, {ty})")
@@ -570,33 +572,24 @@ class _Printer:
         if not isinstance(e, Load) or e.tensor in self.k.written or self.rank != 2 or self.idt is DType.int64:
             return None         # (descriptor coordinates are 32-bit)
         t = self.k.inputs[e.tensor]
-        item = e.dtype.itemsize
-        if any(math.prod(t.shape[d + 1:]) * item % 16 for d in range(t.rank - 1)):
+        where = descriptor_dims(e, t.shape, self.axis_info, axes)
+        if where is None or any(self.axis_by_name[n].block * e.dtype.itemsize < 16 for n in axes):
             return None
-        where: dict[str, int] = {}
         offsets: list[str] = []
         blocks: list[str] = []
         deps: list[_Value] = []
-        for d, (x, n) in enumerate(zip(e.index, t.shape)):
-            a = self.axis_of.get(x) if isinstance(x, Var) else None
-            if a is not None and a.name in axes:
-                if len(a.vars) != 1 or a.ext[0] != n or a.name in where or a.block * item < 16:
-                    return None
-                where[a.name] = d
-                lin = self.linear(a)
-                deps.append(lin)
-                offsets.append(f"{self._start(a)}")
+        tile_dims = {d: n for n, d in where.items()}
+        for d, x in enumerate(e.index):
+            if d in tile_dims:
+                a = self.axis_by_name[tile_dims[d]]
+                deps.append(self.linear(a))         # (placed where the axis is bound)
+                offsets.append(self._start(a))
                 blocks.append(a.block_name)
-            elif all(v in self.axis_of and self.axis_of[v].dim < 0 for v in free_vars(x)) \
-                    and not any(isinstance(n, Load) for n in walk(x)):       # (not a gathered batch)
+            else:
                 v = self.value(x, index=True)
                 deps.append(v)
                 offsets.append(v.text)
                 blocks.append("1")
-            else:
-                return None
-        if set(where) != set(axes) or t.rank - 1 not in where.values():
-            return None
         top = self.scopes[0]
         key = ("desc", e.tensor, tuple(blocks))
         desc = top.memo.get(key)

@@ -37,6 +37,7 @@ _POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp1
             DType.uint8: "*u8", DType.bool: "*i1"}
 _VERSION = 2          # of what is cached: bump when Binary's fields or their reading change
 _NAME = "kernel"      # the name every kernel is compiled under (the binary does not depend on it)
+TMA_BOX_BYTES = 128   # a TMA box: blocks of 16-byte rows at least (counted as wide as a load can be)
 _LOCK = threading.Lock()
 _SOURCES: list[Path] = []
 
@@ -93,9 +94,6 @@ class Binary:
         """The inverse of ``as_dict`` through JSON (whose keys are strings: widths back to ints)."""
         widths = {k: {int(w): int(n) for w, n in d[k].items()} for k in ("loads", "async_copies", "stores")}
         return Binary(**{**d, **widths})
-
-
-TMA_BOX_BYTES = 128    # a TMA box: blocks of 16-byte rows at least (counted as wide as a load can be)
 
 
 def compile_native(kernel: Kernel, arch: int) -> Binary:
