@@ -404,6 +404,33 @@ def test_split_k_partials_then_reduction_and_epilogue(dtype, split):
     assert -(-700 // GemmTile(16, 16, 32, 4, 2, 1, True, split).k_range(700)) == split
 
 
+@pytest.mark.parametrize("dtype,split,bk", [(torch.float32, 4, 32), (torch.float16, 3, 32), (torch.float16, 2, 64)],
+                         ids=["fp32-4-ragged", "fp16-3-ragged", "fp16-2-exact"])
+def test_split_k_in_one_launch(dtype, split, bk):
+    """Split-K in one launch: each program stores its partial product and arrives at its output
+    tile's counter; the last split to arrive sums the partials and runs the epilogue (bias +
+    ReLU).  Run twice: the counters are back at zero after a launch."""
+    model = torch.nn.Sequential(torch.nn.Linear(700 if bk == 32 else 768, 24), torch.nn.ReLU()).eval().to(dtype)
+    x = torch.randn(20, 700 if bk == 32 else 768).to(dtype)
+    tol = F32_TOL if dtype is torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    t = GemmTile(16, 16, bk, 4, 2, 1, True, split, in_launch=True)
+    built, body = forced(model, t, x, tol=tol)
+    assert len(built.kernels) == 1 and "_partials(" not in built.source and "tl.atomic_add(" in built.source
+    assert ("tl.where(" in built.source) == (bk == 32)      # only a ragged last range is masked
+    again, _ = forced(model, t, x, tol=tol)
+    assert again.source == built.source
+
+
+def test_split_k_in_one_launch_of_a_batched_convolution():
+    """The counters are per (batch, row tile, column tile); a convolution's K unravelled."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 16, 3, padding=1), torch.nn.ReLU()).eval()
+    forced(model, GemmTile(16, 16, 32, 4, 2, 1, True, 2, in_launch=True), torch.randn(2, 32, 5, 5))
+    bmm = lambda a, b: torch.relu(a @ b)  # noqa: E731
+    built, _ = forced(bmm, GemmTile(16, 16, 32, 4, 2, 1, True, 3, in_launch=True),
+                      torch.randn(3, 20, 300), torch.randn(3, 300, 24))
+    assert "BLOCK_B" in built.source
+
+
 def test_split_k_of_a_convolution_unravels_its_k_positions():
     """K of a convolution is (channel, kh, kw): each split's positions are unravelled back."""
     model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU()).eval()
@@ -519,3 +546,24 @@ def test_zoo_h100_plans_run_through_gemm_kernels_on_cpu(name):
         want = [t for t in pytree.tree_leaves(model(*sets[0])) if isinstance(t, torch.Tensor)]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+
+@pytest.mark.parametrize("bn,pieces", [(32, True), (64, False)])
+def test_concatenated_weight_read_one_piece_per_tile(bn, pieces):
+    """A weight concatenated along N (a merged Q/K/V projection's, read in place) is a select
+    among its pieces.  Where BLOCK_N divides the pieces' boundaries (64, 96) each column tile
+    reads one piece, through one pointer chosen per tile: a plain load (vectorized, cp.async),
+    which the model charges as a direct operand; else one masked load per piece, a computed
+    operand.  Both match eager."""
+    from tilefuse.cost.work import work
+    fn = lambda x, a, b, c: x @ torch.cat([a, b, c]).T  # noqa: E731
+    args = (torch.randn(40, 96).half(), torch.randn(64, 96).half(), torch.randn(32, 96).half(),
+            torch.randn(32, 96).half())
+    t = GemmTile(16, bn, 32, 4, 2, 1)
+    built, body = forced(fn, t, *args, tol=HALF_TOL[torch.float16])
+    src = built.source.split("@triton.jit")[-1]
+    assert (src.count("tl.load(") == 2) == pieces and ("pid_n * BLOCK_N < 64" in src) == pieces
+    regs = work(built.kernels[0], H100).res.regs_per_thread
+    plain = forced(lambda x, w: x @ w.T, t, args[0], torch.cat(args[1:]), tol=HALF_TOL[torch.float16])[0]  # noqa: E731
+    assert (regs == work(plain.kernels[0], H100).res.regs_per_thread) == pieces

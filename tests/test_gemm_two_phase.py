@@ -13,7 +13,7 @@ from tilefuse.codegen.triton.emit import triton_source
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType
 from tilefuse.families.gemm import GemmShape, GemmTile, ranked_tiles
-from tilefuse.families.gemm.space import fixup_rows, tile_space
+from tilefuse.families.gemm.space import FIXUP_ELEMS_PER_THREAD, fixup_rows, tile_space
 
 from gemm_eval import _cache, _seed, H100, HALF_TOL, compile_h100, eager, feeds_of, forced, run_cpu, whole  # noqa: F401
 
@@ -163,7 +163,10 @@ def test_tile_space_offers_whole_rows_and_two_phases():
     # a tile narrower than the row: two phases, or split-K (whose reduction kernel holds rows)
     assert split and all(bool(t.fixup) != (t.split > 1) for t in split)
     assert any(t.split > 1 for t in split)
-    assert all(t.fixup == fixup_rows(t.bm, t.warps, 1024, H100) for t in split if t.fixup)
+    steps = lambda t: {fixup_rows(t.bm, t.warps, 1024, H100, per) for per in FIXUP_ELEMS_PER_THREAD}  # noqa: E731
+    assert all(t.fixup in steps(t) for t in split if t.fixup)
+    # both step sizes where they differ: BM 64 at 8 warps fixes 4 or 16 rows a step
+    assert {t.fixup for t in split if t.bm == 64 and t.warps == 8 and t.fixup} == {4, 16}
     # rows too wide for one tile (N = 4096 > MAX_ROW): only two phases
     wide = ranked_tiles(GemmShape(1, 64, 4096, 256, DType.float16, True), H100)
     assert wide and all(t.fixup for t in wide)
@@ -172,8 +175,10 @@ def test_tile_space_offers_whole_rows_and_two_phases():
 @pytest.mark.parametrize("bm,warps,n2,want", [(64, 4, 1024, 2), (64, 8, 1024, 4), (1, 4, 1024, 1),
                                              (64, 4, 128, 16), (64, 4, 16384, 0), (64, 8, 16384, 1)])
 def test_fixup_rows(bm, warps, n2, want):
-    """About 16 values a thread per step, one row at least, none when a row would need > 64."""
+    """About 16 values a thread per step, one row at least, none when a row would need > 64;
+    64 values a thread: four times the rows, within the row block."""
     assert fixup_rows(bm, warps, n2, H100) == want
+    assert fixup_rows(bm, warps, n2, H100, 64) == (min(max(4 * want, 1), bm) if n2 <= 1024 else want)
 
 
 def test_two_phase_tail_is_charged():

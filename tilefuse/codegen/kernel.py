@@ -280,6 +280,44 @@ def descriptor_dims(load: Load, shape: tuple[int, ...], axis_of: Mapping[Var, tu
     return where
 
 
+# a test ``v <op> c`` as (threshold t, whether the test holds below t): v < c, v <= c, v >= c, v > c
+_TESTS = {"lt": (0, True), "le": (1, True), "ge": (0, False), "gt": (1, False)}
+
+
+def uniform_test(cond, axis_of: Mapping[Var, tuple]) -> tuple[str, int, bool] | None:
+    """(axis, threshold t, below) when ``cond`` tests the one variable of a tile axis against a
+    constant (``v < t`` when below, else ``v >= t``), else None.  A tile of the axis starts at a
+    multiple of its block, so where the block divides ``t`` the test has one value over the whole
+    tile: the printer tests the tile's first position (``emit.py: _pointers``).  ``axis_of`` as
+    ``descriptor_dims``'."""
+    from ..ir.expr import Binary, Const
+    if not (isinstance(cond, Binary) and cond.op in _TESTS and isinstance(cond.a, Var)
+            and isinstance(cond.b, Const) and cond.a in axis_of):
+        return None
+    name, vars_, _, _ = axis_of[cond.a]
+    if len(vars_) != 1:
+        return None
+    shift, below = _TESTS[cond.op]
+    return name, int(cond.b.value) + shift, below
+
+
+def piece_tests(e, axis_of: Mapping[Var, tuple]) -> tuple[tuple[str, int, bool], ...] | None:
+    """The tests of a select among loads (a concatenation read in place: a merged Q/K/V weight),
+    each ``uniform_test``'s, or None when ``e`` is not one.  Where every block divides its
+    threshold, each tile reads one of the loads, which the printer reads through one pointer
+    chosen per tile: a plain load (vectorized, copied asynchronously), not one load per piece."""
+    from ..ir.expr import Select
+    if isinstance(e, Load):
+        return ()
+    if not isinstance(e, Select):
+        return None
+    test = uniform_test(e.cond, axis_of)
+    a, b = piece_tests(e.a, axis_of), piece_tests(e.b, axis_of)
+    if test is None or a is None or b is None:
+        return None
+    return (test, *a, *b)
+
+
 def pow2(n: int) -> int:
     """The least power of two at least ``n`` (and 1): block sizes are powers of two."""
     return 1 << max(n - 1, 0).bit_length()

@@ -19,6 +19,12 @@ from .target import Target
 # models at 0.82); to be calibrated against measurements on a GPU.
 TRITON_GEMM_EFFICIENCY = 0.75
 TENSOR_DTYPES = (DType.float16, DType.bfloat16)
+# A family ranks a tile that misses warpgroup MMA on a target that has it as this share slower
+# than modelled: where the two paths model within it of each other (a launch- or memory-bound
+# kernel, whose time the model knows less precisely than this) the wgmma tile is the safer choice,
+# since mma.sync halves the rate if the kernel turns out compute-bound.  A ranking preference,
+# never a time: the schedule keeps its modelled seconds.
+LEGACY_MMA_MARGIN = 0.05
 
 
 def tensor_cores(dtype: DType, target: Target) -> bool:
@@ -32,6 +38,14 @@ def wgmma(bm: int, warps: int, target: Target) -> bool:
     4 or 8 warps compiles to HGMMA; BM 16 or 32, or 2 warps, to HMMA; bench/README.md)."""
     rows = target.warpgroup_mma_rows
     return bool(rows) and bm % rows == 0 and warps % 4 == 0
+
+
+def ranking_seconds(seconds: float, bm: int, warps: int, dtype: DType, target: Target) -> float:
+    """``seconds`` as families rank a tensor-core dot tile: ``LEGACY_MMA_MARGIN`` more when the
+    tile misses the target's warpgroup MMA."""
+    if target.warpgroup_mma_rows and tensor_cores(dtype, target) and not wgmma(bm, warps, target):
+        return seconds * (1 + LEGACY_MMA_MARGIN)
+    return seconds
 
 
 def dot_rate(bm: int, bn: int, warps: int, dtype: DType, target: Target) -> float:

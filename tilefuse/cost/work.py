@@ -50,7 +50,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, pow2
+from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, piece_tests, pow2
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, walk
 from .dot import dot_rate
@@ -99,8 +99,10 @@ class DotUse:
     around: tuple            # enclosing loop axes
     staged: tuple            # per operand (a, b): 0 no input loads (registers), 1 loaded once, 2 in a loop
     stopped: int
-    reads: tuple = (("", 0), ("", 0))   # per operand: (a key of OPERAND_REGISTERS, or "" without
-                                        # input loads; the loads of whole tiles it reads)
+    reads: tuple = (("", 0, ()), ("", 0, ()))   # per operand: (a key of OPERAND_REGISTERS, or ""
+                             # without input loads; the loads of whole tiles it reads; the tests
+                             # of a concatenation's pieces, read as one direct load where every
+                             # block divides their thresholds: ``kernel.piece_tests``)
     again: bool = False      # the same Dot as in the loop before (Loop.resume): its accumulator,
                              # operand registers and shared memory are that one's
     fresh: bool = True       # its product starts from zeros (not a carried accumulator)
@@ -343,8 +345,11 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 staged += tile * item
             elif kind == 1:
                 held += tile * item
-            if reads[0]:
-                operand_regs += OPERAND_REGISTERS[reads[0]] * reads[1] * tile
+            how, tiles, tests = reads
+            if tests and all(t % blk(a) == 0 for a, t, _ in tests):
+                how, tiles = "direct", 1         # one piece's pointers per tile (emit.py: _pointers)
+            if how:
+                operand_regs += OPERAND_REGISTERS[how] * tiles * tile
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     for a in axes:
@@ -559,7 +564,7 @@ class _Walk:
             for operand, dims in ((st.a, {m, k}), (st.b, {k, n})):
                 paths = self.loads(operand, operand=True)
                 staged.append(0 if not paths else 2 if any(paths) else 1)
-                reads.append(self.operand_reads(operand, dims) if paths else ("", 0))
+                reads.append(self.operand_reads(operand, dims) if paths else ("", 0, ()))
                 self.count((operand,))
             if st.init is not None:
                 self.count((st.init,))
@@ -569,21 +574,23 @@ class _Walk:
 
     def operand_reads(self, e, dims: set) -> tuple:
         """How a Dot operand with input loads is read, (a key of ``OPERAND_REGISTERS``, the loads
-        of whole tiles it reads): gathered when a load's address is not affine in a tile axis's
-        flat index, else direct when the operand is the load itself (cast at most), else computed."""
+        of whole tiles it reads, a concatenation's tests): gathered when a load's address is not
+        affine in a tile axis's flat index, else direct when the operand is the load itself (cast
+        at most), else computed (direct after all, at binding, where it is a concatenation whose
+        pieces the blocks divide)."""
         loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
         # each load of the whole tile holds its own values and addresses (a concatenation's
         # select among three weights: three); a per-row or per-column vector is few values;
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
         tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
         if any(self.gathered(ld) for ld in loads):
-            return "gathered", 1
+            return "gathered", 1, ()
         while isinstance(e, Cast):
             e = e.x
         if isinstance(e, Load):
             whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims))
-            return ("tma" if whole else "direct"), 1
-        return "computed", tiles
+            return ("tma" if whole else "direct"), 1, ()
+        return "computed", tiles, piece_tests(e, self.axis_info) or ()
 
     def gathered(self, ld: Load) -> bool:
         """The load's element offset is not affine in the flat index of a tile axis of several

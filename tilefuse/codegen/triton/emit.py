@@ -17,8 +17,8 @@ from typing import Iterable
 
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
-from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var
-from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims
+from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, walk
+from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims, piece_tests, uniform_test
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -151,6 +151,8 @@ class _Printer:
             p = self.axis_by_name[a.within]
             start = f"{self._pid(p)}{'.to(tl.int64)' if self.idt is DType.int64 else ''} * {p.block_name}"
             text = f"({start} + {a.name + '_start + ' if a.looped else ''}{ar}){self._expand(a.dim)}"
+        elif target.looped and a.dim < 0:      # one position per iteration: a scalar
+            text = f"{target.name}_start"
         elif target.looped:
             text = f"{target.name}_start + {ar}{self._expand(a.dim)}"
         else:
@@ -214,16 +216,10 @@ class _Printer:
     # ---------------------------------------------------------------- offsets
     def offset(self, index: tuple[Expr, ...], shape: tuple[int, ...]) -> _Value:
         """Row-major element offset of ``index`` into a tensor of ``shape``, in the index type."""
-        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-        total = None
-        for e, st in zip(index, strides):
-            lin = linear_form(e) if e.dtype is INDEX else None
-            if lin is None:
-                part = {e: st}, 0
-            else:
-                part = {a: c * st for a, c in lin.terms.items()}, lin.const * st
-            total = part if total is None else _add_forms(total, part)
-        terms, const = total if total is not None else ({}, 0)
+        return self._offset(*_offset_form(index, shape))
+
+    def _offset(self, terms: dict, const: int) -> _Value:
+        """The offset ``Σ atom·coefficient + const`` (``_offset_form``) as a tile."""
         key = ("off", tuple(sorted(((id(a), c) for a, c in terms.items()))), const)
         got = self._lookup(key)
         if got is not None:
@@ -276,8 +272,14 @@ class _Printer:
                 text = f"{text}.to(tl.float32)"
             out = self.emit(f"{text}.to({TL[e.dtype]})", deps=[x])
         elif isinstance(e, Select):
-            c, a, b = self.value(e.cond), self.value(e.a, index), self.value(e.b, index)
-            out = self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
+            got = None if index else self._pointers(e)
+            if got is not None:             # a load from one piece per tile
+                ptr, mask = got
+                extra = f", mask={mask.text}, other=0" if mask is not None else ""
+                out = self.emit(f"tl.load({ptr.text}{extra})", deps=[ptr] + ([mask] if mask is not None else []))
+            else:
+                c, a, b = self.value(e.cond), self.value(e.a, index), self.value(e.b, index)
+                out = self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
         elif isinstance(e, Unary):
             out = self._unary(e, index)
         elif isinstance(e, Binary):
@@ -360,6 +362,74 @@ class _Printer:
         if e.tensor in self.k.written:      # stored by other programs of this launch: not from L1
             extra += ', cache_modifier=".cg"'
         return self.emit(f"tl.load(in{e.tensor} + {_paren(off.text)}{extra})", deps=[off] + conds)
+
+    def _pointers(self, e: Expr) -> tuple[_Value, _Value | None] | None:
+        """(pointers, mask or None) of a select among loads whose tests hold alike over each
+        tile (``kernel.piece_tests``, every block dividing its threshold: a concatenation read in
+        place): the pointers of the piece the tile's first position chooses, so that the tile is
+        one plain load, vectorized and copied asynchronously, not one masked load per piece; None
+        for anything else (before printing anything)."""
+        tests = piece_tests(e, self.axis_info)
+        if not tests or any(ld.tensor in self.k.written for ld in walk(e) if isinstance(ld, Load)):
+            return None
+        for name, threshold, _ in tests:
+            a = self.axis_by_name[name]
+            if a.within or threshold % a.block:
+                return None
+        leaves = [n for n in walk(e) if isinstance(n, Load)]
+        forms = [_offset_form(ld.index, self.k.inputs[ld.tensor].shape) for ld in leaves]
+        if all(f[0] == forms[0][0] for f in forms):
+            # the pieces' offsets differ by constants: one offset tile, a scalar base per tile
+            base = self._piece(e, {ld: c for ld, (_, c) in zip(leaves, forms)})
+            off = self._offset(forms[0][0], 0)
+            ptr = self.emit(f"{base.text} + {_paren(off.text)}", deps=[base, off])
+            axes = [off.axes] * len(leaves)
+        else:
+            ptr = self._piece(e, None)
+            axes = [self.offset(ld.index, self.k.inputs[ld.tensor].shape).axes for ld in leaves]
+        masks = {ld: self._and(self.masks(ax) + self._bounds_checks(ld.index, self.k.inputs[ld.tensor].shape))
+                 for ld, ax in zip(leaves, axes)}
+        if all(m is None for m in masks.values()):
+            return ptr, None
+        return ptr, self._piece_mask(e, masks)
+
+    def _piece(self, e: Expr, consts: dict | None) -> _Value:
+        """The pointers (or, given each load's ``consts`` offset, the scalar base pointer) of the
+        piece each tile reads."""
+        if isinstance(e, Load):
+            if consts is not None:
+                return self.emit(f"in{e.tensor} + {consts[e]}")
+            return self.emit(f"in{e.tensor} + {_paren(self.offset(e.index, self.k.inputs[e.tensor].shape).text)}",
+                             deps=[self.offset(e.index, self.k.inputs[e.tensor].shape)])
+        c = self._uniform(e.cond)
+        a, b = self._piece(e.a, consts), self._piece(e.b, consts)
+        return self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
+
+    def _piece_mask(self, e: Expr, masks: dict) -> _Value:
+        """The mask of the piece each tile reads (``masks``: each load's, or None)."""
+        if isinstance(e, Load):
+            return masks[e] or self.emit("True")
+        a, b = self._piece_mask(e.a, masks), self._piece_mask(e.b, masks)
+        if a.text == b.text:
+            return a
+        c = self._uniform(e.cond)
+        return self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
+
+    def _uniform(self, cond: Expr) -> _Value:
+        """A test that holds alike over the tile (``uniform_test``), as a scalar: the tile's first
+        position tested, placed where the axis's tile is known (its program, or its loop's chunk)."""
+        name, threshold, below = uniform_test(cond, self.axis_info)
+        key = ("uniform", name, threshold, below)
+        got = self._lookup(key)
+        if got is not None:
+            return got
+        a = self.axis_by_name[name]
+        return self.emit(f"{self._start(a)} {'<' if below else '>='} {threshold}", deps=[self.linear(a)], key=key)
+
+    def _and(self, conds: list[_Value]) -> _Value | None:
+        if len(conds) > 1:
+            return self.emit(" & ".join(c.text for c in conds), deps=conds)
+        return conds[0] if conds else None
 
     def _bounds_checks(self, index, shape) -> list[_Value]:
         """Conditions keeping an index inside its dims where analysis cannot prove it (padding)."""
@@ -669,6 +739,20 @@ _LITERAL_EXACT = (DType.float32, DType.float64, DType.int32, DType.int64)
 def _typed_reduction(text: str, dt: DType) -> str:
     """Triton widens narrow integer sums; floats keep their type."""
     return text if dt.is_float else f"{text}.to({TL[dt]})"
+
+
+def _offset_form(index: tuple[Expr, ...], shape: tuple[int, ...]) -> tuple[dict, int]:
+    """Row-major element offset of ``index`` into ``shape`` as ({atom: coefficient}, constant)."""
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    total = None
+    for e, st in zip(index, strides):
+        lin = linear_form(e) if e.dtype is INDEX else None
+        if lin is None:
+            part = {e: st}, 0
+        else:
+            part = {a: c * st for a, c in lin.terms.items()}, lin.const * st
+        total = part if total is None else _add_forms(total, part)
+    return total if total is not None else ({}, 0)
 
 
 def _add_forms(x, y):

@@ -39,6 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ...analysis.classify import Category
+from ...cost.dot import ranking_seconds
 from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.work import work
@@ -117,13 +118,15 @@ def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
 
 
 def _best(scheds: list["ChainSchedule"], target: Target) -> list["ChainSchedule"]:
-    """Feasible schedules, fastest first; ties go to K whole, fewer column tiles, larger tiles,
-    fewer warps and stages."""
+    """Feasible schedules, fastest first (a tile off the target's wgmma path ranked
+    ``LEGACY_MMA_MARGIN`` slower: ``cost/dot.py``); ties go to K whole, fewer column tiles, larger
+    tiles, fewer warps and stages."""
     scored = []
     for s in scheds:
         sec = estimate(s.work, target).seconds
         t = s.tile
         if math.isfinite(sec):
+            sec = ranking_seconds(sec, t.bm, t.warps, s.body.in1, target)
             kc, ht = -(-s.body.extent(s.body.kvars) // t.bk), -(-s.body.extent(s.body.hvars) // t.bh)
             scored.append(((sec, kc, ht, -t.bm * t.bn, t.warps, t.stages), s))
     scored.sort(key=lambda kv: kv[0])

@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...analysis.classify import Category
+from ...cost.dot import ranking_seconds
 from ...cost.target import Target
 from ...cost.work import kernel_seconds, work
 from ...ir.dtypes import TensorType
@@ -86,8 +87,9 @@ class GemmFamily(Family):
         kernels = self.kernels(schedule, name)
         scratch = tuple(Scratch(k.outputs[j], j in k.counters) for k in kernels
                         for j in sorted(k.workspaces | k.counters))
-        if schedule.tile.fixup:
-            return self._two_phase(kernels[0], b, outputs, name, scratch)
+        if schedule.tile.fixup or schedule.tile.in_launch:
+            source = b.phases.source if schedule.tile.fixup else -1
+            return self._arriving(kernels[0], b.inputs, source, outputs, name, scratch)
         if len(kernels) == 1:
             run, source = compile_kernel(kernels[0])
             return Built(name, self.name, b.inputs, outputs, run, source, "triton", kernels=kernels)
@@ -101,15 +103,15 @@ class GemmFamily(Family):
         return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton", scratch,
                      kernels=kernels)
 
-
-    def _two_phase(self, kernel, b: GemmBody, outputs, name: str, scratch) -> Built:
-        """The two-phase kernel's launcher: its scratch (``Built.scratch``) is the workspace of
-        pre-reduction values (unless an output holds them: they are read back from it) and the
-        row blocks' counters, zero before the first launch and left at zero by every launch (a
-        failed launch zeroes them again)."""
+    def _arriving(self, kernel, inputs, source_out: int, outputs, name: str, scratch) -> Built:
+        """The launcher of a kernel whose programs ``Arrive`` (two phases, split-K in one launch):
+        its scratch (``Built.scratch``) is the workspace it reads back (a two-phase kernel's
+        pre-reduction values, unless an output holds them; split-K's partials) and the groups'
+        counters, zero before the first launch and left at zero by every launch (a failed launch
+        zeroes them again)."""
         from ...codegen.triton import compile_kernel
         launch, source = compile_kernel(kernel)
-        source_out, n = b.phases.source, len(outputs)
+        n = len(outputs)
 
         def run(ins, outs):                 # outs: the outputs, then [workspace,] counters
             pre = outs[n] if source_out < 0 else outs[source_out]
@@ -119,7 +121,7 @@ class GemmFamily(Family):
                 outs[-1].zero_()
                 raise
 
-        return Built(name, self.name, b.inputs, outputs, run, source, "triton", scratch, kernels=(kernel,))
+        return Built(name, self.name, inputs, outputs, run, source, "triton", scratch, kernels=(kernel,))
 
 
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
@@ -130,10 +132,16 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
         s = _schedule(body, t, target, forms)
         sec = Cost.of((s.work, *s.then), target).seconds
         if math.isfinite(sec):
-            out.append((sec, s))
+            out.append((_ranking(sec, t, body.shape, target), s))
             if len(out) == TOP_K:
                 break
     return [s for _, s in sorted(out, key=lambda kv: kv[0])]
+
+
+def _ranking(sec: float, t: GemmTile, s: GemmShape, target: Target) -> float:
+    """The seconds a tile ranks by: a tensor-core tile off the target's wgmma path ranks
+    ``LEGACY_MMA_MARGIN`` slower (``cost/dot.py``)."""
+    return ranking_seconds(sec, t.bm, t.warps, s.dtype, target) if t.dot else sec
 
 
 def _schedule(body: GemmBody, tile: GemmTile, target: Target, forms: dict | None = None) -> GemmSchedule:
@@ -146,16 +154,18 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target, forms: dict | None
 @functools.lru_cache(maxsize=2048)
 def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
     """Feasible tiles, fastest first by the modelled time of the plain GEMM of this shape
-    (``plain_body``) as the template prints it for each tile (ties: least padding, then larger
-    tiles, fewer warps and stages); cached by value, per shape and target."""
+    (``plain_body``) as the template prints it for each tile (``_ranking``; ties: least padding,
+    then larger tiles, fewer warps, stages and registers); cached by value, per shape and target."""
     body, forms = plain_body(s), {}
     scored = []
     for t in tile_space(s, target):
-        sec = sum(kernel_seconds(work(k, target), target) for k in _bound(body, t, forms))
+        works = [work(k, target) for k in _bound(body, t, forms)]
+        sec = sum(kernel_seconds(w, target) for w in works)
         if math.isfinite(sec):
             mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
-            scored.append(((sec, padded, -t.bm * t.bn, t.warps, t.stages, -t.bk), t))
+            regs = max(w.res.regs_per_thread for w in works)    # further from spilling
+            scored.append(((_ranking(sec, t, s, target), padded, -t.bm * t.bn, t.warps, t.stages, regs, -t.bk), t))
     scored.sort(key=lambda kv: kv[0])
     return tuple(t for _, t in scored)
 
@@ -167,7 +177,7 @@ def _bound(body: GemmBody, t: GemmTile, forms: dict) -> tuple:
     warps, stages and swizzle (``Kernel.bound``): the kernels ``gemm_kernels`` prints for it."""
     s = body.shape
     key = (t.dot, t.bn >= s.n, (t.bm, t.bn) if t.fixup else (), t.split, t.k_range(s.k) if t.split > 1 else 0,
-           t.bk if t.split > 1 else 0, t.tma)
+           t.bk if t.split > 1 else 0, t.tma, t.in_launch)
     if key not in forms:
         forms[key] = gemm_kernels(body, t, "gemm")
     first, *rest = forms[key]

@@ -1,12 +1,14 @@
 """The gemm family's hardware-centric tile space (Hidet §3.3): block tiles BM×BN×BK, warps,
-pipeline stages and the group-M swizzle, split-K for grids that leave SMs idle, two-phase row
+pipeline stages and the group-M swizzle, split-K for grids that leave SMs idle (its partials
+summed by a second kernel, or in the same launch by the last split of each tile), two-phase row
 reductions for rows wider than a tile, and a small-M path for GEMVs: a few hundred points per
 shape.  The family ranks them (``families/gemm``) by the modelled time of the kernel each prints
 (``cost/work.py``); a tile a target cannot hold (registers, shared memory) is infeasible there.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 from ...codegen.kernel import TMA_ARCH, pow2
 from ...cost.target import Target
@@ -21,7 +23,9 @@ STAGES = (2, 3, 4)
 SWIZZLE = 8                      # row tiles per group in group-M order (Triton's matmul tutorial)
 MAX_ROW = 2048                   # widest row an epilogue reduction holds in one tile
 MAX_FIXUP_ROW = 16384            # widest row the two-phase fixup holds in one pass (64 values a thread)
-FIXUP_ELEMS_PER_THREAD = 16      # values of one fixup step per thread: the rows a step takes
+FIXUP_ELEMS_PER_THREAD = (16, 64)   # values of one fixup step per thread: the rows a step takes
+                                 # (more rows a step: fewer round trips where few programs fix
+                                 # many rows, e.g. BM 64 over 128 rows; fewer: fewer registers)
 SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
 SMALL_M_BKS = (32, 64, 128, 256, 512)
 SPLITS = (2, 4, 8, 16)
@@ -54,10 +58,13 @@ class GemmTile:
                                  # of a row block finishes the block's rows, ``fixup`` rows a step
     tma: bool = False            # operands that are whole input tiles read through tensor
                                  # descriptors (TMA: targets of sm_90 and later)
+    in_launch: bool = False      # split-K's partials summed and the epilogue run by the last of an
+                                 # output tile's splits to finish, in the same launch (else a
+                                 # second kernel: the only way when the epilogue reduces rows)
 
     def key(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot, self.split,
-                self.fixup, self.tma)
+                self.fixup, self.tma, self.in_launch)
 
     def k_range(self, k: int) -> int:
         """K positions each split covers (whole chunks)."""
@@ -66,7 +73,7 @@ class GemmTile:
     def __str__(self) -> str:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
                 + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M")
-                + (f" split-K {self.split}" if self.split > 1 else "")
+                + (f" split-K {self.split}" if self.split > 1 else "") + (" in one launch" if self.in_launch else "")
                 + (f" two-phase rows ({self.fixup} a step)" if self.fixup else "")
                 + (" TMA" if self.tma else ""))
 
@@ -88,10 +95,14 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
             for bk in (b for b in BKS if b <= k2):
                 chunks = -(-s.k // bk)
                 for warps in WARPS:
-                    fixup = fixup_rows(bm, warps, n2, target) if s.row_reduction and bn < n2 else 0
-                    if s.row_reduction and bn < n2 and not fixup:
-                        continue
-                    for stages in STAGES:
+                    if s.row_reduction and bn < n2:
+                        fixups = sorted({f for per in FIXUP_ELEMS_PER_THREAD
+                                         if (f := fixup_rows(bm, warps, n2, target, per))})
+                        if not fixups:
+                            continue
+                    else:
+                        fixups = [0]
+                    for stages, fixup in itertools.product(STAGES, fixups):
                         if stages > max(chunks, 1) + 1 and stages != STAGES[0]:
                             continue
                         mt, nt = -(-s.m // bm), -(-s.n // bn)
@@ -100,18 +111,19 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
                         # the fp32 accumulator must fit the registers (the rest: the ranking)
                         if -(-bm * bn // (warps * target.warp_size)) <= 255 - DOT_REGISTER_BASE:
                             out.append(t)
-                            out += _splits(t, s, target)
+                            if fixup == fixups[0]:
+                                out += _splits(t, s, target)
     return out + _small_m_space(s, target, whole)
 
 
-def fixup_rows(bm: int, warps: int, n2: int, target: Target) -> int:
+def fixup_rows(bm: int, warps: int, n2: int, target: Target, per_thread: int = FIXUP_ELEMS_PER_THREAD[0]) -> int:
     """Rows per step of a two-phase fixup over rows padded to ``n2``: as many as keep
-    ``FIXUP_ELEMS_PER_THREAD`` values a thread, at least one, at most the row block; 0 when one
-    row would take more than 64 values a thread."""
+    ``per_thread`` values a thread, at least one, at most the row block; 0 when one row would
+    take more than 64 values a thread."""
     threads = warps * target.warp_size
     if n2 > 64 * threads:
         return 0
-    rows = max(threads * FIXUP_ELEMS_PER_THREAD // n2, 1)
+    rows = max(threads * per_thread // n2, 1)
     return min(1 << (rows.bit_length() - 1), bm)
 
 
@@ -126,9 +138,11 @@ def _splits(t: GemmTile, s: GemmShape, target: Target) -> list[GemmTile]:
     for split in SPLITS:
         if s.k // split < max(MIN_K_PER_SPLIT, t.bk) or programs * split > 4 * target.sm_count:
             continue
-        v = GemmTile(t.bm, t.bn, t.bk, t.warps, t.stages, t.swizzle, t.dot, split)
+        v = GemmTile(t.bm, t.bn, t.bk, t.warps, t.stages, t.swizzle, t.dot, split, tma=t.tma)
         if -(-s.k // v.k_range(s.k)) == split:       # no empty split
             out.append(v)
+            if not s.row_reduction:
+                out.append(replace(v, in_launch=True))
     return out
 
 

@@ -27,10 +27,10 @@ import math
 from dataclasses import replace
 
 from ...analysis.index import extent_ranges
-from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, pow2
+from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
-from ...ir.expr import Expr, Load, Value, Var, binary, cast, select, substitute, transform
+from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, substitute, transform
 from ...transform.simplify import simplify
 from .body import GemmBody
 from .space import GemmTile
@@ -47,6 +47,8 @@ def gemm_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, ...]:
         return (_two_phase_kernel(b, t, name),)
     if t.split == 1:
         return (gemm_kernel(b, t, name),)
+    if t.in_launch:
+        return (_split_in_launch(b, t, name),)
     return _split_kernels(b, t, name)
 
 
@@ -132,9 +134,11 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
                   workspaces=workspace, counters=frozenset({len(outputs) - 1}), tma=t.tma)
 
 
-def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]:
+def _split_partials(b: GemmBody, t: GemmTile, slot: int):
+    """Split-K's partial products: the axes (``s``, the split, on the next program-id dimension),
+    the ``Dot`` over the split's K range into result ``slot``, and the fp32 workspace type
+    ``[split, *acc]``."""
     ext, shape = b.ext, b.shape
-    types = b.group.types
     kc = t.k_range(shape.k)
     sv, kl, kal = Var("s"), Var("kl"), Var("kal")
     kext = tuple(ext[v] for v in b.kvars)
@@ -152,20 +156,60 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
         return out
 
     def operand(e, local: Var):
-        """The operand over a split's K range, zero past K's end (the last range is ragged)."""
-        return select(binary("lt", global_k(local), shape.k), substitute(e, k_vars(local)), cast(0, e.dtype))
+        """The operand over a split's K range, zero past K's end (when the last range is ragged)."""
+        e = substitute(e, k_vars(local))
+        if kc * t.split == shape.k:
+            return e
+        return select(binary("lt", global_k(local), shape.k), e, cast(0, e.dtype))
 
     axes = _dot_axes(b, t, (kl,), (kal,), (kc,))
     _batch_axis(b, axes)
     axes.append(TileAxis("s", (sv,), (t.split,), 1, -1, grid=_next_grid(axes), block_name="BLOCK_S"))
     ws = TensorType((t.split,) + b.acc_shape, DType.float32)
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}], K split {t.split} ways"
+    dot = Dot(slot, operand(b.a, kal), operand(b.b, kl), "m", "n", "k", "ka", b.in_dtype, DType.float32, note)
+    return axes, dot, ws
+
+
+def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
+    """Split-K in one launch: every program stores its partial product into the fp32 workspace
+    and ``Arrive``s at its output tile's counter; the last of the tile's ``split`` programs to
+    arrive sums the partials (read back through L2, its own included) and runs the epilogue.
+    Slots: the inputs, then the workspace read back; results move one slot up.  Outputs: the
+    stores, the workspace, the tiles' counters."""
+    types, nin = b.group.types, len(b.inputs)
+    axes, dot, ws = _split_partials(b, t, b.acc + 1)
+    sr = Var("sr")
+    axes.append(TileAxis("r", (sr,), (t.split,), 1, -1, block_name="RBLOCK"))
+    total = b.acc + 2
+    f32 = DType.float32
+    sums = Loop("r", (), (State(total, ("m", "n"), Const(0.0, f32),
+                                binary("add", Value(total, f32), Load(nin, (sr,) + b.avars, f32))),))
+    summed = cast(Value(total, f32), b.out_dtype)
+    stores = [replace(st, value=transform(st.value, lambda e: summed if isinstance(e, Value) and e.slot == b.acc
+                                          else None)) for st in _stores(b, {})]
+    outputs = tuple(types[st.tensor] for st in b.stores)
+    tiles = [a for a in axes if a.grid is not None and a.name != "s"]      # an output tile's programs
+    counters = TensorType((math.prod(max(a.chunks, 1) for a in tiles),), DType.int32)
+    group = tuple(a.name for a in tiles)
+    body = (dot, Store(len(outputs), (Var("s"),) + b.avars, Value(b.acc + 1, f32)),
+            Arrive(len(outputs) + 1, group, t.split, (sums, *stores)))
+    head = (f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}: K split {t.split} ways in one launch, "
+            f"the last split of each output tile to finish sums the partials (in{nin}) and runs the epilogue")
+    return Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), outputs + (ws, counters), tuple(axes), body,
+                  t.warps, t.stages, _comments(b, head, pre=f"in{nin}=workspace"), swizzle=t.swizzle,
+                  written=frozenset({nin}), workspaces=frozenset({len(outputs)}),
+                  counters=frozenset({len(outputs) + 1}), tma=t.tma)
+
+
+def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]:
+    shape, types = b.shape, b.group.types
+    sv = Var("s")
+    axes, dot, ws = _split_partials(b, t, b.acc)
     first = Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), (ws,), tuple(axes),
-                   (Dot(b.acc, operand(b.a, kal), operand(b.b, kl), "m", "n", "k", "ka", b.in_dtype,
-                        DType.float32, note),
-                    Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
+                   (dot, Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
-                   swizzle=t.swizzle, workspaces=frozenset({0}))
+                   swizzle=t.swizzle, workspaces=frozenset({0}), tma=t.tma)
     # the reduction: the splits summed, then the epilogue; one program per REDUCE_BLOCK outputs,
     # or, when the epilogue reduces rows, per ROWS_BLOCK whole rows (the row reductions after the sum)
     nin = len(b.inputs)
