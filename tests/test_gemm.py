@@ -15,6 +15,7 @@ from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.families.gemm import GemmShape, GemmTile, ranked_tiles
+from tilefuse.families.gemm.space import tile_space
 
 from gemm_eval import (F32_TOL, H100, HALF_TOL, _cache, _seed, batchnorm, check_planned, compile_h100, eager,  # noqa: F401
                        feeds_of, forced, gemm_kernels, run_cpu, tile, whole)
@@ -567,3 +568,35 @@ def test_concatenated_weight_read_one_piece_per_tile(bn, pieces):
     regs = work(built.kernels[0], H100).res.regs_per_thread
     plain = forced(lambda x, w: x @ w.T, t, args[0], torch.cat(args[1:]), tol=HALF_TOL[torch.float16])[0]  # noqa: E731
     assert (regs == work(plain.kernels[0], H100).res.regs_per_thread) == pieces
+
+
+def test_depthwise_convolution_as_a_stencil():
+    """A depthwise convolution is one column per channel (N = 1, the channels its batch): the
+    stencil path tiles positions × channels and loops over the taps on CUDA cores (stride 2,
+    padding, ragged positions and channels, the ReLU6 epilogue) and matches eager; the tile
+    space offers it only for N = 1 with several batch positions."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(40, 40, 3, padding=1, stride=2, groups=40), torch.nn.ReLU6()).eval()
+    built, body = forced(model, GemmTile(16, 1, 1, 4, 1, 1, dot=False, bb=16), torch.randn(1, 40, 13, 13))
+    assert body.shape.n == 1 and body.shape.batch == 40 and "tl.dot(" not in built.source
+    assert "for k_start in tl.static_range(0, 9, BLOCK_K)" in built.source    # the taps unrolled
+    assert any(t.bb for t in tile_space(body.shape, H100))
+    assert not any(t.bb for t in tile_space(GemmShape(4, 64, 2, 9, DType.float16), H100))
+
+
+def test_channels_last_depthwise_block_plans_stencils():
+    """MobileNet's block (1×1, depthwise 3×3, 1×1 in fp16, channels-last between them): the
+    planner runs the depthwise convolution as a stencil, whose channel runs are contiguous, and
+    the plan's kernels match eager."""
+    torch.manual_seed(0)
+    c = 32
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, c, 1), torch.nn.BatchNorm2d(c), torch.nn.ReLU6(),
+                                torch.nn.Conv2d(c, c, 3, padding=1, groups=c), torch.nn.BatchNorm2d(c),
+                                torch.nn.ReLU6(), torch.nn.Conv2d(c, 16, 1)).eval().half()
+    x = torch.randn(1, 16, 40, 40).half()
+    cm = compile_h100(model, x)
+    stencils = [k for k in cm.plan.kernels if k.schedule.family == "gemm" and k.schedule.tile.bb]
+    assert len(stencils) == 1
+    # the weight re-laid out taps-outer: each tap's channels one contiguous run (no stride-9 gather)
+    (built,) = [b for b, k in zip(cm.kernels, cm.plan.kernels) if k is stencils[0]]
+    assert "_taps" in " ".join(built.inputs) and "bs * 9" not in built.source
+    torch.testing.assert_close(run_cpu(cm, x)[0].float(), eager(model, x)[0].float(), **HALF_TOL[torch.float16])

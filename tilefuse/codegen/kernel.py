@@ -137,6 +137,10 @@ class Loop:
     resume: bool = False                   # go on from the chunk where the Loop just before it over
                                            # the same axis ended, carrying its states on (the
                                            # causal key loop's diagonal chunks, after ``until``)
+    unroll: bool = False                   # its chunks unrolled (``tl.static_range``), so every
+                                           # chunk's loads are issued before their values are used:
+                                           # a short loop over a scalar axis (a stencil's taps,
+                                           # split-K's partial sums); no stop, start or split
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,8 @@ def check(kernel: "Kernel") -> None:
                 define(st.slot)
             elif isinstance(st, Loop):
                 axes(st.axis, *(b[0] for b in (st.stop, st.start, st.until) if b))
+                if st.unroll and (st.stop or st.start or st.until or st.resume):
+                    fail(f"an unrolled Loop over {st.axis!r} with a stop, start or split")
                 for s in st.state:
                     axes(*s.axes)
                     reads(s.init)

@@ -72,6 +72,10 @@ OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.45, "gathered": 0.75, "tma": 
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 SPLIT_REGISTERS = 1.5    # per value of a fresh product tile in the second loop of a split (Loop.resume)
 LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
+# An unrolled loop's loads are issued ahead of their use: about 70% of all its chunks' values
+# are live at once (fitted: sm_90 binaries of depthwise stencils, 9 taps at 8 to 32 outputs a
+# thread, 80 to 205 registers)
+UNROLLED_LIVE = 0.7
 GATHER_RUN = 8           # contiguous values (16 bytes of fp16) a run needs to stay one vector load
 MAX_LIVE_LOADS = 8       # loads a thread holds at once, at most (the compiler interleaves the rest)
 
@@ -124,6 +128,7 @@ class Profile:
                                                                # ("until" | "resume", offset))
     arrive: tuple = ()                                         # the tail's group axes
     tail: "Profile | None" = None
+    unrolled: frozenset = frozenset()                          # axes of unrolled loops (Loop.unroll)
 
 
 def work(kernel: Kernel, target: Target) -> Work:
@@ -158,6 +163,8 @@ class _Phase:
     stored: float                     # bytes of plan outputs stored
     scratch: float                    # bytes of workspaces stored
     chunks: float
+    waits: float                      # of the chunks, those whose loads wait for the ones before
+                                      # (an unrolled loop's chunks issue theirs together)
     inflight_loop: float              # bytes one chunk of the loop scopes requests (Dot kernels)
     dot_flops: tuple[float, ...]      # per Dot: its padded tiles' flops
     dots: tuple[tuple[int, int, DType], ...]     # per Dot: its (BM, BN, dtype) for the rate
@@ -215,7 +222,7 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
         serial = p.chunks if stages == 1 and p.inflight_loop and p.chunks > 1 else 0.0
     else:
         peak, flops = target.peak(DType.float32, False), p.cuda_flops
-        inflight = requested / p.programs / p.chunks if p.programs else 0.0
+        inflight = requested / p.programs / p.waits if p.programs else 0.0
         serial = 0.0
     return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
                 inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
@@ -356,19 +363,25 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         if a.dim >= 0:
             dims[a.dim] = max(dims.get(a.dim, 1), a.block)
     loops = [(p, s) for p, has, s in prof.scopes]
-    nchunks = 0.0
+    nchunks = waits = 0.0
     for path, has, stopped in prof.scopes:
         if path:
             nchunks += math.prod(chunks(x) for x in path) * shares[stopped]
+            # an unrolled loop's chunks issue their loads together: one round trip
+            waits += math.prod(chunks(x) for x in path if x not in prof.unrolled) * shares[stopped]
         elif has or len(loops) == 1:
             nchunks += 1
+            waits += 1
     # the values a thread holds at once: its share of each load of the widest scope (a load
-    # spans the blocks of the axes it varies along), at most MAX_LIVE_LOADS of them
+    # spans the blocks of the axes it varies along; an unrolled loop's, every chunk's), at most
+    # MAX_LIVE_LOADS of them
     live = 0
     for path, _ in loops:
         sizes = sorted((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads if u.path == path),
                        reverse=True)
-        live = max(live, sum(sizes[:MAX_LIVE_LOADS]))
+        unrolled = math.prod(chunks(x) for x in path if x in prof.unrolled)
+        live = max(live, math.ceil(sum(sizes[:MAX_LIVE_LOADS]) * (unrolled * UNROLLED_LIVE * LIVE_SHARE
+                                                                  if unrolled > 1 else 1)))
     epilogue = sum(math.prod(blk(x) for x in u.varies if x in by) for u in prof.loads if not u.operand) \
         if prof.dots else 0
     stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters]
@@ -376,10 +389,13 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     return _Phase(programs, tuple(per_input), frozenset(operand),
                   tuple(tuple((a, chunks(a)) for a in sorted(rereads.get(k, ()))) for k in range(len(inputs))),
                   stored_bytes([outputs[k] for k in sorted(stored_slots)], target),
-                  sum(outputs[k].nbytes for k in scratch_slots), max(nchunks, 1.0), loop_bytes,
+                  sum(outputs[k].nbytes for k in scratch_slots), max(nchunks, 1.0), max(waits, 1.0), loop_bytes,
                   tuple(dot_flops), tuple(dots), cuda, reduce_tile,
-                  # a tail holds its own tile (its reductions'), not the kernel's widest blocks
-                  reduce_tile if arrive is not None and reduce_tile else math.prod(dims.values()),
+                  # a tail holds its own tile (its reductions', else its widest load's: a
+                  # split-K sum's output tile), not the kernel's widest blocks
+                  (reduce_tile or max((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads),
+                                      default=math.prod(dims.values())))
+                  if arrive is not None else math.prod(dims.values()),
                   live, staged, held, acc, operand_regs, epilogue, arrive is not None)
 
 
@@ -497,12 +513,13 @@ class _Walk:
         self.resuming = False                     # in a loop that resumes the one before it
         self.tail: Profile | None = None
         self.arrive: tuple = ()
+        self.unrolled: set = set()
 
     def run(self, body) -> Profile:
         self.statements(body)
         return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
                        tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
-                       tuple(self.stops), self.arrive, self.tail)
+                       tuple(self.stops), self.arrive, self.tail, frozenset(self.unrolled))
 
     def statements(self, body) -> None:
         for st in body:
@@ -523,6 +540,8 @@ class _Walk:
                 for s in st.state:
                     self.slot_axes[s.slot] = frozenset(self.canon[a] for a in s.axes)
                 looped = st.axis in self.looped
+                if st.unroll and looped:
+                    self.unrolled.add(self.canon[st.axis])
                 if st.until is not None and not looped:
                     continue                # one chunk: the loop that resumes it runs it
                 stopped = self.stopped

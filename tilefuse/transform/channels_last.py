@@ -12,7 +12,8 @@ intermediates connected to a convolution (its activation input, its output) thro
 keep dim 1 as the channel (batch norm, activations, residual adds, padding, pooling, another
 convolution): each one's producer lists its axes as (n, h, w, c), every reader's load of it
 permutes its index the same way, and each convolution over a relabeled activation sums over
-(kh, kw, c) and reads its weight as ``[F, KH, KW, C]``.  The weight is a constant re-laid out
+(kh, kw, c) and reads its weight as ``[F, KH, KW, C]`` (a depthwise convolution's as ``[KH, KW, 1, C]``:
+a tap's channels contiguous).  The weight is a constant re-laid out
 once here (a copy the size of the weight: the layout the kernel reads, as the vendor libraries'
 reformatted weights; beyond ``COPY_LIMIT`` too); a weight that is not a constant is relabeled as
 an intermediate.  Graph inputs and outputs keep their layout (a convolution reading the model's
@@ -26,6 +27,7 @@ from ..ir.expr import Load, Var, free_vars, transform, walk
 from ..ir.prim import Constant, Prim, PrimGraph, Reduction
 
 NHWC = (0, 2, 3, 1)          # dims of an NCHW tensor in channels-last order
+TAPS_OUTER = (2, 3, 1, 0)    # dims of a depthwise weight [C, 1, KH, KW] as [KH, KW, 1, C]
 MIN_CHANNELS = 8             # channels a K run needs to be a 16-byte fp16 vector
 
 
@@ -36,6 +38,7 @@ def channels_last(pg: PrimGraph) -> PrimGraph:
     region = _region(pg, convs)
     if not region:
         return pg
+    pg = _depthwise_taps_outer(pg, region)
     # weights: constants re-laid out; intermediates relabeled; a graph input keeps its layout (and
     # then its convolution its K order: K runs would be gathers of the weight instead)
     weights: dict[str, str] = {}
@@ -72,6 +75,52 @@ def channels_last(pg: PrimGraph) -> PrimGraph:
         if p.name in weights:
             q = _channels_inner(q, convs[p.name][2])
         prims.append(q)
+    return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
+
+
+def _depthwise_taps_outer(pg: PrimGraph, region: set[str]) -> PrimGraph:
+    """Each depthwise convolution over a relabeled activation reads its weight, a constant
+    ``[C, 1, KH, KW]`` only it reads, as ``[KH, KW, 1, C]`` (a copy, as the other convolutions'
+    weights): one tap of ``BLOCK_B`` channels is then a contiguous run, a 16-byte load, where
+    the weight's own layout makes each tap a stride-KH·KW gather (the gemm family's stencil path,
+    whose batch is the channels)."""
+    consts = pg.constant_map
+    moved: dict[str, tuple[str, int]] = {}        # prim -> (weight, slot)
+    for p in pg.prims:
+        if p.is_opaque or p.reduce is None or p.reduce.combiner != "sum" or p.out.rank != 4:
+            continue
+        if not any(n in region for n in p.inputs):
+            continue
+        for j, name in enumerate(p.inputs):
+            c = consts.get(name)
+            lds = [n for n in walk(p.body) if isinstance(n, Load) and n.tensor == j]
+            if c is None or c.data.dim() != 4 or c.data.shape[1] != 1 or c.data.shape[0] < MIN_CHANNELS or \
+                    name in pg.outputs or len(pg.consumers.get(name, ())) != 1 or not lds:
+                continue
+            if all(ld.index[0] is p.axes[1] and all(isinstance(v, Var) and v in p.reduce.axes for v in ld.index[1:])
+                   for ld in lds):
+                moved[p.name] = (name, j)
+    if not moved:
+        return pg
+    taken = set(pg.types)
+    renamed = {}
+    for w, _ in moved.values():
+        new = f"{w}_taps"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        renamed[w] = new
+    constants = tuple(Constant(renamed[c.name], c.data.permute(*TAPS_OUTER).contiguous()) if c.name in renamed
+                      else c for c in pg.constants)
+    prims = []
+    for p in pg.prims:
+        if p.name in moved:
+            w, j = moved[p.name]
+            body = transform(p.body, lambda n: Load(j, tuple(n.index[d] for d in TAPS_OUTER), n.dtype)
+                             if isinstance(n, Load) and n.tensor == j else None)
+            p = Prim(p.name, tuple(renamed.get(n, n) if k == j else n for k, n in enumerate(p.inputs)), p.axes,
+                     body, p.out, p.reduce, p.origin)
+        prims.append(p)
     return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
 
 

@@ -450,7 +450,7 @@ class _Printer:
         for st in body:
             if isinstance(st, Loop):
                 self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop,
-                           st.start, st.until, st.resume)
+                           st.start, st.until, st.resume, st.unroll)
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -462,13 +462,15 @@ class _Printer:
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
-    def _loop(self, a: TileAxis, body, state=(), stop=None, start=None, until=None, resume=False) -> None:
+    def _loop(self, a: TileAxis, body, state=(), stop=None, start=None, until=None, resume=False,
+              unroll=False) -> None:
         """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
         ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
         by all the states' next values at once at the end of every iteration; ``stop`` ends the
         loop early (``Loop.stop``), ``start`` begins it late (``Loop.start``), ``until`` ends it
         before the chunks the program's first row would mask, at ``<axis>_split``, where the
-        next loop ``resume``s with the states as they are (``Loop.until``, ``Loop.resume``)."""
+        next loop ``resume``s with the states as they are (``Loop.until``, ``Loop.resume``);
+        ``unroll``: ``tl.static_range`` (``Loop.unroll``)."""
         looped = a.looped and a.name not in self.scope.bound
         if not looped and until is not None:
             return                  # one chunk: the loop that resumes runs it, from the states' start
@@ -520,7 +522,8 @@ class _Printer:
                 end = f"{a.name}_split"
                 outer.lines.append(f"{outer.indent}{end} = tl.maximum(tl.minimum({a.reach}, {self._pid(p)} * "
                                    f"{p.block_name} + {until[1] + 1}) // {a.block_name} * {a.block_name}, {first})")
-            outer.lines.append(f"{outer.indent}for {a.name}_start in range({first}, {end}, {a.block_name}):")
+            loop = "tl.static_range" if unroll else "range"
+            outer.lines.append(f"{outer.indent}for {a.name}_start in {loop}({first}, {end}, {a.block_name}):")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
             self.results[st.slot] = _Value(name, frozenset(st.axes), outer.depth)

@@ -35,7 +35,7 @@ from .interpreter import KERNEL_MODULE
 _POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp16", DType.bfloat16: "*bf16",
             DType.int64: "*i64", DType.int32: "*i32", DType.int16: "*i16", DType.int8: "*i8",
             DType.uint8: "*u8", DType.bool: "*i1"}
-_VERSION = 2          # of what is cached: bump when Binary's fields or their reading change
+_VERSION = 3          # of what is cached: bump when Binary's fields or their reading change
 _NAME = "kernel"      # the name every kernel is compiled under (the binary does not depend on it)
 TMA_BOX_BYTES = 128   # a TMA box: blocks of 16-byte rows at least (counted as wide as a load can be)
 _LOCK = threading.Lock()
@@ -54,7 +54,8 @@ class Binary:
     arch: int                      # compute capability, 90 = sm_90
     num_warps: int
     registers: int                 # per thread
-    spill_bytes: int               # local memory per thread (stack frame; 0 without spills)
+    spill_bytes: int               # local memory per thread (stack frame) when the SASS stores
+                                   # and loads it (STL, LDL); else 0
     spill_instructions: int        # STL + LDL in the SASS
     shared_bytes: int              # per program: Triton's dynamic allocation
     static_shared: int             # per program: cuobjdump's SHARED (on sm_90 the 1 KiB the
@@ -69,7 +70,7 @@ class Binary:
 
     @property
     def spills(self) -> bool:
-        return self.spill_bytes > 0 or self.spill_instructions > 0
+        return self.spill_instructions > 0
 
     @property
     def pipelined(self) -> bool:
@@ -230,8 +231,12 @@ def read_binary(name: str, arch: int, num_warps: int, usage: str, sass: str, dyn
         return sum(n for op, n in counts.items() if op.split(".")[0] == prefix)
 
     wgmma, sync = total("HGMMA"), total("HMMA")
-    return Binary(kernel=name, arch=arch, num_warps=num_warps, registers=regs, spill_bytes=max(stack, local),
-                  spill_instructions=total("STL") + total("LDL"), shared_bytes=dynamic_shared, static_shared=static_shared,
+    spill_instructions = total("STL") + total("LDL")
+    # a spill is a local store and load; ptxas may reserve a small stack frame that no
+    # instruction touches (8 bytes beside an atomic's branch, seen on sm_90): not a spill
+    return Binary(kernel=name, arch=arch, num_warps=num_warps, registers=regs,
+                  spill_bytes=max(stack, local) if spill_instructions else 0,
+                  spill_instructions=spill_instructions, shared_bytes=dynamic_shared, static_shared=static_shared,
                   mma="wgmma" if wgmma else "mma.sync" if sync else "none", mma_instructions=wgmma + sync,
                   loads=widths("LDG"), async_copies=widths("LDGSTS"), tma_loads=total("UTMALDG"),
                   stores=widths("STG"), triton=version)

@@ -177,11 +177,11 @@ def _bound(body: GemmBody, t: GemmTile, forms: dict) -> tuple:
     warps, stages and swizzle (``Kernel.bound``): the kernels ``gemm_kernels`` prints for it."""
     s = body.shape
     key = (t.dot, t.bn >= s.n, (t.bm, t.bn) if t.fixup else (), t.split, t.k_range(s.k) if t.split > 1 else 0,
-           t.bk if t.split > 1 else 0, t.tma, t.in_launch)
+           t.bk if t.split > 1 else 0, t.tma, t.in_launch, bool(t.bb))
     if key not in forms:
         forms[key] = gemm_kernels(body, t, "gemm")
     first, *rest = forms[key]
-    blocks = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "FIX_M": t.fixup}
+    blocks = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "FIX_M": t.fixup, "BLOCK_B": t.bb or 1}
     return (replace(first.bound(blocks, t.warps, t.stages), swizzle=t.swizzle), *rest)
 
 

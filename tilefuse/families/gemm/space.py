@@ -1,6 +1,7 @@
 """The gemm family's hardware-centric tile space (Hidet §3.3): block tiles BM×BN×BK, warps,
 pipeline stages and the group-M swizzle, split-K for grids that leave SMs idle (its partials
-summed by a second kernel, or in the same launch by the last split of each tile), two-phase row
+summed by a second kernel, or in the same launch by the last split of each tile), a stencil path
+for one column per batch position (depthwise convolutions), two-phase row
 reductions for rows wider than a tile, and a small-M path for GEMVs: a few hundred points per
 shape.  The family ranks them (``families/gemm``) by the modelled time of the kernel each prints
 (``cost/work.py``); a tile a target cannot hold (registers, shared memory) is infeasible there.
@@ -28,6 +29,9 @@ FIXUP_ELEMS_PER_THREAD = (16, 64)   # values of one fixup step per thread: the r
                                  # many rows, e.g. BM 64 over 128 rows; fewer: fewer registers)
 SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
 SMALL_M_BKS = (32, 64, 128, 256, 512)
+STENCIL_BBS = (8, 16, 32, 64)    # channels a stencil program covers (8 fp16: one 16-byte run)
+STENCIL_BMS = (16, 32, 64, 128)   # positions a stencil program covers
+STENCIL_MIN_BATCH = 8            # batch positions (channels) from which the stencil is offered
 SPLITS = (2, 4, 8, 16)
 MIN_K_PER_SPLIT = 256            # as the library's model: shorter K ranges are not worth a partial
 
@@ -58,19 +62,24 @@ class GemmTile:
                                  # of a row block finishes the block's rows, ``fixup`` rows a step
     tma: bool = False            # operands that are whole input tiles read through tensor
                                  # descriptors (TMA: targets of sm_90 and later)
+    bb: int = 0                  # the stencil path (N = 1 per batch position: a depthwise
+                                 # convolution): BB batch positions (channels) a program, beside BM
+                                 # positions, one K position (tap) a loop iteration on CUDA cores
     in_launch: bool = False      # split-K's partials summed and the epilogue run by the last of an
                                  # output tile's splits to finish, in the same launch (else a
                                  # second kernel: the only way when the epilogue reduces rows)
 
     def key(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot, self.split,
-                self.fixup, self.tma, self.in_launch)
+                self.fixup, self.tma, self.in_launch, self.bb)
 
     def k_range(self, k: int) -> int:
         """K positions each split covers (whole chunks)."""
         return -(-(-(-k // self.split)) // self.bk) * self.bk
 
     def __str__(self) -> str:
+        if self.bb:
+            return f"stencil BM={self.bm} BB={self.bb} warps={self.warps}"
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} warps={self.warps} stages={self.stages}"
                 + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M")
                 + (f" split-K {self.split}" if self.split > 1 else "") + (" in one launch" if self.in_launch else "")
@@ -113,7 +122,7 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
                             out.append(t)
                             if fixup == fixups[0]:
                                 out += _splits(t, s, target)
-    return out + _small_m_space(s, target, whole)
+    return out + _small_m_space(s, target, whole) + _stencil_space(s, target)
 
 
 def fixup_rows(bm: int, warps: int, n2: int, target: Target, per_thread: int = FIXUP_ELEMS_PER_THREAD[0]) -> int:
@@ -143,6 +152,25 @@ def _splits(t: GemmTile, s: GemmShape, target: Target) -> list[GemmTile]:
             out.append(v)
             if not s.row_reduction:
                 out.append(replace(v, in_launch=True))
+    return out
+
+
+def _stencil_space(s: GemmShape, target: Target) -> list[GemmTile]:
+    """Tiles of the stencil path, for a product of one column per batch position (N = 1: a
+    depthwise convolution, whose batch is its channels and K its taps): BM positions × BB
+    channels a program, 16 bytes' worth to 16 outputs a thread (the taps' loads, unrolled, hold
+    about 9 times that: 80 to 150 registers), the taps a loop (no tensor-core tile
+    padded to 16 columns, no row of 16 padded taps); channels-last activations make BB channels
+    one contiguous run of each tap's load."""
+    if s.n != 1 or s.batch < STENCIL_MIN_BATCH or s.row_reduction:
+        return []
+    out = []
+    least = 16 // s.dtype.itemsize          # a thread's run of channels: one 16-byte load
+    for bb in (b for b in STENCIL_BBS if b <= pow2(s.batch)):
+        for bm in (b for b in STENCIL_BMS if b <= pow2(max(s.m, 16))):
+            for warps in (2, 4, 8):
+                if least <= bm * bb // (warps * target.warp_size) <= 16:
+                    out.append(GemmTile(bm, 1, 1, warps, 1, 1, dot=False, bb=bb))
     return out
 
 

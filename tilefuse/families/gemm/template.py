@@ -37,6 +37,7 @@ from .space import GemmTile
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 REDUCE_BLOCK = 1024     # outputs per program of the split-K reduction kernel
+MAX_UNROLL = 25         # taps of a stencil whose loop is unrolled (up to 5 x 5: all loads in flight)
 
 
 def gemm_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, ...]:
@@ -45,6 +46,8 @@ def gemm_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, ...]:
     reduction that sums them and runs the epilogue (``name``)."""
     if t.fixup:
         return (_two_phase_kernel(b, t, name),)
+    if t.bb:
+        return (_stencil_kernel(b, t, name),)
     if t.split == 1:
         return (gemm_kernel(b, t, name),)
     if t.in_launch:
@@ -134,6 +137,32 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
                   workspaces=workspace, counters=frozenset({len(outputs) - 1}), tma=t.tma)
 
 
+def _stencil_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
+    """The stencil path: one column per batch position (N = 1), so the batch is tiled instead,
+    ``b`` (BLOCK_B positions, tile dimension 1) beside ``m`` (BLOCK_M, dimension 0), both split
+    across programs; each K position (a tap) is one iteration of a loop over ``k`` (a scalar
+    axis, unrolled up to ``MAX_UNROLL`` taps), whose products accumulate on CUDA cores in fp32;
+    then the epilogue."""
+    shape, types = b.shape, b.group.types
+    bn = tuple(b.bvars) + tuple(b.nvars)          # N's variables (extent 1) ride on the batch axis
+    axes = (TileAxis("m", b.mvars, _ext(b, b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
+            TileAxis("b", bn, _ext(b, bn), t.bb, 1, grid=1, block_name="BLOCK_B"),
+            TileAxis("k", b.kvars, _ext(b, b.kvars), 1, -1, block_name="BLOCK_K"))
+    if -(-shape.batch // t.bb) > MAX_GRID_1:
+        raise ValueError(f"{name}: {shape.batch} batch positions exceed the grid's second dimension")
+    f32, slot = DType.float32, b.acc + 1
+    product = binary("mul", cast(b.a, f32), cast(b.b, f32))
+    taps = Loop("k", (), (State(slot, ("m", "b"), Const(0.0, f32), binary("add", Value(slot, f32), product)),),
+                unroll=shape.k <= MAX_UNROLL)
+    total = cast(Value(slot, f32), b.out_dtype)
+    stores = [replace(st, value=transform(st.value, lambda e: total if isinstance(e, Value) and e.slot == b.acc
+                                          else None)) for st in _stores(b, {})]
+    head = (f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}: {shape.batch} x [{shape.m} x {shape.k}] "
+            f"@ [{shape.k} x 1], the batch tiled, one K position an iteration, fp32 on CUDA cores")
+    return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), axes,
+                  (taps, *stores), t.warps, 1, _comments(b, head))
+
+
 def _split_partials(b: GemmBody, t: GemmTile, slot: int):
     """Split-K's partial products: the axes (``s``, the split, on the next program-id dimension),
     the ``Dot`` over the split's K range into result ``slot``, and the fp32 workspace type
@@ -184,7 +213,7 @@ def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     total = b.acc + 2
     f32 = DType.float32
     sums = Loop("r", (), (State(total, ("m", "n"), Const(0.0, f32),
-                                binary("add", Value(total, f32), Load(nin, (sr,) + b.avars, f32))),))
+                                binary("add", Value(total, f32), Load(nin, (sr,) + b.avars, f32))),), unroll=True)
     summed = cast(Value(total, f32), b.out_dtype)
     stores = [replace(st, value=transform(st.value, lambda e: summed if isinstance(e, Value) and e.slot == b.acc
                                           else None)) for st in _stores(b, {})]
