@@ -70,6 +70,9 @@ DOT_REGISTER_BASE = 36   # with a Dot: its operand pointers and K-loop state too
 # (``Kernel.tma``) holds none: the copy engine computes the addresses.
 OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.45, "gathered": 0.75, "tma": 0.0}
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
+# A computed operand loaded once, outside a pipelined loop (attention's query, a whole key tile),
+# streams through registers into shared memory: a fraction of the values a loop keeps in flight
+HELD_COMPUTED = 0.1
 SPLIT_REGISTERS = 1.5    # per value of a fresh product tile in the second loop of a split (Loop.resume)
 LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
 # An unrolled loop's loads are issued ahead of their use: about 70% of all its chunks' values
@@ -355,7 +358,9 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
             how, tiles, tests = reads
             if tests and all(t % blk(a) == 0 for a, t, _ in tests):
                 how, tiles = "direct", 1         # one piece's pointers per tile (emit.py: _pointers)
-            if how:
+            if how == "computed" and kind == 1:
+                operand_regs += HELD_COMPUTED * tiles * tile
+            elif how:
                 operand_regs += OPERAND_REGISTERS[how] * tiles * tile
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}

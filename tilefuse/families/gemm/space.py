@@ -32,6 +32,8 @@ SMALL_M_BKS = (32, 64, 128, 256, 512)
 STENCIL_BBS = (8, 16, 32, 64)    # channels a stencil program covers (8 fp16: one 16-byte run)
 STENCIL_BMS = (16, 32, 64, 128)   # positions a stencil program covers
 STENCIL_MIN_BATCH = 8            # batch positions (channels) from which the stencil is offered
+STENCIL_MAX_PER_THREAD = 8       # outputs a thread: the unrolled taps hold about 9 times that (a
+                                 # stride-2 stencil with a BatchNorm prologue spilled at 16)
 SPLITS = (2, 4, 8, 16)
 MIN_K_PER_SPLIT = 256            # as the library's model: shorter K ranges are not worth a partial
 
@@ -158,8 +160,8 @@ def _splits(t: GemmTile, s: GemmShape, target: Target) -> list[GemmTile]:
 def _stencil_space(s: GemmShape, target: Target) -> list[GemmTile]:
     """Tiles of the stencil path, for a product of one column per batch position (N = 1: a
     depthwise convolution, whose batch is its channels and K its taps): BM positions × BB
-    channels a program, 16 bytes' worth to 16 outputs a thread (the taps' loads, unrolled, hold
-    about 9 times that: 80 to 150 registers), the taps a loop (no tensor-core tile
+    channels a program, 16 bytes' worth to ``STENCIL_MAX_PER_THREAD`` outputs a thread (the taps'
+    loads, unrolled, hold about 9 times that: about 80 registers), the taps a loop (no tensor-core tile
     padded to 16 columns, no row of 16 padded taps); channels-last activations make BB channels
     one contiguous run of each tap's load."""
     if s.n != 1 or s.batch < STENCIL_MIN_BATCH or s.row_reduction:
@@ -169,7 +171,7 @@ def _stencil_space(s: GemmShape, target: Target) -> list[GemmTile]:
     for bb in (b for b in STENCIL_BBS if b <= pow2(s.batch)):
         for bm in (b for b in STENCIL_BMS if b <= pow2(max(s.m, 16))):
             for warps in (2, 4, 8):
-                if least <= bm * bb // (warps * target.warp_size) <= 16:
+                if least <= bm * bb // (warps * target.warp_size) <= STENCIL_MAX_PER_THREAD:
                     out.append(GemmTile(bm, 1, 1, warps, 1, 1, dot=False, bb=bb))
     return out
 
