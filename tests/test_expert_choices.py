@@ -83,3 +83,20 @@ def _tensor_cores(s) -> bool:
     from tilefuse.cost.dot import tensor_cores
     from tilefuse.cost.target import Target
     return s.tile.dot and tensor_cores(s.body.in_dtype, Target.get("h100"))
+
+
+def test_tiles_off_wgmma_rank_with_a_longer_body_on_hopper():
+    """On h100 a tensor-core tile that misses warpgroup MMA (BM 16) ranks as if its body were
+    ``LEGACY_MMA_MARGIN`` longer (the launch unchanged), a wgmma tile (BM 64) as modelled; on a100
+    (no wgmma) and for fp32 (no tensor cores) nothing changes."""
+    from tilefuse.cost.dot import LEGACY_MMA_MARGIN, ranking_seconds
+    from tilefuse.cost.target import Target
+    h100, a100 = Target.get("h100"), Target.get("a100")
+    launch = h100.launch(False)
+    sec = launch + 2e-6
+    assert ranking_seconds(sec, 16, 4, DType.float16, h100) == pytest.approx(launch + 2e-6 * (1 + LEGACY_MMA_MARGIN))
+    assert ranking_seconds(2 * sec, 16, 4, DType.float16, h100, launches=2) == \
+        pytest.approx(2 * launch + 4e-6 * (1 + LEGACY_MMA_MARGIN))
+    assert ranking_seconds(sec, 64, 4, DType.float16, h100) == sec
+    assert ranking_seconds(sec, 16, 4, DType.float16, a100) == sec
+    assert ranking_seconds(sec, 16, 4, DType.float32, h100) == sec

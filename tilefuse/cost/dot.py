@@ -19,12 +19,13 @@ from .target import Target
 # models at 0.82); to be calibrated against measurements on a GPU.
 TRITON_GEMM_EFFICIENCY = 0.75
 TENSOR_DTYPES = (DType.float16, DType.bfloat16)
-# A family ranks a tile that misses warpgroup MMA on a target that has it as this share slower
-# than modelled: where the two paths model within it of each other (a launch- or memory-bound
-# kernel, whose time the model knows less precisely than this) the wgmma tile is the safer choice,
-# since mma.sync halves the rate if the kernel turns out compute-bound.  A ranking preference,
-# never a time: the schedule keeps its modelled seconds.
-LEGACY_MMA_MARGIN = 0.05
+# A family ranks a tile that misses warpgroup MMA on a target that has it as if its kernel's body
+# (its time less the launch, which no tile changes) were this share slower: where the two paths
+# model within it of each other (launch- or memory-bound kernels, whose bodies the model knows
+# less precisely than this until measured) the wgmma tile is the safer choice, since mma.sync
+# halves the rate if the kernel turns out compute-bound.  A ranking preference, never a time: the
+# schedule keeps its modelled seconds.
+LEGACY_MMA_MARGIN = 0.15
 
 
 def tensor_cores(dtype: DType, target: Target) -> bool:
@@ -40,11 +41,12 @@ def wgmma(bm: int, warps: int, target: Target) -> bool:
     return bool(rows) and bm % rows == 0 and warps % 4 == 0
 
 
-def ranking_seconds(seconds: float, bm: int, warps: int, dtype: DType, target: Target) -> float:
-    """``seconds`` as families rank a tensor-core dot tile: ``LEGACY_MMA_MARGIN`` more when the
-    tile misses the target's warpgroup MMA."""
+def ranking_seconds(seconds: float, bm: int, warps: int, dtype: DType, target: Target, launches: int = 1) -> float:
+    """``seconds`` (of ``launches`` kernels) as families rank a tensor-core dot tile: the body
+    ``LEGACY_MMA_MARGIN`` longer when the tile misses the target's warpgroup MMA."""
     if target.warpgroup_mma_rows and tensor_cores(dtype, target) and not wgmma(bm, warps, target):
-        return seconds * (1 + LEGACY_MMA_MARGIN)
+        fixed = launches * target.launch(False)
+        return fixed + (seconds - fixed) * (1 + LEGACY_MMA_MARGIN)
     return seconds
 
 

@@ -132,16 +132,16 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
         s = _schedule(body, t, target, forms)
         sec = Cost.of((s.work, *s.then), target).seconds
         if math.isfinite(sec):
-            out.append((_ranking(sec, t, body.shape, target), s))
+            out.append((_ranking(sec, t, body.shape, target, 1 + len(s.then)), s))
             if len(out) == TOP_K:
                 break
     return [s for _, s in sorted(out, key=lambda kv: kv[0])]
 
 
-def _ranking(sec: float, t: GemmTile, s: GemmShape, target: Target) -> float:
-    """The seconds a tile ranks by: a tensor-core tile off the target's wgmma path ranks
-    ``LEGACY_MMA_MARGIN`` slower (``cost/dot.py``)."""
-    return ranking_seconds(sec, t.bm, t.warps, s.dtype, target) if t.dot else sec
+def _ranking(sec: float, t: GemmTile, s: GemmShape, target: Target, launches: int) -> float:
+    """The seconds a tile ranks by: a tensor-core tile off the target's wgmma path ranks with its
+    body ``LEGACY_MMA_MARGIN`` longer (``cost/dot.py``)."""
+    return ranking_seconds(sec, t.bm, t.warps, s.dtype, target, launches) if t.dot else sec
 
 
 def _schedule(body: GemmBody, tile: GemmTile, target: Target, forms: dict | None = None) -> GemmSchedule:
@@ -165,7 +165,7 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
             mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
             regs = max(w.res.regs_per_thread for w in works)    # further from spilling
-            scored.append(((_ranking(sec, t, s, target), padded, -t.bm * t.bn, t.warps, t.stages, regs, -t.bk), t))
+            scored.append(((_ranking(sec, t, s, target, len(works)), padded, -t.bm * t.bn, t.warps, t.stages, regs, -t.bk), t))
     scored.sort(key=lambda kv: kv[0])
     return tuple(t for _, t in scored)
 
