@@ -41,10 +41,15 @@ def wgmma(bm: int, warps: int, target: Target) -> bool:
     return bool(rows) and bm % rows == 0 and warps % 4 == 0
 
 
+def legacy_mma(bm: int, warps: int, dtype: DType, target: Target) -> bool:
+    """A tensor-core tile that misses the target's warpgroup MMA (runs on mma.sync)."""
+    return bool(target.warpgroup_mma_rows) and tensor_cores(dtype, target) and not wgmma(bm, warps, target)
+
+
 def ranking_seconds(seconds: float, bm: int, warps: int, dtype: DType, target: Target, launches: int = 1) -> float:
     """``seconds`` (of ``launches`` kernels) as families rank a tensor-core dot tile: the body
     ``LEGACY_MMA_MARGIN`` longer when the tile misses the target's warpgroup MMA."""
-    if target.warpgroup_mma_rows and tensor_cores(dtype, target) and not wgmma(bm, warps, target):
+    if legacy_mma(bm, warps, dtype, target):
         fixed = launches * target.launch(False)
         return fixed + (seconds - fixed) * (1 + LEGACY_MMA_MARGIN)
     return seconds

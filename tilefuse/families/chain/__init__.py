@@ -39,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ...analysis.classify import Category
-from ...cost.dot import ranking_seconds
+from ...cost.dot import legacy_mma, ranking_seconds
 from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.work import work
@@ -70,7 +70,13 @@ class ChainFamily(Family):
         body = chain_body(group)
         if body is None:
             return []
-        return _best([_schedule(body, t, target) for t in ranked_tiles(body, target)[:RANKED]], target)[:TOP_K]
+        ranked = ranked_tiles(body, target)
+        # the first RANKED, and when none of them is off the wgmma path, the first TOP_K that are
+        # (the ranking's preference may have put them behind wgmma tiles that the group's own
+        # members slow down)
+        legacy = [] if any(legacy_mma(t.bm, t.warps, body.in1, target) for t in ranked[:RANKED]) else \
+            [t for t in ranked[RANKED:] if legacy_mma(t.bm, t.warps, body.in1, target)][:TOP_K]
+        return _best([_schedule(body, t, target) for t in ranked[:RANKED] + tuple(legacy)], target)[:TOP_K]
 
     def kernels(self, schedule: ChainSchedule, name: str) -> tuple:
         return (chain_kernel(schedule.body, schedule.tile, name),)

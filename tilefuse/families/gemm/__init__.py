@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...analysis.classify import Category
-from ...cost.dot import ranking_seconds
+from ...cost.dot import legacy_mma, ranking_seconds
 from ...cost.target import Target
 from ...cost.work import kernel_seconds, work
 from ...ir.dtypes import TensorType
@@ -126,16 +126,29 @@ class GemmFamily(Family):
 
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
     """The ``TOP_K`` first tiles of the shape's ranking that the group's own kernels can run
-    (its prologue and epilogue add registers), fastest first on those kernels."""
+    (its prologue and epilogue add registers), and when none of those is off the wgmma path, the
+    first ``TOP_K`` that are (the ranking's preference may have put them behind wgmma tiles that
+    the group's own epilogue slows down), fastest first on those kernels (``_ranking``)."""
     out, forms = [], {}
-    for t in ranked:
-        s = _schedule(body, t, target, forms)
-        sec = Cost.of((s.work, *s.then), target).seconds
-        if math.isfinite(sec):
-            out.append((_ranking(sec, t, body.shape, target, 1 + len(s.then)), s))
-            if len(out) == TOP_K:
-                break
-    return [s for _, s in sorted(out, key=lambda kv: kv[0])]
+
+    def take(tiles) -> None:
+        got = 0
+        for t in tiles:
+            s = _schedule(body, t, target, forms)
+            sec = Cost.of((s.work, *s.then), target).seconds
+            if math.isfinite(sec):
+                out.append((_ranking(sec, t, body.shape, target, 1 + len(s.then)), s))
+                got += 1
+                if got == TOP_K:
+                    return
+
+    def legacy(t: GemmTile) -> bool:
+        return t.dot and legacy_mma(t.bm, t.warps, body.shape.dtype, target)
+
+    take(ranked)
+    if not any(legacy(s.tile) for _, s in out):
+        take(t for t in ranked if legacy(t))
+    return [s for _, s in sorted(out, key=lambda kv: kv[0])][:TOP_K]
 
 
 def _ranking(sec: float, t: GemmTile, s: GemmShape, target: Target, launches: int) -> float:
