@@ -20,12 +20,13 @@ from .target import Target
 TRITON_GEMM_EFFICIENCY = 0.75
 TENSOR_DTYPES = (DType.float16, DType.bfloat16)
 # A family ranks a tile that misses warpgroup MMA on a target that has it as if its kernel's body
-# (its time less the launch, which no tile changes) were this share slower: where the two paths
-# model within it of each other (launch- or memory-bound kernels, whose bodies the model knows
-# less precisely than this until measured) the wgmma tile is the safer choice, since mma.sync
-# halves the rate if the kernel turns out compute-bound.  A ranking preference, never a time: the
-# schedule keeps its modelled seconds.
-LEGACY_MMA_MARGIN = 0.15
+# (its time less the launch, which no tile changes) were this share slower: a prior toward the
+# hardware's fast path, not a measured figure.  Where the paths model within it of each other
+# (launch- or memory-bound kernels, whose bodies the model times with no calibration yet) the
+# wgmma tile is the safer choice: mma.sync halves the rate should the kernel turn out
+# compute-bound, and a wgmma tile loses at most this share if it does not.  A ranking preference,
+# never a time (the schedule keeps its modelled seconds); measurement on a GPU replaces it.
+LEGACY_MMA_MARGIN = 0.25
 
 
 def tensor_cores(dtype: DType, target: Target) -> bool:
