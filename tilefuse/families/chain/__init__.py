@@ -71,11 +71,11 @@ class ChainFamily(Family):
         if body is None:
             return []
         ranked = ranked_tiles(body, target)
-        # the first RANKED, and when none of them is off the wgmma path, the first TOP_K that are
-        # (the ranking's preference may have put them behind wgmma tiles that the group's own
-        # members slow down)
+        # the first RANKED, and when none of them is off the wgmma path, the first that is (the
+        # ranking's preference may have put it behind wgmma tiles that the group's own members
+        # slow down)
         legacy = [] if any(legacy_mma(t.bm, t.warps, body.in1, target) for t in ranked[:RANKED]) else \
-            [t for t in ranked[RANKED:] if legacy_mma(t.bm, t.warps, body.in1, target)][:TOP_K]
+            [t for t in ranked[RANKED:] if legacy_mma(t.bm, t.warps, body.in1, target)][:1]
         return _best([_schedule(body, t, target) for t in ranked[:RANKED] + tuple(legacy)], target)[:TOP_K]
 
     def kernels(self, schedule: ChainSchedule, name: str) -> tuple:

@@ -127,11 +127,11 @@ class GemmFamily(Family):
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
     """The ``TOP_K`` first tiles of the shape's ranking that the group's own kernels can run
     (its prologue and epilogue add registers), and when none of those is off the wgmma path, the
-    first ``TOP_K`` that are (the ranking's preference may have put them behind wgmma tiles that
-    the group's own epilogue slows down), fastest first on those kernels (``_ranking``)."""
+    first that is (the ranking's preference may have put it behind wgmma tiles that the group's
+    own epilogue slows down), fastest first on those kernels (``_ranking``)."""
     out, forms = [], {}
 
-    def take(tiles) -> None:
+    def take(tiles, count: int) -> None:
         got = 0
         for t in tiles:
             s = _schedule(body, t, target, forms)
@@ -139,16 +139,24 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
             if math.isfinite(sec):
                 out.append((_ranking(sec, t, body.shape, target, 1 + len(s.then)), s))
                 got += 1
-                if got == TOP_K:
+                if got == count:
                     return
 
-    def legacy(t: GemmTile) -> bool:
-        return t.dot and legacy_mma(t.bm, t.warps, body.shape.dtype, target)
-
-    take(ranked)
-    if not any(legacy(s.tile) for _, s in out):
-        take(t for t in ranked if legacy(t))
+    take(ranked, TOP_K)
+    shape = body.shape
+    if not any(_legacy(s.tile, shape, target) for _, s in out):
+        take(_legacy_ranked(shape, target), 1)
     return [s for _, s in sorted(out, key=lambda kv: kv[0])][:TOP_K]
+
+
+def _legacy(t: GemmTile, s: GemmShape, target: Target) -> bool:
+    return t.dot and legacy_mma(t.bm, t.warps, s.dtype, target)
+
+
+@functools.lru_cache(maxsize=2048)
+def _legacy_ranked(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
+    """The shape's ranked tiles that miss the target's wgmma path, in order (cached)."""
+    return tuple(t for t in ranked_tiles(s, target) if _legacy(t, s, target))
 
 
 def _ranking(sec: float, t: GemmTile, s: GemmShape, target: Target, launches: int) -> float:

@@ -25,8 +25,9 @@ SWIZZLE = 8                      # row tiles per group in group-M order (Triton'
 MAX_ROW = 2048                   # widest row an epilogue reduction holds in one tile
 MAX_FIXUP_ROW = 16384            # widest row the two-phase fixup holds in one pass (64 values a thread)
 FIXUP_ELEMS_PER_THREAD = (16, 64)   # values of one fixup step per thread: the rows a step takes
-                                 # (more rows a step: fewer round trips where few programs fix
-                                 # many rows, e.g. BM 64 over 128 rows; fewer: fewer registers)
+                                 # (more rows a step: fewer round trips where fewer row blocks than
+                                 # SMs fix many rows, e.g. BM 64 over 128 rows; fewer: fewer
+                                 # registers)
 SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
 SMALL_M_BKS = (32, 64, 128, 256, 512)
 STENCIL_BBS = (8, 16, 32, 64)    # channels a stencil program covers (8 fp16: one 16-byte run)
@@ -107,8 +108,10 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
                 chunks = -(-s.k // bk)
                 for warps in WARPS:
                     if s.row_reduction and bn < n2:
-                        fixups = sorted({f for per in FIXUP_ELEMS_PER_THREAD
-                                         if (f := fixup_rows(bm, warps, n2, target, per))})
+                        # the larger step where few row blocks fix their rows in parallel
+                        pers = FIXUP_ELEMS_PER_THREAD if s.batch * -(-s.m // bm) < target.sm_count \
+                            else FIXUP_ELEMS_PER_THREAD[:1]
+                        fixups = sorted({f for per in pers if (f := fixup_rows(bm, warps, n2, target, per))})
                         if not fixups:
                             continue
                     else:
