@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tilefuse
+from tilefuse.ir.samples import allocate
 from tilefuse.families.fused import FusedFamily
 from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
 from tilefuse.ir.dtypes import DType
@@ -410,16 +411,26 @@ def test_split_k_partials_then_reduction_and_epilogue(dtype, split):
 def test_split_k_in_one_launch(dtype, split, bk):
     """Split-K in one launch: each program stores its partial product and arrives at its output
     tile's counter; the last split to arrive sums the partials and runs the epilogue (bias +
-    ReLU).  Run twice: the counters are back at zero after a launch."""
-    model = torch.nn.Sequential(torch.nn.Linear(700 if bk == 32 else 768, 24), torch.nn.ReLU()).eval().to(dtype)
-    x = torch.randn(20, 700 if bk == 32 else 768).to(dtype)
+    ReLU).  Launched twice on one scratch, on new inputs: the counters are back at zero after each
+    launch, and the second result is right too."""
+    k = 700 if bk == 32 else 768
+    model = torch.nn.Sequential(torch.nn.Linear(k, 24), torch.nn.ReLU()).eval().to(dtype)
     tol = F32_TOL if dtype is torch.float32 else dict(rtol=1e-2, atol=1e-2)
     t = GemmTile(16, 16, bk, 4, 2, 1, True, split, in_launch=True)
-    built, body = forced(model, t, x, tol=tol)
+    built, body = forced(model, t, torch.randn(20, k).to(dtype), tol=tol)
     assert len(built.kernels) == 1 and "_partials(" not in built.source and "tl.atomic_add(" in built.source
     assert ("tl.where(" in built.source) == (bk == 32)      # only a ragged last range is masked
-    again, _ = forced(model, t, x, tol=tol)
-    assert again.source == built.source
+    assert [s.zeroed for s in built.scratch] == [False, True]      # the partials, the counters
+    cm = compile_h100(model, torch.randn(20, k).to(dtype))
+    env = {c.name: c.data for c in cm.primgraph.constants}
+    scratch = allocate(built.scratch, torch.device("cpu"))
+    for _ in range(2):
+        x = torch.randn(20, k).to(dtype)
+        env |= feeds_of(cm, (x,))
+        out = torch.full((20, 24), float("nan"), dtype=dtype)
+        built.run([env[n] for n in built.inputs], [out] + scratch)
+        torch.testing.assert_close(out.float(), eager(model, x)[0].float(), **tol)
+        assert int(scratch[-1].abs().sum()) == 0
 
 
 def test_split_k_in_one_launch_of_a_batched_convolution():

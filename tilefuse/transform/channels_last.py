@@ -54,14 +54,7 @@ def channels_last(pg: PrimGraph) -> PrimGraph:
     moved = relabel | set(weights.values())
     # a relabeled tensor is another tensor: it gets its own name (what holds the old name's
     # values, ``verify`` among them, never meets the new layout under it)
-    taken = set(pg.types)
-    renamed = {}
-    for n in sorted(moved):
-        new = f"{n}_nhwc"
-        while new in taken:
-            new += "_"
-        taken.add(new)
-        renamed[n] = new
+    renamed = _renamed(sorted(moved), "_nhwc", set(pg.types))
     constants = tuple(Constant(renamed[c.name], c.data.permute(*NHWC).contiguous()) if c.name in moved else c
                       for c in pg.constants)
     prims = []
@@ -76,6 +69,20 @@ def channels_last(pg: PrimGraph) -> PrimGraph:
             q = _channels_inner(q, convs[p.name][2])
         prims.append(q)
     return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
+
+
+def _renamed(names, suffix: str, taken: set) -> dict[str, str]:
+    """A new name for each of ``names`` (``<name><suffix>``, lengthened until unused): a tensor
+    laid out anew is another tensor, so what holds the old name's values (``verify`` among them)
+    never meets the new layout under it."""
+    out = {}
+    for n in names:
+        new = f"{n}{suffix}"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        out[n] = new
+    return out
 
 
 def _depthwise_taps_outer(pg: PrimGraph, region: set[str]) -> PrimGraph:
@@ -102,14 +109,7 @@ def _depthwise_taps_outer(pg: PrimGraph, region: set[str]) -> PrimGraph:
                 moved[p.name] = (name, j)
     if not moved:
         return pg
-    taken = set(pg.types)
-    renamed = {}
-    for w, _ in moved.values():
-        new = f"{w}_taps"
-        while new in taken:
-            new += "_"
-        taken.add(new)
-        renamed[w] = new
+    renamed = _renamed(sorted(w for w, _ in moved.values()), "_taps", set(pg.types))
     constants = tuple(Constant(renamed[c.name], c.data.permute(*TAPS_OUTER).contiguous()) if c.name in renamed
                       else c for c in pg.constants)
     prims = []

@@ -399,8 +399,8 @@ class _Printer:
         if isinstance(e, Load):
             if consts is not None:
                 return self.emit(f"in{e.tensor} + {consts[e]}")
-            return self.emit(f"in{e.tensor} + {_paren(self.offset(e.index, self.k.inputs[e.tensor].shape).text)}",
-                             deps=[self.offset(e.index, self.k.inputs[e.tensor].shape)])
+            off = self.offset(e.index, self.k.inputs[e.tensor].shape)
+            return self.emit(f"in{e.tensor} + {_paren(off.text)}", deps=[off])
         c = self._uniform(e.cond)
         a, b = self._piece(e.a, consts), self._piece(e.b, consts)
         return self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])

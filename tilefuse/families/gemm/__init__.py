@@ -186,7 +186,8 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
             mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
             regs = max(w.res.regs_per_thread for w in works)    # further from spilling
-            scored.append(((_ranking(sec, t, s, target, len(works)), padded, -t.bm * t.bn, t.warps, t.stages, regs, -t.bk), t))
+            key = (_ranking(sec, t, s, target, len(works)), padded, -t.bm * t.bn, t.warps, t.stages, regs, -t.bk)
+            scored.append((key, t))
     scored.sort(key=lambda kv: kv[0])
     return tuple(t for _, t in scored)
 

@@ -154,9 +154,7 @@ def _stencil_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     product = binary("mul", cast(b.a, f32), cast(b.b, f32))
     taps = Loop("k", (), (State(slot, ("m", "b"), Const(0.0, f32), binary("add", Value(slot, f32), product)),),
                 unroll=shape.k <= MAX_UNROLL)
-    total = cast(Value(slot, f32), b.out_dtype)
-    stores = [replace(st, value=transform(st.value, lambda e: total if isinstance(e, Value) and e.slot == b.acc
-                                          else None)) for st in _stores(b, {})]
+    stores = _stores_of(b, Value(slot, f32))
     head = (f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}: {shape.batch} x [{shape.m} x {shape.k}] "
             f"@ [{shape.k} x 1], the batch tiled, one K position an iteration, fp32 on CUDA cores")
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), axes,
@@ -214,9 +212,7 @@ def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     f32 = DType.float32
     sums = Loop("r", (), (State(total, ("m", "n"), Const(0.0, f32),
                                 binary("add", Value(total, f32), Load(nin, (sr,) + b.avars, f32))),), unroll=True)
-    summed = cast(Value(total, f32), b.out_dtype)
-    stores = [replace(st, value=transform(st.value, lambda e: summed if isinstance(e, Value) and e.slot == b.acc
-                                          else None)) for st in _stores(b, {})]
+    stores = _stores_of(b, Value(total, f32))
     outputs = tuple(types[st.tensor] for st in b.stores)
     tiles = [a for a in axes if a.grid is not None and a.name != "s"]      # an output tile's programs
     counters = TensorType((math.prod(max(a.chunks, 1) for a in tiles),), DType.int32)
@@ -299,6 +295,14 @@ def _stores(b, moved: dict) -> list[Store]:
     ranges = extent_ranges({v: b.ext[v] for v in b.avars})
     return [Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(_renumber(st.value, moved), ranges))
             for j, st in enumerate(b.stores)]
+
+
+def _stores_of(b, acc: Value) -> list[Store]:
+    """The epilogue's stores reading the accumulator from an fp32 loop state ``acc`` (a stencil's
+    taps, split-K's summed partials), rounded to the contraction's type as a ``Dot``'s is."""
+    rounded = cast(acc, b.out_dtype)
+    return [replace(st, value=transform(st.value, lambda e: rounded if isinstance(e, Value) and e.slot == b.acc
+                                        else None)) for st in _stores(b, {})]
 
 
 def _renumber(e: Expr, moved: dict) -> Expr:
