@@ -9,6 +9,8 @@ import torch
 
 import tilefuse
 from tilefuse import api
+from tilefuse.codegen.kernel import Dot, guarded_load
+from tilefuse.codegen.triton import triton_source
 from tilefuse.transform.channels_last import channels_last
 
 
@@ -56,6 +58,22 @@ def test_a_convolution_chain_runs_channels_last_and_matches_eager():
     weights = {c.name: c for c in pg.constants if c.name.endswith("_nhwc")}
     assert len(weights) == 2 and all(c.data.shape[1:] == (3, 3, 16) for c in weights.values())
     assert [d.type.shape for d in pg.inputs] == [(2, 3, 12, 12)]
+    # a padded window is one load masked by its bounds test, fed to the dot with no select
+    # (a zero-filling async copy on a GPU): the values above are eager's
+    padded = [k for b in cm.kernels for k in b.kernels
+              if any(guarded_load(d.a) or guarded_load(d.b) for d in _dots(k.body))]
+    assert padded
+    for k in padded:
+        src = triton_source(k)
+        assert "tl.where" not in src, k.name
+
+
+def _dots(body):
+    for st in body:
+        if isinstance(st, Dot):
+            yield st
+        elif hasattr(st, "body"):
+            yield from _dots(st.body)
 
 
 def test_few_channels_keep_their_layout():

@@ -419,7 +419,8 @@ def test_split_k_in_one_launch(dtype, split, bk):
     t = GemmTile(16, 16, bk, 4, 2, 1, True, split, in_launch=True)
     built, body = forced(model, t, torch.randn(20, k).to(dtype), tol=tol)
     assert len(built.kernels) == 1 and "_partials(" not in built.source and "tl.atomic_add(" in built.source
-    assert ("tl.where(" in built.source) == (bk == 32)      # only a ragged last range is masked
+    assert (f"< {k}" in built.source) == (bk == 32)        # only a ragged last range is masked
+    assert "tl.where(" not in built.source                  # (in the load's mask: zero-filled)
     assert [s.zeroed for s in built.scratch] == [False, True]      # the partials, the counters
     cm = compile_h100(model, torch.randn(20, k).to(dtype))
     env = {c.name: c.data for c in cm.primgraph.constants}

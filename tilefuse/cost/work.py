@@ -50,7 +50,8 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from ..codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, piece_tests, pow2
+from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, guarded_load, piece_tests,
+                              pow2)
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, walk
 from .dot import dot_rate
@@ -611,6 +612,8 @@ class _Walk:
             return "gathered", 1, ()
         while isinstance(e, Cast):
             e = e.x
+        if guarded_load(e):                 # a padded window: one zero-filling masked copy (no TMA)
+            return "direct", 1, ()
         if isinstance(e, Load):
             whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims))
             return ("tma" if whole else "direct"), 1, ()
@@ -636,9 +639,13 @@ class _Walk:
             if len(live) > 1 and any(coeff.get(v) for v, _ in live) and \
                     any(coeff.get(a, 0) != coeff.get(b, 0) * nb for (a, _), (b, nb) in zip(live, live[1:])):
                 # runs of the innermost variable that hold whole 16-byte vectors stay vector
-                # loads (a heads-by-dim axis); shorter or strided runs are per-value addresses
+                # loads (a heads-by-dim axis); shorter runs are per-value addresses; an axis the
+                # memory runs do not follow (a strided convolution's rows: one base address a
+                # row) keeps the vectors of the axis they do follow
                 inner, n = live[-1]
-                if coeff.get(inner) != 1 or n % GATHER_RUN:
+                if coeff.get(inner) == 1 and n % GATHER_RUN == 0:
+                    continue
+                if coeff.get(inner) == 1 or not any(c == 1 and self.tiled.get(v) for v, c in coeff.items()):
                     return True
         return False
 

@@ -18,7 +18,8 @@ from typing import Iterable
 from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, walk
-from ..kernel import Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims, piece_tests, uniform_test
+from ..kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims, guarded_load,
+                      piece_tests, uniform_test)
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -271,6 +272,8 @@ class _Printer:
             if e.dtype is DType.bfloat16 and e.x.dtype not in (DType.float32, DType.float16, DType.bfloat16):
                 text = f"{text}.to(tl.float32)"
             out = self.emit(f"{text}.to({TL[e.dtype]})", deps=[x])
+        elif isinstance(e, Select) and not index and guarded_load(e):
+            out = self._load(*guarded_load(e))
         elif isinstance(e, Select):
             got = None if index else self._pointers(e)
             if got is not None:             # a load from one piece per tile
@@ -349,11 +352,12 @@ class _Printer:
     def _nonnegative(self, *es: Expr) -> bool:
         return all(bounds(x, self.ranges)[0] >= 0 for x in es)
 
-    def _load(self, e: Load) -> _Value:
+    def _load(self, e: Load, guard: Expr | None = None) -> _Value:
+        """``e``; with ``guard``, the load where it holds and 0 elsewhere (``guarded_load``)."""
         t = self.k.inputs[e.tensor]
-        conds = self._bounds_checks(e.index, t.shape)
+        conds = self._bounds_checks(e.index, t.shape, _conjuncts(guard) if guard is not None else frozenset())
         off = self.offset(e.index, t.shape)
-        conds = self.masks(off.axes) + conds
+        conds = self.masks(off.axes) + ([self.value(guard)] if guard is not None else []) + conds
         extra = ""
         if conds:
             extra += f", mask={' & '.join(c.text for c in conds)}, other=0"
@@ -431,17 +435,20 @@ class _Printer:
             return self.emit(" & ".join(c.text for c in conds), deps=conds)
         return conds[0] if conds else None
 
-    def _bounds_checks(self, index, shape) -> list[_Value]:
-        """Conditions keeping an index inside its dims where analysis cannot prove it (padding)."""
+    def _bounds_checks(self, index, shape, tested=frozenset()) -> list[_Value]:
+        """Conditions keeping an index inside its dims where analysis cannot prove it (padding),
+        but those among ``tested`` (a guard's own tests)."""
         out = []
         for e, n in zip(index, shape):
             lo, hi = bounds(e, self.ranges)
             if lo >= 0 and hi <= n - 1:
                 continue
-            v = self.value(e, index=True)
-            if lo < 0:
+            v = None
+            if lo < 0 and Binary("ge", e, Const(0, e.dtype)) not in tested:
+                v = self.value(e, index=True)
                 out.append(self.emit(f"{v.text} >= 0", deps=[v], key=("ge0", id(e))))
-            if hi > n - 1:
+            if hi > n - 1 and Binary("lt", e, Const(n, e.dtype)) not in tested:
+                v = v or self.value(e, index=True)
                 out.append(self.emit(f"{v.text} < {n}", deps=[v], key=("lt", id(e), n)))
         return out
 
@@ -627,9 +634,11 @@ class _Printer:
         if e.dtype is not dt:
             v = self.emit(f"{v.text}.to({TL[dt]})", deps=[v])
         ka = self.axis_by_name[kaxis]
-        # a masked memory load over K reads 0 past it; an on-chip tile (a chain's scores: Load of
-        # a result slot, no index) holds whatever the first product made of its padded columns
-        if self.masked(ka) and not (isinstance(e, Load) and e.index and kaxis in v.axes):
+        # a masked memory load over K reads 0 past it (a guarded one too); an on-chip tile (a
+        # chain's scores: Load of a result slot, no index) holds whatever the first product made
+        # of its padded columns
+        ld = guarded_load(e)[0] if guarded_load(e) else e
+        if self.masked(ka) and not (isinstance(ld, Load) and ld.index and kaxis in v.axes):
             m = self.mask(ka)
             v = self.emit(f"tl.where({m.text}, {v.text}, 0.0).to({TL[dt]})", deps=[v, m])
         if self.tiled(v) != frozenset(axes):
@@ -808,3 +817,10 @@ def _paren(text: str) -> str:
 def _may_retype(rule: str, dtype: DType) -> bool:
     """Whether Triton's promotion could change the result type (literals, narrow types)."""
     return dtype not in (DType.float32, DType.int64) or re.search(r"\b\d", rule) is not None
+
+
+def _conjuncts(e: Expr) -> frozenset:
+    """The tests a conjunction is made of (``a & b & c``: a, b and c)."""
+    if isinstance(e, Binary) and e.op == "and":
+        return _conjuncts(e.a) | _conjuncts(e.b)
+    return frozenset({e})
