@@ -444,6 +444,17 @@ def test_split_k_in_one_launch_of_a_batched_convolution():
     assert "BLOCK_B" in built.source
 
 
+@pytest.mark.parametrize("stride,bk", [(1, 32), (2, 64)])
+def test_a_padded_window_is_one_masked_load(stride, bk):
+    """A convolution's zero padding (``where(in_bounds, x[...], 0)``) reaches the dot as one load
+    masked by the window's test and the ragged K chunk's, filled with zeros: no select between
+    the load (an asynchronous copy on a GPU) and the tensor cores; values against eager."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, stride=stride), torch.nn.ReLU()).eval()
+    built, body = forced(model, GemmTile(16, 16, bk, 4, 2), torch.randn(2, 16, 7, 7))
+    assert "tl.where" not in built.source
+    assert len([ln for ln in built.source.splitlines() if "tl.load(in0" in ln and "mask=" in ln]) == 1
+
+
 def test_split_k_of_a_convolution_unravels_its_k_positions():
     """K of a convolution is (channel, kh, kw): each split's positions are unravelled back."""
     model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU()).eval()

@@ -326,14 +326,17 @@ def piece_tests(e, axis_of: Mapping[Var, tuple]) -> tuple[tuple[str, int, bool],
 
 def guarded_load(e) -> tuple[Load, Expr] | None:
     """(the load, the test) of a load selected where a test holds, else zero (a padded window:
-    ``where(in_bounds, x[i - 1], 0)``), or None.  The printer reads it as one load masked by the
-    test and its own bounds: a zero-filling asynchronous copy, with no select in registers
-    between the copy and the tensor cores."""
-    from ..ir.expr import Const, Select
-    if isinstance(e, Select) and isinstance(e.a, Load) and isinstance(e.b, Const) and e.b.value == 0 \
-            and math.copysign(1.0, e.b.value) > 0:      # (a masked load fills +0, not -0)
+    ``where(in_bounds, x[i - 1], 0)``; selects of such, their tests joined), or None.  The printer
+    reads it as one load masked by the test and its own bounds: a zero-filling asynchronous copy,
+    with no select in registers between the copy and the tensor cores."""
+    from ..ir.expr import Const, Select, binary
+    if not (isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0
+            and math.copysign(1.0, e.b.value) > 0):     # (a masked load fills +0, not -0)
+        return None
+    if isinstance(e.a, Load):
         return e.a, e.cond
-    return None
+    inner = guarded_load(e.a)
+    return (inner[0], binary("and", e.cond, inner[1])) if inner else None
 
 
 def pow2(n: int) -> int:
