@@ -15,6 +15,7 @@ import tilefuse
 from tilefuse.cli import main
 from tilefuse.codegen.triton import native
 from tilefuse.codegen.triton.native import Binary, NativeCompileError, compile_native, read_binary
+from tilefuse.cost.model import Resources, occupancy
 from tilefuse.cost.target import H100
 from tilefuse.errors import OptionError
 from tilefuse.families.fused.template import fused_kernel
@@ -93,6 +94,16 @@ def test_an_architecture_triton_cannot_target_is_an_error_naming_the_kernel(gemm
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
     with pytest.raises(NativeCompileError, match=r"kernel g: Triton .* cannot compile it for sm_20"):
         compile_native(_with_bm(gemm, 64), 20)
+
+
+def test_occupancy_counts_registers_in_allocation_units():
+    """254 registers a thread are allocated as 256 (units of 8): two 4-warp programs fit an SM's
+    65,536; 255 fit too; a program the compiler would have to give 256 does not exist."""
+    def binary(regs, warps=4):
+        return Binary("k", 90, warps, regs, 0, 0, 0, 1024, "wgmma", 1)
+    assert binary_occupancy(binary(254), H100) == 2 and binary_occupancy(binary(255), H100) == 2
+    assert binary_occupancy(binary(130), H100) == 3           # 136 x 128 x 3 <= 65,536 < 136 x 128 x 4
+    assert occupancy(Resources(4, 256), H100) == 0
 
 
 def test_cuobjdump_text_is_read_into_facts():

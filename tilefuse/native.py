@@ -25,10 +25,6 @@ from .progress import report
 
 _log = logger("plan")
 
-# Registers are allocated per warp in units of 256 (8 per thread), the figure occupancy rests on.
-_REG_UNIT = 8
-
-
 @dataclass(frozen=True)
 class NativeKernel:
     """One tile-level kernel of a plan kernel: its binary and the model's view of it."""
@@ -50,9 +46,9 @@ class NativeKernel:
 
 
 def binary_resources(b: Binary) -> Resources:
-    """What one program of the binary holds: its warps, registers (in allocation units) and shared
-    memory (Triton's dynamic allocation and cuobjdump's static figure)."""
-    return Resources(b.num_warps, -(-max(b.registers, 1) // _REG_UNIT) * _REG_UNIT, b.shared_bytes + b.static_shared)
+    """What one program of the binary holds: its warps, registers and shared memory (Triton's
+    dynamic allocation and cuobjdump's static figure)."""
+    return Resources(b.num_warps, max(b.registers, 1), b.shared_bytes + b.static_shared)
 
 
 def binary_occupancy(b: Binary, target: Target) -> int:

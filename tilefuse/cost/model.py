@@ -65,10 +65,15 @@ class Resources:
     smem_bytes: int = 0
 
 
+REG_UNIT = 8
+
+
 def occupancy(res: Resources, target: Target) -> int:
     """Programs resident per SM (0: the program does not fit the SM at all)."""
     threads = res.warps * target.warp_size
-    regs = max(res.regs_per_thread, 1) * threads
+    # registers are allocated per warp in units of 256 (8 a thread): 254 of them hold 256; a
+    # program of more than 255 a thread does not exist (ptxas spills instead)
+    regs = -(-max(res.regs_per_thread, 1) // REG_UNIT) * REG_UNIT * threads
     if threads > target.max_threads_per_block or regs > target.regs_per_block \
             or res.smem_bytes > target.smem_per_block or res.regs_per_thread > 255:
         return 0
