@@ -110,3 +110,46 @@ def test_compiling_twice_gives_the_same_plan(block):
         r.pop("compile_seconds")
         r["solver"].pop("seconds")
     assert a == b
+
+
+def _onnx_mlp(path):
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.linspace(-1, 1, 32).tolist())
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g", [x], [y], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), path)
+    return str(path)
+
+
+def test_onnxruntime_conventions(tmp_path):
+    """``get_inputs()``/``get_outputs()`` as onnxruntime's NodeArgs; ``run(None, feeds)`` and
+    ``run(["y"], feeds)`` in onnxruntime's argument order; ``run(feeds, emulate=True)`` runs a GPU
+    plan's kernels here, where a plain ``run`` of it is TargetAbsentError."""
+    path = _onnx_mlp(tmp_path / "m.onnx")
+    cm = tilefuse.compile_onnx(path, target="h100")
+    (i,), (o,) = cm.get_inputs(), cm.get_outputs()
+    assert (i.name, i.shape, i.type, i.dtype) == ("x", [2, 8], "tensor(float)", np.float32)
+    assert (o.name, o.shape, o.type) == ("y", [2, 4], "tensor(float)")
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    want = x @ np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4)
+    for got in (cm.run(None, {"x": x}, emulate=True), cm.run(["y"], {"x": x}, emulate=True),
+                cm.run({"x": x}, emulate=True)):
+        np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TargetAbsentError, match=r"emulate=True"):
+        cm.run(None, {"x": x})
+
+
+def test_target_auto_without_a_gpu_says_once_that_kernels_run_in_the_interpreter(monkeypatch):
+    import tilefuse.api as api
+    monkeypatch.setattr(api, "_interpreter_told", False)
+    m, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    with pytest.warns(tilefuse.InterpreterWarning, match=r"no CUDA GPU.*not for speed.*target='h100'.*emulate"):
+        tilefuse.compile(m, (x,))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # once; and never for a named target
+        tilefuse.compile(m, (x,))
+        monkeypatch.setattr(api, "_interpreter_told", False)
+        tilefuse.compile(m, (x,), target="cpu")

@@ -140,3 +140,35 @@ def test_run_check_without_onnxruntime_is_a_clear_error(tmp_path, monkeypatch, c
     assert main(["run", path, "--check"]) == 2
     err = capsys.readouterr()
     assert "pip install onnxruntime" in err.out + err.err and "Traceback" not in err.out + err.err
+
+
+def _matmul_model(path):
+    """y = relu(x @ w): one GEMM kernel in every plan."""
+    import numpy as np
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [32, 16], np.random.default_rng(0).standard_normal(512).tolist())
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="r")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)],
+                          ir_version=10)
+    onnx.save(m, path)
+    return str(path)
+
+
+def test_run_checks_the_plan_of_the_target_it_names(tmp_path, capsys):
+    """``run --target h100 --check`` runs the h100 plan's own kernels (emulated here: no GPU) against
+    onnxruntime and times them, saying that the times are the interpreter's."""
+    assert main(["run", _matmul_model(tmp_path / "m.onnx"), "--target", "h100", "--check", "--iterations", "2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "for h100" in out and "emulated on this CPU" in out
+    assert re.search(r"latency \(measured, 2 runs, .*\): mean [\d.]+ ms, p50 [\d.]+, p90 [\d.]+, p99 [\d.]+ ms; "
+                     r"throughput [\d.]+ runs/s - interpreter", out)
+    assert "match onnxruntime" in out
+
+
+def test_a_bad_target_fails_before_the_model_is_read(tmp_path, capsys):
+    for cmd in ("compile", "run"):
+        assert main([cmd, str(tmp_path / "missing.onnx"), "--target", "h10"]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "--target: unknown target 'h10'; choose one of ['a100', 'cpu', 'h100', 'h200'] or 'auto'" in err
+        assert "missing.onnx" not in err

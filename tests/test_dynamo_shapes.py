@@ -16,7 +16,7 @@ import tilefuse.frontend.dynamo as dynamo_backend
 from tilefuse.errors import OptionError
 from tilefuse.frontend.dynamo import TilefuseFallbackWarning
 
-FAST = {"time_limit": 1.0}
+FAST = {"time_limit": 1.0, "interpreter": True}   # (tilefuse's kernels, not PyTorch, on this CPU)
 
 
 class Block(nn.Module):

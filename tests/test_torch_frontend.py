@@ -7,6 +7,7 @@ cases check the imported canonical Graph itself (which ops, attributes, names, l
 from __future__ import annotations
 
 import inspect
+import re
 import warnings
 
 import pytest
@@ -21,7 +22,7 @@ from tilefuse.frontend.torch import import_torch
 
 RTOL = ATOL = 1e-5
 # Orchestration is not under test here: a short solver time limit keeps the file fast.
-FAST = {"time_limit": 1.0}
+FAST = {"time_limit": 1.0, "interpreter": True}   # (tilefuse's kernels, not PyTorch, on this CPU)
 
 
 def _fresh(t):
@@ -533,12 +534,62 @@ def test_torch_compile_falls_back_with_a_warning():
     from tilefuse.frontend.dynamo import TilefuseFallbackWarning
     torch._dynamo.reset()
     f = Bessel().eval()
-    compiled = torch.compile(f, backend="tilefuse")
+    compiled = torch.compile(f, backend="tilefuse", options={"interpreter": True})
     x = torch.randn(5)
     with pytest.warns(TilefuseFallbackWarning, match=r"aten\.special_bessel_j0\.default"):
         got = compiled(x)
     assert_same(got, f(x))
     torch._dynamo.reset()
+
+
+def test_on_cpu_tensors_the_backend_hands_the_graph_to_pytorch_once_told(monkeypatch):
+    """No GPU here: by default the graph runs through PyTorch (the interpreter would be ~100x
+    slower), with one InterpreterWarning for the process; ``interpreter=True`` runs tilefuse's
+    kernels; the compile counter shows which."""
+    import torch._dynamo
+    import tilefuse.frontend.dynamo as d
+    from tilefuse import InterpreterWarning
+    monkeypatch.setattr(d, "_pytorch_told", False)
+    calls = []
+    monkeypatch.setattr(d, "_compile_static", lambda gm, args, options: calls.append(options) or gm.forward)
+    torch._dynamo.reset()
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval(), torch.randn(2, 8)
+    with pytest.warns(InterpreterWarning, match=r"interpreter.*options=\{'interpreter': True\}"):
+        assert_same(torch.compile(model, backend="tilefuse")(x), model(x))
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # told once
+        assert_same(torch.compile(model, backend="tilefuse", mode="max-autotune")(x), model(x))
+    assert calls == []
+    torch._dynamo.reset()
+    torch.compile(model, backend="tilefuse", options={"interpreter": True})(x)
+    assert calls == [{"interpreter": True}]
+    torch._dynamo.reset()
+
+
+def test_torch_compile_options_are_checked():
+    """An unknown option names the valid ones (Inductor raises too); an unknown mode likewise; a
+    GPU target that is not attached is TargetAbsentError, before any planning."""
+    import torch._dynamo
+    from tilefuse.errors import OptionError, TargetAbsentError
+    model, x = nn.Linear(4, 4), torch.randn(2, 4)
+    cases = [({"options": {"time_limt": 1.0}}, OptionError, r"unknown tilefuse option 'time_limt'.*time_limit \("),
+             ({"mode": "fastest"}, OptionError, r"unknown torch.compile mode 'fastest'.*max-autotune"),
+             ({"options": {"target": "h100"}}, TargetAbsentError, r"'h100' is not attached.*tilefuse.compile")]
+    for kw, error, match in cases:
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as e:
+            torch.compile(model, backend="tilefuse", **kw)(x)
+        inner = getattr(e.value, "inner_exception", e.value)
+        assert isinstance(inner, error) and re.search(match, str(inner)), (kw, repr(e.value))
+    torch._dynamo.reset()
+
+
+def test_a_torch_compile_mode_maps_onto_options_on_a_gpu():
+    from tilefuse.frontend.dynamo import _checked_options
+    assert _checked_options({}, "reduce-overhead", True) == {"cuda_graph": True}
+    assert _checked_options({}, "max-autotune", True) == {"measure": True, "cuda_graph": True}
+    assert _checked_options({"interpreter": True}, "max-autotune", False) == {"interpreter": True}
 
 
 def test_backend_is_registered():

@@ -165,7 +165,7 @@ def test_torch_compile_verifies_against_the_traced_graph(monkeypatch):
     real = api.fission
     monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh"))
     torch._dynamo.reset()
-    fn = torch.compile(model, backend="tilefuse", options={"verify": True})
+    fn = torch.compile(model, backend="tilefuse", options={"verify": True, "interpreter": True})
     # a graph tilefuse cannot compile runs eagerly with a warning; a VerifyError is not hidden that way
     with pytest.raises(Exception, match="stage 'import'"):
         with torch.no_grad():

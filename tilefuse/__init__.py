@@ -3,8 +3,8 @@
 # switch Triton's interpreter on around their own loading and launches (codegen/triton/interpreter.py).
 from .api import compile, compile_onnx, compile_prims
 from .cost.target import Target
-from .errors import (InputError, ModelLoadError, TargetAbsentError, TilefuseError, UnsupportedAttribute,
-                     UnsupportedOperator)
+from .errors import (InputError, InterpreterWarning, ModelLoadError, TargetAbsentError, TilefuseError,
+                     UnsupportedAttribute, UnsupportedOperator)
 from .log import from_environment as _logs_from_environment, set_logs
 from .minifier import MinifyError, minify
 from .report.report import Report
@@ -16,4 +16,4 @@ __version__ = "0.1.0"
 _logs_from_environment()
 
 __all__ = ["compile", "compile_onnx", "compile_prims", "minify", "MinifyError", "VerifyError", "set_logs", "CompiledModel", "Report", "TilefuseError", "UnsupportedOperator",
-           "UnsupportedAttribute", "ModelLoadError", "InputError", "TargetAbsentError", "Target", "__version__"]
+           "UnsupportedAttribute", "ModelLoadError", "InputError", "InterpreterWarning", "TargetAbsentError", "Target", "__version__"]

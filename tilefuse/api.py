@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,7 @@ from .build import build_kernels
 from .codegen import kernel_names
 from .cost.roofline import roofline
 from .cost.target import Target
-from .errors import OptionError
+from .errors import InterpreterWarning, OptionError
 from .fission import fission
 from .frontend.common import Imported
 from .ir.prim import PrimGraph
@@ -193,6 +194,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               check: Verifier | None = None) -> CompiledModel:
     graph = imported.graph
     tgt = Target.get(target)
+    if isinstance(target, str) and target.lower() == "auto" and tgt.device == "cpu" and backend == "triton":
+        interpreter_notice()
     if cuda_graph and (backend != "triton" or tgt.device != "cuda"):   # before minutes of planning
         raise OptionError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
                           f"got backend={backend!r}, target {tgt.name!r}")
@@ -240,6 +243,23 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     _log_plan(report)
     return CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                          memory=memory)
+
+
+_interpreter_told = False
+
+
+def interpreter_notice() -> None:
+    """Once per process: target 'auto' found no GPU, so the kernels will run in Triton's
+    interpreter (checking, not speed), and how to plan for a GPU instead."""
+    global _interpreter_told
+    if _interpreter_told:
+        return
+    _interpreter_told = True
+    warnings.warn("no CUDA GPU on this machine: target='auto' plans for the 'cpu' target, whose kernels run "
+                  "in Triton's interpreter to check results, not for speed (often 100x slower than eager "
+                  "PyTorch); its modelled times are the interpreter's. To plan for a GPU here, pass "
+                  "target='h100' (or 'h200', 'a100') and check its kernels with CompiledModel.emulate(...); "
+                  "for numbers only, backend='reference'", InterpreterWarning, stacklevel=4)
 
 
 def _verify_plan(check: Verifier, plan: Plan, primgraph: PrimGraph, kernels, tgt: Target) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 import warnings
 from collections import Counter
 from contextlib import contextmanager
@@ -281,11 +282,21 @@ def cmd_run(args, console: Console) -> int:
                                 "pip install onnxruntime (or drop --check)") from None
     feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
     with _progress(console):
-        compiled = tilefuse.compile_onnx(args.model, backend=args.backend, input_shapes=_input_shapes(args))
+        compiled = tilefuse.compile_onnx(args.model, target=args.target, backend=args.backend,
+                                         input_shapes=_input_shapes(args))
         if feeds is None:
             feeds = _random_feeds(compiled)
-        outs = compiled.run(feeds)
-    t = Table(title=f"outputs ({compiled.report.num_kernels} kernels, backend {args.backend})")
+        # a plan for a GPU that is not here runs its own kernels in Triton's interpreter
+        emulate = compiled.target.device == "cuda" and not compiled.target.is_present()
+        outs = compiled.run(feeds, emulate=emulate)
+        iterations = args.iterations if args.iterations is not None else \
+            10 if compiled.target.device == "cuda" and not emulate else 3
+        times = _timed(lambda: compiled.run(feeds, emulate=emulate), args.warmup if iterations else 0, iterations)
+    where = (f"the {compiled.target.name} plan's kernels emulated on this CPU (Triton's interpreter)" if emulate
+             else f"on this machine's {compiled.target.name}" if compiled.target.device == "cuda"
+             else "on this CPU" + (" (Triton's interpreter)" if args.backend == "triton" else " (reference executor)"))
+    t = Table(title=f"outputs ({compiled.report.num_kernels} kernels for {compiled.target.name}, backend "
+                    f"{args.backend}; {where})")
     for col in ("output", "dtype", "shape", "mean", "max |x|"):
         t.add_column(col)
     for name, o in zip(compiled.output_names, outs):
@@ -293,6 +304,9 @@ def cmd_run(args, console: Console) -> int:
         t.add_row(name, str(o.dtype), str(tuple(o.shape)), f"{f.mean():.4g}" if o.size else "-",
                   f"{np.abs(f).max():.4g}" if o.size else "-")
     console.print(t)
+    if times:
+        console.print(latency_line(times, where, interpreted=emulate or compiled.target.device != "cuda"),
+                      soft_wrap=True)
     if not args.check:
         return 0
     options = ort.SessionOptions()
@@ -310,6 +324,31 @@ def cmd_run(args, console: Console) -> int:
         return 1
     console.print(f"[green]all {len(outs)} outputs match onnxruntime[/] (rtol {args.rtol}, atol {args.atol})")
     return 0
+
+
+def _timed(call, warmup: int, iterations: int) -> list[float]:
+    """Wall-clock seconds of ``iterations`` calls after ``warmup`` more (each returns host arrays:
+    the device is done when it returns)."""
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def latency_line(times: list[float], where: str, *, interpreted: bool) -> str:
+    """trtexec-style: latency percentiles over the timed runs and the throughput they make."""
+    import numpy as np
+    ms = np.array(times) * 1e3
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    line = (f"latency (measured, {len(times)} runs, {where}): mean {ms.mean():.3f} ms, p50 {p50:.3f}, "
+            f"p90 {p90:.3f}, p99 {p99:.3f} ms; throughput {1e3 / ms.mean():.2f} runs/s")
+    if interpreted:
+        line += " - interpreter or CPU times, for checking, not the speed of a GPU"
+    return line
 
 
 def cmd_minify(args, console: Console) -> int:
@@ -402,6 +441,16 @@ def _quiet_third_parties(quiet: bool):
                 log.setLevel(level)
 
 
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of runs (0 or more)")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tilefuse", description=__doc__)
     parser.add_argument("--version", action="version", version=_version())
@@ -443,7 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model")
     p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")
     p.add_argument("--backend", default="triton", choices=["triton", "reference"])
+    p.add_argument("--target", default="auto", help="the plan to run: h100, h200, a100, cpu or auto (default); "
+                   "a GPU that is not here has its own kernels emulated in Triton's interpreter")
     p.add_argument("--check", action="store_true", help="compare every output with onnxruntime")
+    p.add_argument("--iterations", type=_count, metavar="N",
+                   help="timed runs for the latency figures (default 10 on a GPU, 3 in the interpreter; 0: none)")
+    p.add_argument("--warmup", type=_count, default=1, metavar="N", help="untimed runs before them (default 1)")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-5)
     p = sub.add_parser("minify", help="shrink a model tilefuse compiles wrong (against onnxruntime) or fails "
@@ -457,6 +511,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", default="test_minified.py", help="the test case to write")
     args = parser.parse_args(argv)
     console = Console()
+    if getattr(args, "target", None) is not None:
+        from .cost.target import Target
+        try:                             # a misspelt target fails before minutes of loading
+            Target.get(args.target)
+        except TilefuseError as e:
+            Console(stderr=True).print(Text.assemble(("error: ", "bold red"), f"--target: {e}"), soft_wrap=True)
+            return 2
     handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile, "run": cmd_run,
                "minify": cmd_minify}[args.command]
     try:

@@ -53,3 +53,8 @@ class FissionError(TilefuseError):
 
 class TargetAbsentError(TilefuseError):
     """The model was compiled for a GPU that is not attached to this machine."""
+
+
+class InterpreterWarning(UserWarning):
+    """Kernels will run in Triton's interpreter on this CPU (no GPU here): results are checked,
+    not fast.  Shown once per process."""

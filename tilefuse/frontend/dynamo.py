@@ -27,7 +27,8 @@ import torch.fx as fx
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from ..errors import OptionError, TilefuseError
+from ..cost.target import Target
+from ..errors import InterpreterWarning, OptionError, TargetAbsentError, TilefuseError
 from ..verify import Verifier, VerifyError, enabled, random_feeds
 from .common import Imported
 from .torch import decomposition_table, fx_to_graph
@@ -41,16 +42,71 @@ class TilefuseFallbackWarning(UserWarning):
 DEFAULT_MAX_SPECIALIZATIONS = 8
 
 
+# The options torch.compile(..., options={...}) may pass, and what each is
+OPTIONS = {"target": "a target name (default: the CUDA device the inputs are on)",
+           "backend": "'triton' (generated kernels) or 'reference'",
+           "strategy": "'optimal', 'greedy' or 'unfused'",
+           "time_limit": "seconds of planning per segment",
+           "cuda_graph": "replay each graph's plan as one CUDA graph",
+           "measure": "time kernels on the GPU and re-plan with the measurements",
+           "dump": "a directory to write each stage's output to",
+           "verify": "check every stage against the graph on random inputs",
+           "max_specializations": "plans kept per graph with symbolic shapes",
+           "interpreter": "on a machine without a GPU, run the kernels in Triton's interpreter (checking, "
+                          "not speed) instead of handing the graph back to PyTorch"}
+# torch.compile's modes, as tilefuse options
+MODES = {"default": {}, "reduce-overhead": {"cuda_graph": True},
+         "max-autotune": {"measure": True, "cuda_graph": True}, "max-autotune-no-cudagraphs": {"measure": True}}
+
+
 def tilefuse_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, options: dict | None = None,
                      mode: str | None = None, **kw):
-    """torch.compile backend.  Pipeline options (``strategy``, ``target``, ``backend``, ``time_limit``,
-    ``cuda_graph``, ``dump``) and ``max_specializations`` (plans kept per graph with symbolic shapes)
-    come from ``torch.compile(..., options={...})`` or as keywords; ``mode`` is ignored.  The target
-    defaults to the device the graph's inputs are on."""
-    options = {**(options or {}), **kw}
+    """torch.compile backend.  Options (``OPTIONS``) come from ``torch.compile(..., options={...})``
+    or as keywords; ``mode`` maps onto them (``MODES``: "reduce-overhead" replays CUDA graphs,
+    "max-autotune" measures kernels on the GPU too).  The target defaults to the CUDA device the
+    graph's inputs are on; on CPU tensors the graph runs through PyTorch (tilefuse's kernels would
+    run in Triton's interpreter: ``interpreter=True`` asks for that, to check them), with one
+    ``InterpreterWarning``."""
+    on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+    options = _checked_options({**(options or {}), **kw}, mode, on_cuda)
+    target = options.get("target")
+    if target is not None and Target.get(target).device == "cuda" and not Target.get(target).is_present():
+        raise TargetAbsentError(f"target {target!r} is not attached to this machine, and torch.compile runs what "
+                                f"it compiles; to plan for {target} without one, use tilefuse.compile(model, "
+                                f"args, target={target!r}) and check its kernels with .emulate(...)")
+    if target is None and not on_cuda and not options.get("interpreter"):
+        _pytorch_notice()
+        return gm.forward
     if _symbolic(gm, example_inputs):
         return _Specializing(gm, options, _max_specializations(options))
     return _compile_static(gm, example_inputs, options)
+
+
+def _checked_options(options: dict, mode: str | None, on_cuda: bool) -> dict:
+    """``options`` checked, with what ``mode`` means on a GPU (CUDA graphs and measurement need one)."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise OptionError(f"unknown tilefuse option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                          f"the options are: " + "; ".join(f"{k} ({v})" for k, v in OPTIONS.items()))
+    if mode is not None:
+        if mode not in MODES:
+            raise OptionError(f"unknown torch.compile mode {mode!r} for backend 'tilefuse'; choose one of {sorted(MODES)}")
+        if on_cuda:
+            options = {**MODES[mode], **options}
+    return options
+
+
+_pytorch_told = False
+
+
+def _pytorch_notice() -> None:
+    global _pytorch_told
+    if not _pytorch_told:
+        _pytorch_told = True
+        warnings.warn("tilefuse hands graphs on CPU tensors back to PyTorch: there is no GPU here, and its kernels "
+                      "would run in Triton's interpreter, for checking, not speed. options={'interpreter': True} "
+                      "runs them anyway; tilefuse.compile(model, args, target='h100') plans for a GPU",
+                      InterpreterWarning, stacklevel=3)
 
 
 def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict):
@@ -219,7 +275,7 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
                              target=options.get("target") or _device_target(example_inputs), backend=backend,
                              strategy=strategy, t0=t0, dump=options.get("dump"),
                              time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
-                             check=check)
+                             measure=options.get("measure", False), check=check)
         if backend == "triton":
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     return _boxed(compiled)

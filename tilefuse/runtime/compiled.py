@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -57,6 +57,14 @@ class CompiledModel:
     def output_names(self) -> list[str]:
         return list(self.graph.outputs)
 
+    def get_inputs(self) -> list["IOInfo"]:
+        """The inputs as onnxruntime's ``InferenceSession.get_inputs()`` lists them: name, shape,
+        type (``tensor(float16)``), and the numpy dtype."""
+        return [_io(d.name, d.type) for d in self.graph.inputs]
+
+    def get_outputs(self) -> list["IOInfo"]:
+        return [_io(n, self.graph.types[n]) for n in self.graph.outputs]
+
     def _check(self, tensors: Sequence[Any], device: torch.device | None = None) -> dict[str, torch.Tensor]:
         decls = self.graph.inputs
         device = device or self.device
@@ -106,8 +114,8 @@ class CompiledModel:
         if not self.target.is_present():
             raise TargetAbsentError(
                 f"this model was compiled for {self.target.name}, which is not present on this machine; "
-                f"its plan and report are available (.plan, .report), .emulate(*inputs) runs its kernels on the "
-                f"CPU to check them; compile with target='auto' to run here")
+                f"its plan and report are available (.plan, .report), .emulate(*inputs) (or .run(feeds, "
+                f"emulate=True)) runs its kernels on the CPU to check them; compile with target='auto' to run here")
 
     def _execute(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         if self.backend == "triton":
@@ -148,13 +156,22 @@ class CompiledModel:
             raise TargetAbsentError("emulate needs Triton's interpreter, which tilefuse switches on only on a "
                                     "machine without CUDA; on this machine compile with target='auto' and call "
                                     "the model instead")
-        cpu = torch.device("cpu")
-        feeds = self._check(list(self.imported.flatten_inputs(args, kwargs)), cpu)
+        feeds = self._check(list(self.imported.flatten_inputs(args, kwargs)), torch.device("cpu"))
+        return self.imported.unflatten_outputs(self._emulated(feeds))
+
+    def _emulated(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        from ..codegen.triton.interpreter import interpreted
+        if self.backend != "triton":
+            raise InputError(f"emulate runs generated kernels; this model was compiled with backend={self.backend!r}")
+        if not interpreted():
+            raise TargetAbsentError("emulate needs Triton's interpreter, which tilefuse switches on only on a "
+                                    "machine without CUDA; on this machine compile with target='auto' and call "
+                                    "the model instead")
         with self._replay_lock:      # one emulating call at a time: one arena
             if self._emulator is None:
-                self._emulator = Program(self.plan, self.primgraph, cpu, self.kernels, self.memory)
+                self._emulator = Program(self.plan, self.primgraph, torch.device("cpu"), self.kernels, self.memory)
             outs = self._emulator.run(feeds)
-        return self.imported.unflatten_outputs(self._owned(outs))
+        return self._owned(outs)
 
     def native(self) -> list:
         """Every generated kernel of the plan compiled ahead of time for the target's GPU
@@ -174,9 +191,16 @@ class CompiledModel:
             info.native = by_kernel.get(info.name, [])
         return rows
 
-    def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None) -> list[np.ndarray]:
-        """ONNX-Runtime-style call: numpy feeds by input name, outputs in graph output order."""
-        self._require_present()
+    def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None, *,
+            emulate: bool = False) -> list[np.ndarray]:
+        """ONNX-Runtime-style call: numpy feeds by input name, outputs in graph output order (or
+        ``output_names``'); onnxruntime's own order, ``run(None, feeds)`` or ``run(["y"], feeds)``,
+        is accepted too.  ``emulate``: this plan's kernels on the CPU whatever the target (the
+        interpreter, as ``emulate``), e.g. an h100 plan checked on a machine without one."""
+        if isinstance(output_names, Mapping) and (feeds is None or _names(feeds)):
+            feeds, output_names = output_names, feeds          # onnxruntime's run(output_names, feeds)
+        if not emulate:
+            self._require_present()
         names = self.input_names
         if not isinstance(feeds, Mapping):
             raise InputError(f"feeds must be a dict from input name to array ({', '.join(names)}), "
@@ -190,21 +214,46 @@ class CompiledModel:
             raise InputError(f"feeds must name exactly the inputs {names}; "
                              f"missing {missing}, unexpected {extra}")
         tensors = []
+        device = torch.device("cpu") if emulate else self.device
         for n in names:
             v = feeds[n]
             if isinstance(v, torch.Tensor):
-                tensors.append(v.to(self.device))
+                tensors.append(v.to(device))
                 continue
             v = np.asarray(v)
             try:
                 DType.from_numpy(v.dtype)
             except TypeError as e:
                 raise InputError(f"input '{n}': {e}") from None
-            tensors.append(torch.from_numpy(np.array(v, order="C")).to(self.device))  # keeps 0-d arrays 0-d
-        outs = self._execute(self._check(tensors))
+            tensors.append(torch.from_numpy(np.array(v, order="C")).to(device))  # keeps 0-d arrays 0-d
+        outs = self._emulated(self._check(tensors, device)) if emulate else self._execute(self._check(tensors))
         result = {n: o for n, o in zip(self.output_names, outs)}
         wanted = list(output_names) if output_names is not None else self.output_names
         return [_to_numpy(result[n]) for n in wanted]
+
+
+class IOInfo(NamedTuple):
+    """An input or output as onnxruntime's ``NodeArg`` shows it."""
+    name: str
+    shape: list
+    type: str            # onnxruntime's spelling: "tensor(float)", "tensor(int64)", ...
+    dtype: np.dtype | None
+
+
+_ORT_TYPES = {"float32": "float", "float64": "double"}
+
+
+def _io(name: str, t) -> IOInfo:
+    dt = t.dtype.value
+    try:
+        npdt = t.dtype.to_numpy()
+    except TypeError:      # (bfloat16 has no numpy dtype)
+        npdt = None
+    return IOInfo(name, list(t.shape), f"tensor({_ORT_TYPES.get(dt, dt)})", npdt)
+
+
+def _names(x) -> bool:
+    return isinstance(x, (list, tuple)) and all(isinstance(n, str) for n in x)
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
