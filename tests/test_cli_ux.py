@@ -45,15 +45,29 @@ def test_version(capsys):
 def test_input_shape_on_a_dynamic_batch_export(dynamic_batch_onnx, tmp_path, capsys):
     path = dynamic_batch_onnx
     assert main(["compile", path, "--target", "h100"]) == 2
-    err = capsys.readouterr().err
-    assert "--input-shape input=DIMS" in err and "Traceback" not in err
+    err = " ".join(capsys.readouterr().err.split())
+    dim = onnx.load(path).graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    assert f"'input' [{dim}, 8]" in err and f"--dim {dim}=1" in err and "Traceback" not in err
     out_json = tmp_path / "r.json"
     assert main(["compile", path, "--target", "h100", "--input-shape", "input=3x8", "--json", str(out_json)]) == 0
     assert '"num_kernels"' in out_json.read_text()
-    assert main(["run", path, "--input-shape", "input=5x8", "--check"]) == 0
+    assert main(["run", path, "--input-shape", "input=5x8", "--check", "--iterations", "0"]) == 0
     out = capsys.readouterr().out
     assert "(5, 4)" in out and "match onnxruntime" in out
     assert main(["inspect", path, "--input-shape", "input=1x8"]) == 0
+    # a named dim bound once (onnxruntime's free dimension override); trtexec's NAME:DIMS; an
+    # --inputs file's own shapes
+    assert main(["run", path, "--dim", f"{dim}=3", "--iterations", "0"]) == 0
+    assert "(3, 4)" in capsys.readouterr().out
+    assert main(["run", path, "--input-shape", "input:6x8", "--iterations", "0"]) == 0
+    assert "(6, 4)" in capsys.readouterr().out
+    np.savez(tmp_path / "x.npz", input=np.ones((7, 8), np.float32))
+    assert main(["run", path, "--inputs", str(tmp_path / "x.npz"), "--check", "--iterations", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "(7, 4)" in out and "match onnxruntime" in out
+    assert main(["run", path, "--dim", "btch=3"]) == 2
+    assert f"dims binds 'btch', which no input of the model has; its named dims are ['{dim}']" in \
+        " ".join(capsys.readouterr().err.split())
 
 
 @pytest.mark.parametrize("spec", ["input", "input=3xb", "input=-1x8", "=3x8", "input=3x8 x"])

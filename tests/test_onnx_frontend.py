@@ -185,8 +185,32 @@ def _dynamic_model():
 
 
 def test_dynamic_input_needs_a_shape():
-    with pytest.raises(InputError, match=r"input 'x' has a dynamic shape \[batch, 3\].*input_shapes"):
+    with pytest.raises(InputError, match=r"1 input with dynamic dims: 'x' \[batch, 3\]; bind the named dims once "
+                                         r"for every input: dims=\{'batch': 1\} \(command line: --dim batch=1\)"):
         import_onnx(_dynamic_model())
+
+
+def test_named_dims_are_bound_once_for_every_input_and_all_unbound_ones_listed():
+    """onnxruntime binds a named free dimension once for the whole model; so does ``dims``.  All
+    inputs left open are listed in one error, with an example of the right rank for each."""
+    two = make([helper.make_node("Add", ["a", "b"], ["y"])],
+               [("a", F, ["batch", "seq"]), ("b", F, ["batch", "seq"])], [("y", F, ["batch", "seq"])])
+    g = import_onnx(two, dims={"batch": 2, "seq": 5}).graph
+    assert [d.type.shape for d in g.inputs] == [(2, 5), (2, 5)]
+    with pytest.raises(InputError) as e:
+        import_onnx(two, dims={"batch": 2})
+    assert str(e.value) == ("2 inputs with dynamic dims: 'a' [batch, seq], 'b' [batch, seq]; bind the named dims "
+                            "once for every input: dims={'seq': 1} (command line: --dim seq=1)")
+    anon = make([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [None, 3])], [("y", F, [None, 3])])
+    with pytest.raises(InputError, match=r"'x' has unnamed dims: give its shape with input_shapes=\{'x': \(1, 3\)\} "
+                                         r"\(command line: --input-shape x=1x3\)"):
+        import_onnx(anon)
+    with pytest.raises(InputError, match=r"dims binds 'btach', which no input of the model has; its named dims are "
+                                         r"\['batch', 'seq'\]"):
+        import_onnx(two, dims={"btach": 2, "seq": 5})
+    # input_shapes pins one input's whole shape; it must agree with the dims bound
+    with pytest.raises(InputError, match=r"gives input 'a' the shape \[3, 5\].*with dims"):
+        import_onnx(two, dims={"batch": 2, "seq": 5}, input_shapes={"a": (3, 5)})
 
 
 def test_input_shapes_option():

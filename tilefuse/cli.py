@@ -87,7 +87,7 @@ def cmd_inspect(args, console: Console) -> int:
     from .frontend.onnx import import_onnx
 
     with _progress(console):
-        graph = import_onnx(args.model, input_shapes=_input_shapes(args)).graph
+        graph = import_onnx(args.model, input_shapes=_input_shapes(args), dims=_dims(args)).graph
         pg, errors = fission(graph, collect_errors=True)
     console.print(f"[bold]{args.model}[/]: {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, "
                   f"{len(graph.constants)} constants, {len(graph.nodes)} operators")
@@ -190,7 +190,7 @@ def cmd_compile(args, console: Console) -> int:
     with _progress(console):
         compiled = tilefuse.compile_onnx(
             args.model, target=args.target, strategy=args.strategy, measure=args.measure, native=args.native,
-            cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args))
+            cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args), dims=_dims(args))
     r = compiled.report
     console.print(kernel_table(r))
     if args.native:
@@ -283,7 +283,7 @@ def cmd_run(args, console: Console) -> int:
     feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
     with _progress(console):
         compiled = tilefuse.compile_onnx(args.model, target=args.target, backend=args.backend,
-                                         input_shapes=_input_shapes(args))
+                                         input_shapes=_input_shapes(args, feeds), dims=_dims(args))
         if feeds is None:
             feeds = _random_feeds(compiled)
         # a plan for a GPU that is not here runs its own kernels in Triton's interpreter
@@ -355,7 +355,7 @@ def cmd_minify(args, console: Console) -> int:
     import tilefuse
     feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
     found = tilefuse.minify(args.model, feeds, target=args.target, backend=args.backend, strategy=args.strategy,
-                            out=args.output, input_shapes=_input_shapes(args),
+                            out=args.output, input_shapes=_input_shapes(args, feeds), dims=_dims(args),
                             progress=lambda line: console.print(line, soft_wrap=True, highlight=False))
     console.print(f"[green]{found.original_prims} prims -> {found.num_prims}[/]; the test case is "
                   f"{found.path} (run it with pytest; attach it to a bug report)", soft_wrap=True)
@@ -389,22 +389,41 @@ def _progress(console: Console):
         yield
 
 
-def _input_shapes(args) -> dict[str, tuple[int, ...]]:
-    """``--input-shape NAME=1x3x224x224`` (repeatable) as ``input_shapes``."""
+def _input_shapes(args, arrays: dict | None = None) -> dict[str, tuple[int, ...]]:
+    """``--input-shape NAME=1x3x224x224`` (repeatable; trtexec's ``NAME:1x3x224x224`` and
+    comma-separated lists too) as ``input_shapes``; the shapes of ``arrays`` (an ``--inputs`` file)
+    for the inputs no flag names."""
     shapes = {}
-    for spec in args.input_shape or ():
-        name, sep, dims = spec.rpartition("=")
+    for spec in (part for flag in args.input_shape or () for part in flag.split(",")):
+        sep = "=" if "=" in spec else ":"
+        name, _, dims = spec.rpartition(sep)
         try:
             shape = tuple(int(d) for d in dims.lower().split("x")) if dims.strip() else ()
         except ValueError:
             shape = None
-        if not sep or not name or shape is None or any(d < 0 for d in shape):
-            raise TilefuseError(f"--input-shape {spec!r}: give NAME=DIMS with non-negative dims joined by x, "
-                                f"e.g. --input-shape input=1x3x224x224 (a scalar: NAME=)")
+        if not name or shape is None or any(d < 0 for d in shape):
+            raise TilefuseError(f"--input-shape {spec!r}: give NAME=DIMS (or NAME:DIMS) with non-negative dims "
+                                f"joined by x, e.g. --input-shape input_ids=1x128 (a scalar: NAME=)")
         if name in shapes:
             raise TilefuseError(f"--input-shape names input {name!r} twice")
         shapes[name] = shape
+    for name, a in (arrays or {}).items():
+        shapes.setdefault(name, tuple(a.shape))
     return shapes
+
+
+def _dims(args) -> dict[str, int]:
+    """``--dim batch=2`` (repeatable): a named dim bound for every input, as onnxruntime does."""
+    out = {}
+    for spec in getattr(args, "dim", None) or ():
+        name, sep, n = spec.partition("=")
+        if not sep or not name or not n.strip().isdigit():
+            raise TilefuseError(f"--dim {spec!r}: give NAME=SIZE, a named dim of the model and a non-negative "
+                                f"size, e.g. --dim batch=1")
+        if name in out:
+            raise TilefuseError(f"--dim names {name!r} twice")
+        out[name] = int(n)
+    return out
 
 
 def _version() -> str:
@@ -461,8 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks of errors and other libraries' warnings")
     shaped = argparse.ArgumentParser(add_help=False)
+    shaped.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                        help="bind a named dynamic dim for every input, e.g. --dim batch=1 (repeatable)")
     shaped.add_argument("--input-shape", action="append", metavar="NAME=DIMS",
-                        help="the shape of an input with dynamic dims, e.g. input=1x3x224x224 (repeatable)")
+                        help="the whole shape of one input, e.g. input_ids=1x128 (repeatable; NAME:DIMS and "
+                             "comma-separated lists as trtexec's --shapes); an --inputs file gives its arrays' "
+                             "shapes")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="compile a small BERT-style block and check it against eager", parents=[common])
     p = sub.add_parser("inspect", help="operators and prims of an ONNX model; unsupported operators by node",

@@ -207,15 +207,15 @@ def minify_prims(pg: PrimGraph, feeds: dict[str, torch.Tensor], *, target: str =
 
 def minify(model, example_inputs: Sequence | dict | None = None, *, target: str = "cpu", backend: str = "triton",
            strategy: str = "optimal", time_limit: float = 10.0, out: str | Path | None = "test_minified.py",
-           example_kwargs: dict | None = None, input_shapes: dict | None = None,
+           example_kwargs: dict | None = None, input_shapes: dict | None = None, dims: dict | None = None,
            progress: Callable[[str], None] | None = None) -> Minified:
     """Shrink a failing compilation of ``model`` (a torch module with ``example_inputs``, or an
     ONNX model: a path, bytes or proto, with optional feeds by input name) to a small prim graph
     and write it as a test case to ``out`` (None: not written).  ``target``/``backend``/
     ``strategy`` are those of the failing compilation; an h100 plan's kernels run here in the
-    interpreter; ``input_shapes`` pins an ONNX model's dynamic dims."""
+    interpreter; ``input_shapes`` and ``dims`` pin an ONNX model's dynamic dims (``import_onnx``)."""
     from .fission import fission
-    graph, feeds, expected, leaves, exact = _import(model, example_inputs, example_kwargs, input_shapes)
+    graph, feeds, expected, leaves, exact = _import(model, example_inputs, example_kwargs, input_shapes, dims)
     pg = fission(graph)
     say = progress or (lambda _: None)
     # the model itself against the compiled model: is there anything to minify?
@@ -243,7 +243,7 @@ def _describe(model) -> str:
     return type(model).__name__
 
 
-def _import(model, example_inputs, example_kwargs, input_shapes=None):
+def _import(model, example_inputs, example_kwargs, input_shapes=None, dims=None):
     """(graph, feeds by input name, the model's own outputs, how to flatten graph outputs like them,
     the model's outputs in float64 where it can run so)."""
     from .verify import eager_float64, eager_oracle, onnx_oracle, random_feeds, tensor_leaves
@@ -257,7 +257,7 @@ def _import(model, example_inputs, example_kwargs, input_shapes=None):
         return (imported.graph, feeds, eager_oracle(model, args, kwargs), tensor_leaves(imported.unflatten_outputs),
                 eager_float64(model, args, kwargs))
     from .frontend.onnx import import_onnx
-    graph = import_onnx(model, input_shapes=input_shapes).graph
+    graph = import_onnx(model, input_shapes=input_shapes, dims=dims).graph
     if example_inputs is None:
         feeds = random_feeds(graph.inputs)
     else:

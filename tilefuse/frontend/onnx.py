@@ -33,15 +33,18 @@ Shape = tuple  # of ints; None for an unknown dim
 
 
 def import_onnx(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                initializers_as_inputs: bool = False) -> Imported:
+                dims: Mapping[str, int] | None = None, initializers_as_inputs: bool = False) -> Imported:
     """Import an ONNX model (path, bytes or ``onnx.ModelProto``).
 
-    ``input_shapes`` fixes the shape of inputs with symbolic or unknown dims ({name: shape}).
-    Graph inputs that also have an initializer are constants (ONNX IR < 4 semantics) unless
-    ``initializers_as_inputs`` is set, in which case they stay inputs and the initializer is ignored.
+    ``dims`` binds named (symbolic) dims wherever they occur, as onnxruntime's free dimension
+    overrides do ({"batch": 2, "sequence": 128}); ``input_shapes`` fixes the whole shape of inputs
+    ({name: shape}: where a dim has no name, or one input differs).  Every dim left unbound is
+    named in one error.  Graph inputs that also have an initializer are constants (ONNX IR < 4
+    semantics) unless ``initializers_as_inputs`` is set, in which case they stay inputs and the
+    initializer is ignored.
     """
     model, _ = load_model(model_or_path)
-    return Imported(Converter(model, dict(input_shapes or {}), initializers_as_inputs).run())
+    return Imported(Converter(model, dict(input_shapes or {}), initializers_as_inputs, dict(dims or {})).run())
 
 
 @dataclass
@@ -62,11 +65,13 @@ class ONode:
 
 
 class Converter:
-    def __init__(self, model: onnx.ModelProto, input_shapes: dict, initializers_as_inputs: bool):
+    def __init__(self, model: onnx.ModelProto, input_shapes: dict, initializers_as_inputs: bool,
+                 dims: dict | None = None):
         self.model = model
         self.graph = model.graph
         self.opset = default_opset(model) or onnx.defs.onnx_opset_version()
         self.input_shapes = input_shapes
+        self.dims = dims or {}
         self.initializers_as_inputs = initializers_as_inputs
         self.known: dict[str, tuple[Shape, int]] = {}      # value -> (shape, onnx elem type)
         self.consts: dict[str, np.ndarray] = {}
@@ -101,32 +106,44 @@ class Converter:
             if self.initializers_as_inputs and any(i.name == name for i in self.graph.input):
                 continue
             self._set_const(name, onnx_proto.tensor_value(t))
-        for vi in self.graph.input:
-            if vi.name in self.consts:
-                continue
+        inputs = [vi for vi in self.graph.input if vi.name not in self.consts]
+        named = {d.dim_param for vi in inputs if vi.type.WhichOneof("value") == "tensor_type"
+                 for d in vi.type.tensor_type.shape.dim if not d.HasField("dim_value") and d.dim_param}
+        for name, n in self.dims.items():
+            if name not in named:
+                raise InputError(f"dims binds {name!r}, which no input of the model has; its named dims are "
+                                 f"{sorted(named) or 'none'}")
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+                raise InputError(f"dims gives {name!r} the size {n!r}; a size is a non-negative integer")
+        unbound = []
+        for vi in inputs:
             if vi.type.WhichOneof("value") != "tensor_type":
                 self.non_tensors[vi.name] = str(vi.type.WhichOneof("value")).replace("_type", "")
                 continue
             shape, elem = self._input_type(vi)
+            if shape is None or None in shape:
+                unbound.append(vi)
+                continue
             self.known[vi.name] = (shape, elem)
             self.decls.append(vi.name)
+        if unbound:
+            raise InputError(_unbound_message(unbound, self.dims))
 
-    def _input_type(self, vi: onnx.ValueInfoProto) -> tuple[tuple[int, ...], int]:
-        t = onnx_fold.type_of(vi.type)
+    def _input_type(self, vi: onnx.ValueInfoProto) -> tuple[tuple | None, int]:
+        """(shape, elem type); the shape has None where a dim is still unbound (None: unknown rank)."""
         elem = vi.type.tensor_type.elem_type
         given = self.input_shapes.get(vi.name)
+        declared = [d.dim_value if d.HasField("dim_value") else self.dims.get(d.dim_param) if d.dim_param else None
+                    for d in vi.type.tensor_type.shape.dim] if vi.type.tensor_type.HasField("shape") else None
         if given is not None:
             given = _static_shape(vi.name, given)
-            if t is not None and (len(t[0]) != len(given)
-                                  or any(d is not None and d != g for d, g in zip(t[0], given))):
+            if declared is not None and (len(declared) != len(given)
+                                         or any(d is not None and d != g for d, g in zip(declared, given))):
                 raise InputError(f"input_shapes gives input '{vi.name}' the shape {list(given)}, "
-                                 f"the model declares {onnx_proto.fmt_shape(vi)}")
+                                 f"the model declares {onnx_proto.fmt_shape(vi)}"
+                                 + (f" with dims {self.dims}" if self.dims else ""))
             return given, elem
-        if t is None or None in t[0]:
-            raise InputError(f"input '{vi.name}' has a dynamic shape {onnx_proto.fmt_shape(vi)}; give it a "
-                             f"static shape with input_shapes={{'{vi.name}': (...)}} "
-                             f"(command line: --input-shape {vi.name}=DIMS, e.g. 1x3x224x224)")
-        return t[0], elem
+        return (tuple(declared) if declared is not None else None), elem
 
     def _infer_model(self) -> None:
         """Whole-model ONNX shape inference with the static input shapes (best effort: nodes it
@@ -446,6 +463,30 @@ _INFER_VALUES = 4096
 _ALWAYS_FOLD = frozenset({"Constant", "Shape", "Size", "Range", "EyeLike"})
 # Folded from the input's type alone.
 _TYPE_ONLY = frozenset({"Shape", "Size", "EyeLike"})
+
+
+def _unbound_message(unbound: list, dims: dict) -> str:
+    """Every input whose shape is still open, and how to bind it: the named dims once for all
+    inputs (``dims``, ``--dim``), else whole shapes (``input_shapes``, ``--input-shape``), with
+    an example of the right rank built from the model's own declared dims."""
+    names = list(dict.fromkeys(d.dim_param for vi in unbound for d in vi.type.tensor_type.shape.dim
+                               if not d.HasField("dim_value") and d.dim_param and d.dim_param not in dims))
+    anonymous = [vi for vi in unbound if not vi.type.tensor_type.HasField("shape")
+                 or any(not d.HasField("dim_value") and not d.dim_param for d in vi.type.tensor_type.shape.dim)]
+    lines = [f"{len(unbound)} input{'s' if len(unbound) > 1 else ''} with dynamic dims: "
+             + ", ".join(f"'{vi.name}' {onnx_proto.fmt_shape(vi)}" for vi in unbound)]
+    if names:
+        lines.append("bind the named dims once for every input: dims={" + ", ".join(f"{n!r}: 1" for n in names)
+                     + "} (command line: " + " ".join(f"--dim {n}=1" for n in names) + ")")
+    for vi in anonymous:
+        if not vi.type.tensor_type.HasField("shape"):
+            lines.append(f"'{vi.name}' has no declared rank: give its shape with input_shapes={{'{vi.name}': (...)}} "
+                         f"(command line: --input-shape {vi.name}=DIMS)")
+            continue
+        ex = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1) for d in vi.type.tensor_type.shape.dim]
+        lines.append(f"'{vi.name}' has unnamed dims: give its shape with input_shapes={{'{vi.name}': {tuple(ex)}}} "
+                     f"(command line: --input-shape {vi.name}={'x'.join(map(str, ex))})")
+    return "; ".join(lines)
 
 
 def _static_shape(name: str, given) -> tuple[int, ...]:
