@@ -460,6 +460,17 @@ def _quiet_third_parties(quiet: bool):
                 log.setLevel(level)
 
 
+def _check_target(args) -> None:
+    """A misspelt ``--target`` fails before minutes of loading the model."""
+    if getattr(args, "target", None) is None:
+        return
+    from .cost.target import Target
+    try:
+        Target.get(args.target)
+    except TilefuseError as e:
+        raise type(e)(f"--target: {e}") from None
+
+
 def _count(text: str) -> int:
     try:
         n = int(text)
@@ -534,17 +545,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", default="test_minified.py", help="the test case to write")
     args = parser.parse_args(argv)
     console = Console()
-    if getattr(args, "target", None) is not None:
-        from .cost.target import Target
-        try:                             # a misspelt target fails before minutes of loading
-            Target.get(args.target)
-        except TilefuseError as e:
-            Console(stderr=True).print(Text.assemble(("error: ", "bold red"), f"--target: {e}"), soft_wrap=True)
-            return 2
     handler = {"demo": cmd_demo, "inspect": cmd_inspect, "compile": cmd_compile, "run": cmd_run,
                "minify": cmd_minify}[args.command]
     try:
         with _quiet_third_parties(not args.debug):
+            _check_target(args)
             return handler(args, console)
     except TilefuseError as e:
         if args.debug:
