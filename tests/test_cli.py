@@ -172,3 +172,31 @@ def test_a_bad_target_fails_before_the_model_is_read(tmp_path, capsys):
         err = " ".join(capsys.readouterr().err.split())
         assert "--target: unknown target 'h10'; choose one of ['a100', 'cpu', 'h100', 'h200'] or 'auto'" in err
         assert "missing.onnx" not in err
+
+
+def test_inspect_lists_every_unsupported_operator_not_only_the_first(tmp_path, capsys):
+    """Two refused nodes, one after the other, and a supported one between: both named with their
+    reasons, the operator table marks them, exit 2."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Foo", ["x"], ["a"], name="first_bad", domain="com.example"),
+             helper.make_node("Relu", ["x"], ["r"], name="fine"),
+             helper.make_node("Bar", ["r"], ["y"], name="second_bad", domain="com.example"),
+             helper.make_node("Sigmoid", ["a"], ["z"], name="after_bad")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y, z]), ir_version=10,
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    onnx.save(m, tmp_path / "m.onnx")
+    assert main(["inspect", str(tmp_path / "m.onnx")]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 operator(s) cannot be compiled" in out
+    assert "Foo (node 'first_bad')" in out and "Bar (node 'second_bad')" in out
+    assert "domain 'com.example' are not supported" in out
+    assert "(1 node(s) that read only what those make were not looked at)" in out
+    assert re.search(r"Relu\s*│\s*1\s*│\s*yes", out) and re.search(r"Foo\s*│\s*1\s*│\s*no", out)
+
+
+def test_inspect_says_how_many_prims_compile_plans(tmp_path, capsys):
+    assert main(["inspect", _matmul_model(tmp_path / "m.onnx")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert re.search(r"fission makes (\d+) prims; compile plans (\d+) of them, after simplifying", out)

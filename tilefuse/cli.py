@@ -83,28 +83,53 @@ def _memory_line(m: dict) -> str:
 
 def cmd_inspect(args, console: Console) -> int:
     from .analysis.classify import count_by_category
+    from .api import prims
     from .fission import fission
-    from .frontend.onnx import import_onnx
+    from .frontend.onnx import import_onnx, load_model, unsupported_nodes
 
+    with _progress(console):
+        refused, skipped = unsupported_nodes(args.model, input_shapes=_input_shapes(args), dims=_dims(args))
+    if refused:         # the ONNX nodes as the file has them: the import stopped short of a graph
+        model, _ = load_model(args.model)
+        console.print(_ops_table(Counter(n.op_type for n in model.graph.node), refused))
+        return _refusals(console, refused, skipped)
     with _progress(console):
         graph = import_onnx(args.model, input_shapes=_input_shapes(args), dims=_dims(args)).graph
         pg, errors = fission(graph, collect_errors=True)
     console.print(f"[bold]{args.model}[/]: {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, "
                   f"{len(graph.constants)} constants, {len(graph.nodes)} operators")
-    ops = Table(title="operators")
-    ops.add_column("operator")
-    ops.add_column("count", justify="right")
-    for op, n in sorted(Counter(n.op for n in graph.nodes).items()):
-        ops.add_row(op, str(n))
-    console.print(ops)
-    if pg is not None:
-        console.print(_category_table(f"{len(pg.prims)} prims by category", count_by_category(pg.prims)))
-        if args.prims:
-            console.print(str(pg), markup=False, highlight=False, soft_wrap=True)
-        return 0
+    console.print(_ops_table(Counter(n.op for n in graph.nodes), errors))
+    if pg is None:
+        return _refusals(console, errors, 0)
+    console.print(_category_table(f"{len(pg.prims)} prims by category", count_by_category(pg.prims)))
+    planned = prims(pg)
+    console.print(f"fission makes {len(pg.prims)} prims; compile plans {len(planned.prims)} of them, after "
+                  f"simplifying, folding constants and composing layout changes and masks into the prims "
+                  f"that read them", soft_wrap=True)
+    if args.prims:
+        console.print(str(pg), markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def _ops_table(counts: Counter, refused) -> Table:
+    """Operators by count, each marked supported or not (the refusals' operators)."""
+    bad = Counter(getattr(e, "op", None) for e in refused)
+    t = Table(title="operators")
+    t.add_column("operator")
+    t.add_column("count", justify="right")
+    t.add_column("supported")
+    for op, n in sorted(counts.items()):
+        t.add_row(op, str(n), "[red]no[/]" if bad.get(op) == n else f"[red]{n - bad[op]} of {n}[/]" if bad.get(op)
+                  else "yes")
+    return t
+
+
+def _refusals(console: Console, errors, skipped: int) -> int:
     console.print(f"[red]{len(errors)} operator(s) cannot be compiled:[/]")
     for e in errors:
         console.print(f"  {e}", markup=False, highlight=False, soft_wrap=True)
+    if skipped:
+        console.print(f"({skipped} node(s) that read only what those make were not looked at)")
     return 2
 
 

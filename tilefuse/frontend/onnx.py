@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 
-from ..errors import InputError, ModelLoadError, UnsupportedOperator
+from ..errors import InputError, ModelLoadError, TilefuseError, UnsupportedAttribute, UnsupportedOperator
 from ..ir.dtypes import DType, TensorType
 from ..ir.graph import Attrs, Graph, Node
 from ..ir.prim import Constant, TensorDecl
@@ -45,6 +45,15 @@ def import_onnx(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | No
     """
     model, _ = load_model(model_or_path)
     return Imported(Converter(model, dict(input_shapes or {}), initializers_as_inputs, dict(dims or {})).run())
+
+
+def unsupported_nodes(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                      dims: Mapping[str, int] | None = None) -> tuple[list[TilefuseError], int]:
+    """Every node the ONNX frontend refuses, one error each (``tilefuse inspect``), and how many
+    nodes were not looked at because they read only what a refused node makes: the import goes on
+    past a refused node, its outputs typed by shape inference where it can."""
+    model, _ = load_model(model_or_path)
+    return Converter(model, dict(input_shapes or {}), False, dict(dims or {})).refused()
 
 
 @dataclass
@@ -93,6 +102,30 @@ class Converter:
         for idx, proto in nodes:
             self.visit(proto, self.opset, proto.name or f"{proto.op_type}_{idx}")
         return self._graph()
+
+    def refused(self) -> tuple[list[TilefuseError], int]:
+        """``unsupported_nodes``: the import, collecting refusals instead of stopping at the first."""
+        self._read_inputs()
+        self._infer_model()
+        errors, untyped, skipped = [], set(), 0
+        for idx, proto in _needed(self.graph, self.functions):
+            if any(i in untyped for i in proto.input):
+                untyped.update(o for o in proto.output if o)
+                skipped += 1
+                continue
+            try:
+                self.visit(proto, self.opset, proto.name or f"{proto.op_type}_{idx}")
+            except (UnsupportedOperator, UnsupportedAttribute) as e:
+                errors.append(e)
+                for o in proto.output:
+                    t = self.inferred.get(o)
+                    if not o:
+                        continue
+                    if t is not None and None not in t[0]:
+                        self.known[o] = t        # (its readers go on as if it had been imported)
+                    else:
+                        untyped.add(o)
+        return errors, skipped
 
     def _read_inputs(self) -> None:
         inits = {t.name: t for t in self.graph.initializer}
