@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tilefuse
-from tilefuse.errors import InputError, OptionError, TilefuseError
+from tilefuse.errors import InputError, OptionError, TilefuseError, UnsupportedOperator
 
 
 def _model():
@@ -34,8 +34,38 @@ def test_run_rejects_unknown_output_names_and_feeds_that_are_not_a_dict():
 def test_keyword_inputs_to_a_positional_model_are_an_input_error():
     model, x = _model()
     cm = tilefuse.compile(model, (x,), backend="reference")
-    with pytest.raises(InputError, match="keyword inputs"):
+    with pytest.raises(InputError, match=r"compiled to be called as compiled\(x0\); got keyword input\(s\) "
+                                         r"\['extra'\] it was not compiled with\. .*example_kwargs"):
         cm(x, extra=x)
+
+
+@pytest.mark.parametrize("fn, kw, match", [
+    ("compile", {"targte": "cpu"}, r"compile\(\) got an unknown option 'targte'; did you mean 'target'\? "
+                                   r"Its options are target, backend,"),
+    ("compile_onnx", {"input_shape": {}}, r"unknown option 'input_shape'; did you mean 'input_shapes'\?.* dims"),
+])
+def test_a_misspelt_option_names_the_nearest_one(fn, kw, match, tmp_path):
+    model, x = _model()
+    args = (model, (x,)) if fn == "compile" else (_onnx_path(model, x, tmp_path),)
+    with pytest.raises(OptionError, match=match):
+        getattr(tilefuse, fn)(*args, **kw)
+
+
+def _onnx_path(model, x, tmp_path):
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False)
+    return str(path)
+
+
+def test_an_operator_with_side_effects_is_named_not_its_token():
+    """torch.linalg.inv exports with an effect token (its singular-input check): the refusal names
+    the operator and the model's line, not "a model input of kind TOKEN"."""
+    class Inv(torch.nn.Module):
+        def forward(self, x):
+            return torch.linalg.inv(x)
+    with pytest.raises(UnsupportedOperator, match=r"aten\.linalg_inv_ex\.default \(node 'linalg_inv_ex' at "
+                                                  r"test_api_errors\.py:\d+ in forward\): .*side effects"):
+        tilefuse.compile(Inv(), (torch.randn(3, 3),), target="cpu")
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

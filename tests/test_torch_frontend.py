@@ -22,7 +22,7 @@ from tilefuse.frontend.torch import import_torch
 
 RTOL = ATOL = 1e-5
 # Orchestration is not under test here: a short solver time limit keeps the file fast.
-FAST = {"time_limit": 1.0, "interpreter": True}   # (tilefuse's kernels, not PyTorch, on this CPU)
+FAST = {"time_limit": 1.0}
 
 
 def _fresh(t):
@@ -450,8 +450,11 @@ def kw_model():
     (lambda cm: cm(torch.randn(3, 3), mask=torch.rand(2, 3) > 0.5, scale=2.0), r"shape \(3, 3\)"),
     (lambda cm: cm(torch.randn(2, 3).double(), mask=torch.rand(2, 3) > 0.5, scale=2.0), "dtype float64"),
     (lambda cm: cm(torch.randn(2, 3), mask=torch.rand(2, 3), scale=2.0), "dtype float32"),
-    (lambda cm: cm(torch.randn(2, 3), scale=2.0), "keyword inputs"),
-    (lambda cm: cm(torch.randn(2, 3), torch.randn(2, 3), mask=torch.rand(2, 3) > 0.5, scale=2.0), "structure"),
+    (lambda cm: cm(torch.randn(2, 3), scale=2.0),
+     r"compiled to be called as compiled\(x0, mask=\.\.\., scale=\.\.\.\); got no keyword input\(s\) \['mask'\]"),
+    (lambda cm: cm(torch.randn(2, 3), torch.randn(2, 3), mask=torch.rand(2, 3) > 0.5, scale=2.0),
+     r"1 positional input\(s\), got 2"),
+    (lambda cm: cm((torch.randn(2, 3),), mask=torch.rand(2, 3) > 0.5, scale=2.0), r"nested differently"),
     (lambda cm: cm(torch.randn(2, 3), mask=torch.rand(2, 3) > 0.5, scale=3.0), "was 2.0"),
 ])
 def test_wrong_inputs_at_call_time(kw_model, call, match):
@@ -480,7 +483,7 @@ def dynamo():
 
 def test_torch_compile_mlp(dynamo):
     model = mlp().eval()
-    compiled = torch.compile(model, backend="tilefuse", options=FAST)
+    compiled = torch.compile(model, backend="tilefuse", options={**FAST, "interpreter": True})
     for batch in (4, 4, 3):  # a new batch size compiles again for the new static shape
         x = torch.randn(batch, 16)
         with torch.no_grad():
@@ -521,7 +524,7 @@ def test_torch_compile_graph_breaks(dynamo, capsys):
 
 def test_torch_compile_with_gradients_enabled(dynamo):
     model = mlp().eval()
-    compiled = torch.compile(model, backend="tilefuse", options=FAST)
+    compiled = torch.compile(model, backend="tilefuse", options={**FAST, "interpreter": True})
     x = torch.randn(4, 16)
     out = compiled(x)
     assert_same(out.detach(), model(x).detach())

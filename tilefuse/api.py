@@ -70,6 +70,20 @@ def _check_options(backend: str, strategy: str, time_limit=10.0) -> None:
         raise OptionError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
 
 
+def _check_frontend_options(fn: str, options: dict, frontend: tuple[str, ...]) -> None:
+    """A keyword neither ``fn`` nor its frontend takes: named, with the nearest one it does take."""
+    import difflib
+    import inspect
+    unknown = [k for k in options if k not in frontend]
+    if unknown:
+        own = [p for p in inspect.signature(globals()[fn]).parameters if p not in ("options", "model",
+                                                                                 "model_or_path", "example_inputs")]
+        known = own + list(frontend)
+        near = difflib.get_close_matches(unknown[0], known, n=1)
+        raise OptionError(f"{fn}() got an unknown option {unknown[0]!r}"
+                          + (f"; did you mean {near[0]!r}?" if near else "") + f" Its options are {', '.join(known)}")
+
+
 def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda_graph: bool = False,
                 measured: dict[str, float] | None = None, progress: Callable[[int, int], None] | None = None,
                 solved: dict | None = None, grounded: dict | None = None) -> tuple[dict[str, Plan], Coster]:
@@ -321,6 +335,7 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     frontend (``example_kwargs``).
     """
     _check_options(backend, strategy, time_limit)
+    _check_frontend_options("compile", options, ("example_kwargs", "strict"))
     from .frontend.torch import import_torch
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):
@@ -364,6 +379,7 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     frontend (``input_shapes``, ``initializers_as_inputs``).
     """
     _check_options(backend, strategy, time_limit)
+    _check_frontend_options("compile_onnx", options, ("input_shapes", "dims", "initializers_as_inputs"))
     from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
     with _stage("importing the model"):

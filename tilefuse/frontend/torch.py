@@ -99,6 +99,8 @@ def import_exported(ep: ExportedProgram, name: str = "model") -> Imported:
                 value = getattr(spec.arg, "value", val)
                 values[node] = value
                 user_leaves.append((node.name, False, value))
+        elif spec.kind is InputKind.TOKEN:
+            raise _effectful(node)
         else:
             raise _unsupported_signature(node, f"model input of kind {spec.kind.name}")
     em, outs = fx_to_graph(ep.graph, inputs=inputs, constants=constants, values=values)
@@ -128,6 +130,21 @@ def _unchanged(em, value, buffer) -> bool:
     return new.dtype == buffer.dtype and new.shape == buffer.shape and bool(torch.equal(new, buffer))
 
 
+def _effectful(token: fx.Node) -> UnsupportedOperator:
+    """An effect token (torch.export threads one through operators with side effects): the
+    operator that needs it, named as the model wrote it (``torch.linalg.inv``'s run-time check of
+    singular inputs), not the token."""
+    for use in token.users:
+        if use.op == "call_function" and len(use.args) > 1:
+            effect, data = use.args[1], [a for a in use.args[2:] if isinstance(a, fx.Node)]
+            made = next((a for a in data if a.op == "call_function" and a.target is not operator.getitem), None)
+            made = made or next((a.args[0] for a in data if a.target is operator.getitem), use)
+            node = Node(str(getattr(made, "target", made)), made.name, (), (), Attrs(), location=source_location(made))
+            return UnsupportedOperator(node, f"torch.export gives it an operator with side effects ({effect}: a "
+                                             f"run-time check), which tilefuse does not compile")
+    return _unsupported_signature(token, "an effect token (an operator with side effects)")
+
+
 def _unsupported_signature(node, detail: str) -> UnsupportedOperator:
     return UnsupportedOperator(Node("torch.export", node.name if node is not None else "signature", (), (),
                                     Attrs()), detail)
@@ -137,12 +154,24 @@ def _flattener(in_spec, user_leaves):
     def flatten_inputs(args: tuple, kwargs: dict) -> list:
         kw_spec = in_spec.child(1)
         keys = list(kw_spec.context or [])
+        positional = in_spec.child(0).num_children
+        example = _calling(positional, keys)
         if set(kwargs) != set(keys):
-            raise InputError(f"the model was compiled with keyword inputs {sorted(keys)}, got {sorted(kwargs)}")
+            extra, missing = sorted(set(kwargs) - set(keys)), sorted(set(keys) - set(kwargs))
+            raise InputError(f"the model was compiled to be called as {example}; got "
+                             + (f"keyword input(s) {extra} it was not compiled with" if extra else "")
+                             + (" and " if extra and missing else "")
+                             + (f"no keyword input(s) {missing}" if missing else "")
+                             + (". Pass the inputs the way the example inputs were given, or compile with "
+                                "example_kwargs={...} to call the model by keyword" if extra else ""))
+        if len(args) != positional:
+            raise InputError(f"the model was compiled to be called as {example}: {positional} positional "
+                             f"input(s), got {len(args)}")
         flat, spec = pytree.tree_flatten((tuple(args), {k: kwargs[k] for k in keys}))
         if spec != in_spec:
-            raise InputError(f"the inputs do not have the structure the model was compiled for "
-                             f"({in_spec.num_leaves} leaves as {_spec_str(in_spec)}; got {_spec_str(spec)})")
+            raise InputError(f"the inputs are nested differently from the example inputs the model was compiled "
+                             f"with ({in_spec.num_leaves} tensors and values in all; got {spec.num_leaves}): "
+                             f"pass them as the example was, or compile again with inputs of this structure")
         tensors = []
         for leaf, (name, is_tensor, value) in zip(flat, user_leaves):
             if is_tensor:
@@ -154,8 +183,9 @@ def _flattener(in_spec, user_leaves):
     return flatten_inputs
 
 
-def _spec_str(spec) -> str:
-    return re.sub(r"\s+", " ", str(spec))
+def _calling(positional: int, keys: list) -> str:
+    """``compiled(x0, x1, mask=...)``: how the model was called at compile time."""
+    return "compiled(" + ", ".join([f"x{k}" for k in range(positional)] + [f"{k}=..." for k in keys]) + ")"
 
 
 def _unflattener(out_spec, out_leaves):
