@@ -200,3 +200,22 @@ def test_inspect_says_how_many_prims_compile_plans(tmp_path, capsys):
     assert main(["inspect", _matmul_model(tmp_path / "m.onnx")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert re.search(r"fission makes (\d+) prims; compile plans (\d+) of them, after simplifying", out)
+
+
+def test_the_kernel_table_fits_80_columns_with_a_legend_and_the_launch_floor_is_said(tmp_path, capsys):
+    import io
+
+    from rich.console import Console
+
+    import tilefuse
+    from tilefuse.cli import kernel_table, roofline_line
+    r = tilefuse.compile_onnx(_matmul_model(tmp_path / "m.onnx"), target="h100", backend="reference").report
+    buf = io.StringIO()
+    Console(file=buf, width=80).print(kernel_table(r))
+    lines = buf.getvalue().splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and any("Relu" in ln for ln in lines)
+    text = " ".join(buf.getvalue().split())
+    assert "occ: programs resident per SM" in text and "waves:" in text and "bound: the modelled term" in text
+    line = roofline_line(r)
+    assert re.match(r"modelled plan [\d.]+ us: 1 launch takes 4\.0 us \(4\.0 each\), the roofline bound is [\d.]+ "
+                    r"us; the plan is [\d.]+x their sum", line)

@@ -139,20 +139,25 @@ def kernel_table(report, limit: int | None = None, *, detail: bool = True) -> Ta
     what = "modelled and measured" if measured else "modelled"
     t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {report.target}, "
                     f"{report.launch.replace('_', ' ')}; times {what})")
-    t.add_column("#", justify="right")
-    t.add_column("family")
-    t.add_column("prims", justify="right")
-    t.add_column("operators fused")
-    if detail:
+    t.add_column("#", justify="right", no_wrap=True)
+    t.add_column("family", no_wrap=True)
+    if not detail:
+        t.add_column("prims", justify="right", no_wrap=True)
+    t.add_column("operators fused", ratio=1, min_width=12)
+    if detail:            # (80 columns: the prims per kernel are in the JSON and HTML reports)
         for col in ("grid", "warps", "waves", "occ"):
-            t.add_column(col, justify="right")
-        t.add_column("bound")
-    t.add_column("est us", justify="right")
+            t.add_column(col, justify="right", no_wrap=True)
+        t.caption_justify = "left"
+        t.add_column("bound", no_wrap=True)
+        t.caption = ("grid: programs launched; warps: per program; waves: the grid over the programs the SMs hold "
+                     "at once; occ: programs resident per SM; bound: the modelled term that dominates (dram, l2, "
+                     "compute or launch)")
+    t.add_column("us", justify="right", no_wrap=True)
     if measured:
-        t.add_column("measured us", justify="right")
+        t.add_column("measured", justify="right", no_wrap=True)
     rows = report.kernels if limit is None else report.kernels[:limit]
     for k, info in enumerate(rows):
-        cells = [str(k), info.family, str(len(info.prims)), _op_summary(info.ops)]
+        cells = [str(k), info.family] + ([] if detail else [str(len(info.prims))]) + [_op_summary(info.ops)]
         if detail:
             cells += [str(info.grid), str(info.warps), str(info.waves), str(info.occupancy), info.bound]
         cells.append(f"{info.est_us:.2f}")
@@ -185,12 +190,17 @@ def native_table(rows, arch: int) -> Table:
 
 
 def roofline_line(report) -> str:
-    """The plan against the hardware's limit: modelled time and traffic over the roofline bound."""
-    ratio = report.est_total_us / report.roofline_us if report.roofline_us else float("nan")
+    """The plan against what bounds it: its kernels' launches and the roofline (compulsory bytes
+    at peak bandwidth, useful flops at peak), all modelled; DRAM traffic over the compulsory."""
+    from .cost.target import Target
+    launch_us = Target.get(report.target).launch(report.launch == "cuda_graph") * 1e6
+    floor = report.num_kernels * launch_us + report.roofline_us
     traffic = report.traffic_bytes / report.compulsory_bytes if report.compulsory_bytes else float("nan")
-    return (f"roofline bound {report.roofline_us:.1f} us (modelled plan {report.est_total_us:.1f} us = {ratio:.1f}x); "
-            f"DRAM traffic {report.traffic_bytes / 1e6:.2f} MB = {traffic:.2f}x the compulsory "
-            f"{report.compulsory_bytes / 1e6:.2f} MB")
+    n = report.num_kernels
+    return (f"modelled plan {report.est_total_us:.1f} us: {n} launch{'es take' if n != 1 else ' takes'} "
+            f"{n * launch_us:.1f} us ({launch_us:.1f} each), the roofline bound is {report.roofline_us:.1f} us; the plan is "
+            f"{report.est_total_us / floor:.2f}x their sum. DRAM traffic {report.traffic_bytes / 1e6:.2f} MB = "
+            f"{traffic:.2f}x the compulsory {report.compulsory_bytes / 1e6:.2f} MB")
 
 
 def _op_summary(ops: list[str]) -> str:
