@@ -115,3 +115,21 @@ def test_codegen_errors_surface_at_compile(monkeypatch):
     monkeypatch.setattr(fused, "fused_kernel", broken)
     with pytest.raises(RuntimeError, match="template bug"):
         tilefuse.compile(torch.nn.ReLU(), (torch.randn(4),))
+
+
+def test_a_kernel_carries_only_the_helpers_and_imports_it_calls():
+    """A GEMM + ReLU calls no combiner and no libdevice function: neither is in its module; a
+    softmax's row max is a NaN-propagating ``_maximum`` (defined once), and an erf GELU imports
+    libdevice; every module still compiles and runs (against eager)."""
+    def sources(model, x):
+        with torch.no_grad():
+            cm = tilefuse.compile(model, (x,), target="cpu")
+            torch.testing.assert_close(cm(x), model(x), rtol=1e-5, atol=1e-5)
+        return [b.source for b in cm.kernels]
+    x = torch.randn(4, 16)
+    (gemm,) = sources(torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()), x)
+    assert "def _" not in gemm and "libdevice" not in gemm
+    (soft,) = sources(torch.nn.Softmax(-1), x)
+    assert soft.count("def _maximum(") == 1 and "def _mul(" not in soft and "def _minimum(" not in soft
+    (gelu,) = sources(torch.nn.GELU(), x)
+    assert "from triton.language.extra import libdevice" in gelu and "libdevice.erf(" in gelu

@@ -739,9 +739,13 @@ class _Printer:
         outs = [f"out{j}" for j in range(len(k.outputs))]
         consts = [f"{b}: tl.constexpr" for b in dict.fromkeys(a.block_name for a in k.axes)]
         head = [f"# {line}" for line in k.comments]
-        return "\n".join(head + ["import triton", "import triton.language as tl", LIBDEVICE, HELPERS, "",
-                                 "@triton.jit", f"def {k.name}({', '.join(ins + outs + consts)}):",
-                                 *(self.scopes[0].lines or ["    pass"])]) + "\n"
+        body = self.scopes[0].lines or ["    pass"]
+        text = "\n".join(body)
+        # only what the body calls: libdevice and the combiners
+        imports = ["import triton", "import triton.language as tl"] + ([LIBDEVICE] if "libdevice." in text else [])
+        helpers = [src.rstrip("\n") for name, src in HELPERS.items() if re.search(rf"\b{name}\b", text)]
+        kernel = "\n".join(["@triton.jit", f"def {k.name}({', '.join(ins + outs + consts)}):", *body])
+        return "\n".join(head + imports) + "\n\n\n" + "\n\n\n".join(helpers + [kernel]) + "\n"
 
 
 # Types a Python literal combined with a tile of them leaves unchanged.

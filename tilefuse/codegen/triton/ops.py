@@ -77,18 +77,9 @@ COMBINE_INT = COMBINE_FLOAT | {"max": "tl.maximum({a}, {b})", "min": "tl.minimum
 # bool sum/prod are any/all (the reference reduces as int64 and compares with 0).
 BOOL_COMBINER = {"sum": "max", "prod": "min", "max": "max", "min": "min"}
 
-HELPERS = '''
-@triton.jit
-def _mul(a, b):
-    return a * b
-
-
-@triton.jit
-def _maximum(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _minimum(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-'''
+# NaN-propagating combiners for tl.reduce and the accumulators above; a kernel carries those it calls
+HELPERS = {
+    "_mul": "@triton.jit\ndef _mul(a, b):\n    return a * b\n",
+    "_maximum": "@triton.jit\ndef _maximum(a, b):\n    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)\n",
+    "_minimum": "@triton.jit\ndef _minimum(a, b):\n    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)\n",
+}
