@@ -10,7 +10,7 @@ from ...analysis.index import linear_form
 from ...analysis.inline import Inliner, Instance
 from ...ir.dtypes import DType
 from ...ir.expr import Cast, Const, Expr, Load, Value, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
-    transform, walk
+    transform, unary, walk
 from ..anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
 from ..base import Group
 
@@ -340,12 +340,38 @@ def _online_softmax(p: Expr, instances, nvars) -> OnlineSoftmax | None:
     if _strip(mx.body) is not _strip(score) or _strip(sm.body) is not _strip(term):
         return None
     mark = Value(-1, term.dtype)
+    p = _nan_guards(p, term, top, set(nvars))
     coeff = _coefficient(transform(p, lambda n: mark if n is term else None), mark)
     if coeff is None or free_vars(coeff) & set(nvars) or _reads(coeff, -1):
         return None
     if any(isinstance(n, Load) and n.index for n in walk(coeff)):
         return None      # row-only means the reductions' values and constants only
     return OnlineSoftmax(score, term, coeff, mx.slot, sm.slot)
+
+
+def _nan_guards(p: Expr, term: Expr, top: Expr, nvars: set) -> Expr:
+    """``p`` with each ``where(isnan(q), 0, q)`` around the softmax (the ONNX exporters write it
+    so that a row whose keys are all masked yields zeros, not NaN) as the row-only select it is:
+    ``q = exp(score - max) · c`` with ``c`` row-only is NaN exactly where the row's max is not
+    finite (a NaN score makes the max NaN; +inf makes ``inf - inf``; all -inf makes
+    ``-inf - -inf``), and otherwise every ``exp`` lies in [0, 1] and the sum, which holds a 1, is
+    finite.  So the guard tests the max, and ``p`` stays ``exp_term × coefficient``."""
+    mark = Value(-1, term.dtype)
+
+    def zero(x: Expr) -> bool:
+        return isinstance(_strip(x), Const) and _strip(x).value == 0
+
+    def guard(e: Expr) -> Expr | None:
+        if not isinstance(e, Select) or not zero(e.a):
+            return None
+        cond = _strip(e.cond)
+        if not (isinstance(cond, Unary) and cond.op == "isnan" and _strip(cond.x) is _strip(e.b)):
+            return None
+        c = _coefficient(transform(e.b, lambda n: mark if n is term else None), mark)
+        if c is None or free_vars(c) & nvars or _reads(c, -1) or any(isinstance(n, Load) and n.index for n in walk(c)):
+            return None
+        return select(binary("or", unary("isnan", top), unary("isinf", top)), e.a, e.b)
+    return transform(p, guard)
 
 
 def _minus(e: Expr, top: Expr) -> bool:
