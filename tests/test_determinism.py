@@ -3,7 +3,8 @@
 Planning is bounded by work (``Caps`` for candidates, a node budget and a lazy-round budget for
 HiGHS), not by the clock; ``time_limit`` is an outer guard whose cuts the report names.  Here two
 compiles of one model run at the same time, in two processes (each with its own hash seed), while
-two more processes keep both cores busy; their plans, kernels and reports must be identical.
+a third process spins (three busy processes, more with the suite's other workers, on the two cores
+of a CI machine); their plans, kernels and reports must be identical.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def _compile_in(target: str, env: dict) -> subprocess.Popen:
 
 @pytest.mark.parametrize("target", ["h100", pytest.param("cpu", marks=pytest.mark.slow)])
 def test_two_compiles_in_parallel_on_a_loaded_machine_give_identical_plans(target, tmp_path):
-    burn = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    burn = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
         procs = []
         for seed in ("1", "2"):
