@@ -217,5 +217,9 @@ def test_the_kernel_table_fits_80_columns_with_a_legend_and_the_launch_floor_is_
     text = " ".join(buf.getvalue().split())
     assert "occ: programs resident per SM" in text and "waves:" in text and "bound: the modelled term" in text
     line = roofline_line(r)
+    cpu = tilefuse.compile_onnx(_matmul_model(tmp_path / "m.onnx"), target="cpu", backend="reference").report
+    buf = io.StringIO()
+    Console(file=buf, width=80).print(kernel_table(cpu))
+    assert "target cpu = Triton's interpreter, not a GPU" in " ".join(buf.getvalue().split())
     assert re.match(r"modelled plan [\d.]+ us: 1 launch takes 4\.0 us \(4\.0 each\), the roofline bound is [\d.]+ "
                     r"us; the plan is [\d.]+x their sum", line)

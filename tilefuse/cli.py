@@ -137,7 +137,8 @@ def kernel_table(report, limit: int | None = None, *, detail: bool = True) -> Ta
     """The plan's kernels; ``detail`` adds grid, warps, waves, occupancy and the dominant bound."""
     measured = any(k.measured_us is not None for k in report.kernels)
     what = "modelled and measured" if measured else "modelled"
-    t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {report.target}, "
+    target = report.target + (" = Triton's interpreter, not a GPU" if report.target == "cpu" else "")
+    t = Table(title=f"{report.num_kernels} kernels ({report.strategy}, target {target}, "
                     f"{report.launch.replace('_', ' ')}; times {what})")
     t.add_column("#", justify="right", no_wrap=True)
     t.add_column("family", no_wrap=True)
