@@ -388,6 +388,16 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     if enabled(verify):
         feeds = random_feeds(imported.graph.inputs)
         check = Verifier(feeds, onnx_oracle(model_or_path, feeds))
-    return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure, native=native,
-                     check=check)
+    compiled = _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
+                         time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
+                         native=native, check=check)
+    compiled.source_onnx = model_or_path        # (CompiledModel.save keeps it, for checking)
+    return compiled
+
+
+def load(path) -> CompiledModel:
+    """A compiled model saved with ``CompiledModel.save`` (``tilefuse compile --save``), ready to run
+    without planning again (``runtime/package.py``); ``PackageError`` when it was built by another
+    tilefuse version, is for a GPU other than the one attached, or is not a package."""
+    from .runtime.package import load as load_package
+    return load_package(path)

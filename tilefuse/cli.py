@@ -227,6 +227,10 @@ def cmd_compile(args, console: Console) -> int:
         compiled = tilefuse.compile_onnx(
             args.model, target=args.target, strategy=args.strategy, measure=args.measure, native=args.native,
             cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args), dims=_dims(args))
+    if args.save:
+        path = compiled.save(args.save)
+        console.print(f"saved the compiled model to {path} (tilefuse run {path} [--check] runs it; "
+                      f"tilefuse.load in Python)", soft_wrap=True)
     r = compiled.report
     console.print(kernel_table(r))
     if args.native:
@@ -317,9 +321,17 @@ def cmd_run(args, console: Console) -> int:
             raise TilefuseError("--check compares with onnxruntime, which is not installed: "
                                 "pip install onnxruntime (or drop --check)") from None
     feeds = _load_inputs(args.inputs) if args.inputs else None   # a bad file fails before compiling
+    from .runtime.package import is_package, onnx_model
+    packaged = is_package(args.model)
     with _progress(console):
-        compiled = tilefuse.compile_onnx(args.model, target=args.target, backend=args.backend,
-                                         input_shapes=_input_shapes(args, feeds), dims=_dims(args))
+        if packaged:             # saved by compile --save: nothing to plan
+            compiled = tilefuse.load(args.model)
+            if args.target not in ("auto", compiled.target.name):
+                raise TilefuseError(f"{args.model} holds a plan for {compiled.target.name}; --target {args.target} "
+                                    f"does not apply to a saved model (compile the ONNX model for {args.target})")
+        else:
+            compiled = tilefuse.compile_onnx(args.model, target=args.target, backend=args.backend,
+                                             input_shapes=_input_shapes(args, feeds), dims=_dims(args))
         if feeds is None:
             feeds = _random_feeds(compiled)
         # a plan for a GPU that is not here runs its own kernels in Triton's interpreter
@@ -348,7 +360,11 @@ def cmd_run(args, console: Console) -> int:
     options = ort.SessionOptions()
     if not args.debug:
         options.log_severity_level = 3     # errors only: no "Removing initializer" warnings
-    sess = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
+    source = onnx_model(args.model) if packaged else args.model
+    if source is None:
+        raise TilefuseError(f"--check runs the ONNX model in onnxruntime, and {args.model} holds none (it was not "
+                            f"compiled from an ONNX file): drop --check")
+    sess = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)
     bad = []
     for name, got, ref in zip(compiled.output_names, outs, want):
@@ -557,8 +573,10 @@ def main(argv: list[str] | None = None) -> int:
                         "what each binary uses beside the model")
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
-    p = sub.add_parser("run", help="run an ONNX model on random (or given) inputs; --check compares to onnxruntime",
-                       parents=[common, shaped])
+    p.add_argument("--save", metavar="FILE.tfz", help="save the compiled model (plan, kernels, weights, the ONNX "
+                   "model) to load and run elsewhere without planning (tilefuse run FILE.tfz, tilefuse.load)")
+    p = sub.add_parser("run", help="run an ONNX model (or a package saved by compile --save) on random (or given) "
+                       "inputs; --check compares to onnxruntime", parents=[common, shaped])
     p.add_argument("model")
     p.add_argument("--inputs", help="an .npz file with one array per model input (default: random)")
     p.add_argument("--backend", default="triton", choices=["triton", "reference"])

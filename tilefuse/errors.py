@@ -51,6 +51,11 @@ class FissionError(TilefuseError):
         super().__init__(f"internal error while splitting {_where(node)}: {detail}")
 
 
+class PackageError(TilefuseError):
+    """A saved model (``tilefuse.load``) that cannot be used here: another version built it, it is
+    for another GPU, or the file is not a package."""
+
+
 class TargetAbsentError(TilefuseError):
     """The model was compiled for a GPU that is not attached to this machine."""
 

@@ -94,6 +94,13 @@ class Target:
     def has_tensor_cores(self, dtype: DType) -> bool:
         return dtype.value in self.peak_tensor
 
+    def __reduce__(self):
+        # (pickled in a saved model: plain dicts for the read-only tables; whether the device is
+        # attached is the loading machine's question)
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {k: dict(v) if isinstance(v, MappingProxyType) else v for k, v in values.items()}
+        return _unpickled, (values | {"present": False},)
+
     def is_present(self) -> bool:
         """A device of this kind is attached (the interpreter target ``cpu`` always is)."""
         if self.present or self.name == "cpu":
@@ -127,6 +134,10 @@ class Target:
         base = next((PRESETS[k] for k in ("h200", "h100", "a100") if k.upper() in name), PRESETS["h100"])
         return replace(base, name=f"{base.name}:{props.name}", sm_count=props.multi_processor_count,
                        present=True, arch=props.major * 10 + props.minor)
+
+
+def _unpickled(values: dict) -> Target:
+    return Target(**{k: _ro(v) if isinstance(v, dict) else v for k, v in values.items()})
 
 
 def _ro(d: dict) -> Mapping[str, float]:

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -119,7 +120,7 @@ def import_exported(ep: ExportedProgram, name: str = "model") -> Imported:
             out_leaves.append((False, value))
     graph = em.graph(graph_outputs, name)
     in_spec, out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
-    return Imported(graph, _flattener(in_spec, user_leaves), _unflattener(out_spec, out_leaves))
+    return Imported(graph, _Flattener(in_spec, user_leaves), _Unflattener(out_spec, out_leaves))
 
 
 def _unchanged(em, value, buffer) -> bool:
@@ -150,8 +151,15 @@ def _unsupported_signature(node, detail: str) -> UnsupportedOperator:
                                     Attrs()), detail)
 
 
-def _flattener(in_spec, user_leaves):
-    def flatten_inputs(args: tuple, kwargs: dict) -> list:
+@dataclass(frozen=True)
+class _Flattener:
+    """Call arguments -> the graph's input tensors, as the model was exported (a class, not a
+    closure: a saved model pickles it)."""
+    in_spec: Any
+    user_leaves: list
+
+    def __call__(self, args: tuple, kwargs: dict) -> list:
+        in_spec, user_leaves = self.in_spec, self.user_leaves
         kw_spec = in_spec.child(1)
         keys = list(kw_spec.context or [])
         positional = in_spec.child(0).num_children
@@ -180,7 +188,6 @@ def _flattener(in_spec, user_leaves):
                 raise InputError(f"input '{name}' was {value!r} when the model was compiled, got {leaf!r}; "
                                  f"compile again for the new value")
         return tensors
-    return flatten_inputs
 
 
 def _calling(positional: int, keys: list) -> str:
@@ -188,12 +195,16 @@ def _calling(positional: int, keys: list) -> str:
     return "compiled(" + ", ".join([f"x{k}" for k in range(positional)] + [f"{k}=..." for k in keys]) + ")"
 
 
-def _unflattener(out_spec, out_leaves):
-    def unflatten_outputs(outs: list) -> Any:
+@dataclass(frozen=True)
+class _Unflattener:
+    """The graph's outputs -> the structure the model returns."""
+    out_spec: Any
+    out_leaves: list
+
+    def __call__(self, outs: list) -> Any:
         it = iter(outs)
-        flat = [next(it) if is_tensor else value for is_tensor, value in out_leaves]
-        return pytree.tree_unflatten(flat, out_spec)
-    return unflatten_outputs
+        flat = [next(it) if is_tensor else value for is_tensor, value in self.out_leaves]
+        return pytree.tree_unflatten(flat, self.out_spec)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -48,6 +48,14 @@ class CompiledModel:
         self._replay = None
         self._replay_lock = threading.Lock()
         self._emulator: Program | None = None    # the plan's kernels on the CPU (``emulate``)
+        self.source_onnx = None     # the ONNX model compiled (``compile_onnx``): a saved package keeps it
+
+    def save(self, path, *, onnx_model=None):
+        """Write this compiled model to ``path`` (a ``.tfz`` package: ``runtime/package.py``), to
+        load elsewhere with ``tilefuse.load`` without planning again; ``onnx_model`` (default: the
+        ONNX model it was compiled from, if any) is kept in it for checking."""
+        from .package import save
+        return save(self, path, onnx_model=onnx_model if onnx_model is not None else self.source_onnx)
 
     @property
     def input_names(self) -> list[str]:
