@@ -190,6 +190,22 @@ def native_table(rows, arch: int) -> Table:
     return t
 
 
+def apart_table(rows) -> Table:
+    """``CompiledModel.why_apart()``: each kernel that reads another's output, and why the two are
+    not one kernel."""
+    t = Table(title="why kernels are apart (times modelled)")
+    for col, kw in (("kernels", {"no_wrap": True}), ("tensor", {}), ("reason", {"no_wrap": True}),
+                    ("detail", {"ratio": 1})):
+        t.add_column(col, **kw)
+    for a in rows:
+        t.add_row(f"#{a.producer} -> #{a.consumer}", a.tensor, a.reason, a.detail)
+    t.caption = ("segment: the planner's segments split them; between: another kernel is on a path between "
+                 "them; family: no family builds them as one; cost: one kernel models no faster; plan: the "
+                 "plan's other kernels save more")
+    t.caption_justify = "left"
+    return t
+
+
 def roofline_line(report) -> str:
     """The plan against what bounds it: its kernels' launches and the roofline (compulsory bytes
     at peak bandwidth, useful flops at peak), all modelled; DRAM traffic over the compulsory."""
@@ -238,6 +254,10 @@ def cmd_compile(args, console: Console) -> int:
             rows = compiled.native()
         console.print(native_table(rows, compiled.target.arch))
     console.print(strategy_table(r))
+    if args.why_apart:
+        with _progress(console):
+            rows = compiled.why_apart()
+        console.print(apart_table(rows))
     console.print(roofline_line(r), soft_wrap=True)
     if r.native_planning:
         n = r.native_planning
@@ -573,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
                         "what each binary uses beside the model")
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
+    p.add_argument("--why-apart", action="store_true",
+                   help="for each kernel that reads another's output, say why the two are not one kernel")
     p.add_argument("--save", metavar="FILE.tfz", help="save the compiled model (plan, kernels, weights, the ONNX "
                    "model) to load and run elsewhere without planning (tilefuse run FILE.tfz, tilefuse.load)")
     p = sub.add_parser("run", help="run an ONNX model (or a package saved by compile --save) on random (or given) "

@@ -125,6 +125,17 @@ def _strategies(report) -> str:
     return "\n".join(cards)
 
 
+def _apart(report) -> str:
+    """Why adjacent kernels are apart (``CompiledModel.why_apart``), when asked for."""
+    if not report.apart:
+        return ""
+    rows = "".join(f'<tr><td class="num">#{a["producer"]} → #{a["consumer"]}</td><td>{_e(a["tensor"])}</td>'
+                   f'<td>{_e(a["reason"])}</td><td>{_e(a["detail"])}</td></tr>' for a in report.apart)
+    return ('<div class="apart"><h3>why these kernels are not one</h3><table><thead><tr><th>kernels</th>'
+            '<th>tensor</th><th>reason</th><th>detail (times modelled)</th></tr></thead><tbody>'
+            + rows + "</tbody></table></div>")
+
+
 # (header, sort type, cell value, cell text) per column of the kernel table.
 _COLUMNS = (
     ("#", "num", lambda i, k: i, lambda i, k: str(i)),
@@ -183,7 +194,7 @@ def render_html(report, snap: PlanSnapshot) -> str:
                       f"{_us(report.est_total_us)} µs"),
         "PROVENANCE": _provenance(report),
         "SUMMARY": _summary(report),
-        "STRATEGIES": _strategies(report),
+        "STRATEGIES": _strategies(report) + _apart(report),
         "GRAPH_NOTE": _e(graph_note),
         "SHOW_ALL": "" if collapsed else " hidden",
         "LEGEND": _legend(families, colours),

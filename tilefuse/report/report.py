@@ -69,6 +69,9 @@ class Report:
     native_planning: dict[str, Any] = field(default_factory=dict)
     # The stages ``verify`` checked against their input, in order (empty when it was off).
     verified: list[str] = field(default_factory=list)
+    # Why each pair of kernels where one reads the other is not one kernel (``report/apart.py``;
+    # ``CompiledModel.why_apart()`` fills it): producer, consumer, tensor, reason, detail, times.
+    apart: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -181,6 +181,16 @@ class CompiledModel:
             outs = self._emulator.run(feeds)
         return self._owned(outs)
 
+    def why_apart(self) -> list:
+        """For each pair of the plan's kernels where the second reads what the first wrote, why
+        they are not one kernel: a segment boundary, a kernel between them, no family that builds
+        the pair, or the cost model (the fused pair's modelled time beside theirs apart)
+        (``report/apart.py``).  The report (JSON and HTML) carries them from then on."""
+        from ..report.apart import why_apart
+        rows = why_apart(self)
+        self.report.apart = [r.as_dict() for r in rows]
+        return rows
+
     def native(self) -> list:
         """Every generated kernel of the plan compiled ahead of time for the target's GPU
         architecture (``target="h100"``: sm_90), on any machine, GPU or not: the binary's
