@@ -65,8 +65,11 @@ def test_input_shape_on_a_dynamic_batch_export(dynamic_batch_onnx, tmp_path, cap
     assert main(["run", path, "--inputs", str(tmp_path / "x.npz"), "--check", "--iterations", "0"]) == 0
     out = capsys.readouterr().out
     assert "(7, 4)" in out and "match onnxruntime" in out
-    assert main(["run", path, "--dim", "btch=3"]) == 2
-    assert f"dims binds 'btch', which no input of the model has; its named dims are ['{dim}']" in \
+    assert main(["run", path, "--dim", "btch=3"]) == 2          # the flags' words, not the API's
+    assert f"--dim binds 'btch', which no input of the model has; its named dims are ['{dim}']" in \
+        " ".join(capsys.readouterr().err.split())
+    assert main(["run", path, "--input-shape", "input=3x9"]) == 2
+    assert "--input-shape gives input 'input' the shape [3, 9], the model declares" in \
         " ".join(capsys.readouterr().err.split())
 
 

@@ -532,6 +532,17 @@ def _quiet_third_parties(quiet: bool):
                 log.setLevel(level)
 
 
+# The Python API's words for what the command line spells as flags (errors from the importer)
+_FLAGS = (("input_shapes gives", "--input-shape gives"), ("input_shapes names", "--input-shape names"),
+          ("dims binds", "--dim binds"), ("dims gives", "--dim gives"))
+
+
+def _as_flags(message: str) -> str:
+    for api, flag in _FLAGS:
+        message = message.replace(api, flag)
+    return message
+
+
 def _check_target(args) -> None:
     """A misspelt ``--target`` fails before minutes of loading the model."""
     if getattr(args, "target", None) is None:
@@ -630,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     except TilefuseError as e:
         if args.debug:
             raise
-        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), str(e)), soft_wrap=True)
+        Console(stderr=True).print(Text.assemble(("error: ", "bold red"), _as_flags(str(e))), soft_wrap=True)
         return 2
 
 
