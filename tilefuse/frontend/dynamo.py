@@ -4,7 +4,9 @@ Dynamo hands over one FX graph per graph-break-free region.  aot_autograd lowers
 the frontend's decomposition table; the forward graph is converted by the same converter table as
 ``import_torch`` and compiled by the tilefuse pipeline.  A graph tilefuse cannot compile runs
 eagerly instead, with a ``TilefuseFallbackWarning`` naming the operator.  Backward graphs (when
-gradients are required) run eagerly: tilefuse compiles inference.
+gradients are required) run eagerly: tilefuse compiles inference.  Graphs on CPU tensors go back
+to PyTorch unless a target or ``interpreter=True`` is given (on a CPU tilefuse's kernels run in
+Triton's interpreter: for checking, not speed).
 
 Plans are compiled for static shapes.  When dynamo hands over a graph with symbolic shapes (after a
 recompile for a new shape, with ``dynamic=True`` or ``mark_dynamic``), the backend returns a

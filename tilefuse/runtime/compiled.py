@@ -157,13 +157,6 @@ class CompiledModel:
         for a GPU that is not attached (``target="h100"`` on a laptop) is checked against the
         model; slow, for checking, never for speed.  Needs a machine without CUDA (where
         tilefuse switches the interpreter on)."""
-        from ..codegen.triton.interpreter import interpreted
-        if self.backend != "triton":
-            raise InputError(f"emulate runs generated kernels; this model was compiled with backend={self.backend!r}")
-        if not interpreted():
-            raise TargetAbsentError("emulate needs Triton's interpreter, which tilefuse switches on only on a "
-                                    "machine without CUDA; on this machine compile with target='auto' and call "
-                                    "the model instead")
         feeds = self._check(list(self.imported.flatten_inputs(args, kwargs)), torch.device("cpu"))
         return self.imported.unflatten_outputs(self._emulated(feeds))
 
