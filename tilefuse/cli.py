@@ -210,7 +210,7 @@ def roofline_line(report) -> str:
     """The plan against what bounds it: its kernels' launches and the roofline (compulsory bytes
     at peak bandwidth, useful flops at peak), all modelled; DRAM traffic over the compulsory."""
     from .cost.target import Target
-    launch_us = Target.get(report.target).launch(report.launch == "cuda_graph") * 1e6
+    launch_us = Target.get(report.target.split(":")[0]).launch(report.launch == "cuda_graph") * 1e6   # (h100:<device>)
     floor = report.num_kernels * launch_us + report.roofline_us
     traffic = report.traffic_bytes / report.compulsory_bytes if report.compulsory_bytes else float("nan")
     n = report.num_kernels

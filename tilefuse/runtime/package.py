@@ -127,7 +127,7 @@ def _check_device(path: Path, manifest: dict) -> None:
     from ..errors import PackageError
     if not torch.cuda.is_available():
         return
-    target = Target.get(manifest["target"])
+    target = Target.get(manifest["target"].split(":")[0])     # (a detected device: "h100:<its name>")
     if not target.is_present():
         here = torch.cuda.get_device_properties(torch.cuda.current_device()).name
         raise PackageError(f"{path} holds kernels planned for {manifest['target']} (sm_{manifest['arch']}); this "
