@@ -31,7 +31,7 @@ def _dots(kernel, body, looped=False):
 
 
 # The register model (cost/work.py: OPERAND_REGISTERS, EPILOGUE_REGISTERS, LIVE_SHARE) is fitted
-# to the bench plans' sm_90 binaries (bench/README.md, "native.py": about 70% within ±25%); it does
+# to the bench plans' sm_90 binaries (bench/README.md, "native.py": 82% of their kernels within ±25%); it does
 # not reach every kernel: ptxas spends registers freely where they are plentiful, which no
 # tile-level count predicts, most of all in small models (one BERT layer at hidden 256: 3 of 7;
 # the zoo's ViT of 64 hidden: 4 of 12).  These floors catch a model that drifts further.
@@ -71,7 +71,7 @@ def test_the_plans_kernels_compile_natively_without_spills_and_pipelined(model, 
     for r in rows:
         b = r.binary
         ratio = b.registers / r.model.regs_per_thread
-        close += 0.75 <= ratio <= 1.25
+        close += 0.75 <= 1 / ratio <= 1.25          # the model within ±25% of the binary (issue #22's words)
         if ratio > 2 and tgt.arch == 90:
             broken.append(f"{b.kernel}: {b.registers} registers, more than twice the model's {r.model.regs_per_thread}")
         kernel = next(k for built in cm.kernels for k in built.kernels if k.name == b.kernel)
