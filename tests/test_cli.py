@@ -194,6 +194,7 @@ def test_inspect_lists_every_unsupported_operator_not_only_the_first(tmp_path, c
     assert "domain 'com.example' are not supported" in out
     assert "(1 node(s) that read only what those make were not looked at)" in out
     assert re.search(r"Relu\s*│\s*1\s*│\s*yes", out) and re.search(r"Foo\s*│\s*1\s*│\s*no", out)
+    assert re.search(r"Sigmoid\s*│\s*1\s*│\s*1 not looked at", out)
 
 
 def test_inspect_says_how_many_prims_compile_plans(tmp_path, capsys):

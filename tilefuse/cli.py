@@ -91,8 +91,8 @@ def cmd_inspect(args, console: Console) -> int:
         refused, skipped = unsupported_nodes(args.model, input_shapes=_input_shapes(args), dims=_dims(args))
     if refused:         # the ONNX nodes as the file has them: the import stopped short of a graph
         model, _ = load_model(args.model)
-        console.print(_ops_table(Counter(n.op_type for n in model.graph.node), refused))
-        return _refusals(console, refused, skipped)
+        console.print(_ops_table(Counter(n.op_type for n in model.graph.node), refused, Counter(skipped)))
+        return _refusals(console, refused, len(skipped))
     with _progress(console):
         graph = import_onnx(args.model, input_shapes=_input_shapes(args), dims=_dims(args)).graph
         pg, errors = fission(graph, collect_errors=True)
@@ -111,16 +111,19 @@ def cmd_inspect(args, console: Console) -> int:
     return 0
 
 
-def _ops_table(counts: Counter, refused) -> Table:
-    """Operators by count, each marked supported or not (the refusals' operators)."""
-    bad = Counter(getattr(e, "op", None) for e in refused)
+def _ops_table(counts: Counter, refused, unseen: Counter | None = None) -> Table:
+    """Operators by count, each marked supported or not (the refusals' operators), and how many of
+    each were not looked at (``unseen``: they read what a refused node makes)."""
+    bad, unseen = Counter(getattr(e, "op", None) for e in refused), unseen or Counter()
     t = Table(title="operators")
     t.add_column("operator")
     t.add_column("count", justify="right")
     t.add_column("supported")
     for op, n in sorted(counts.items()):
-        t.add_row(op, str(n), "[red]no[/]" if bad.get(op) == n else f"[red]{n - bad[op]} of {n}[/]" if bad.get(op)
-                  else "yes")
+        ok = n - bad[op] - unseen[op]
+        words = ([f"[red]{bad[op]} no[/]"] if bad[op] else []) + ([f"{unseen[op]} not looked at"] if unseen[op] else [])
+        t.add_row(op, str(n), "yes" if ok == n else "[red]no[/]" if bad[op] == n else
+                  ", ".join(([f"{ok} yes"] if ok else []) + words))
     return t
 
 

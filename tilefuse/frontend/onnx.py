@@ -48,10 +48,10 @@ def import_onnx(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | No
 
 
 def unsupported_nodes(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                      dims: Mapping[str, int] | None = None) -> tuple[list[TilefuseError], int]:
-    """Every node the ONNX frontend refuses, one error each (``tilefuse inspect``), and how many
-    nodes were not looked at because they read only what a refused node makes: the import goes on
-    past a refused node, its outputs typed by shape inference where it can."""
+                      dims: Mapping[str, int] | None = None) -> tuple[list[TilefuseError], list[str]]:
+    """Every node the ONNX frontend refuses, one error each (``tilefuse inspect``), and the
+    operator types of the nodes not looked at because they read what a refused node makes, untyped:
+    the import goes on past a refused node, its outputs typed by shape inference where it can."""
     model, _ = load_model(model_or_path)
     return Converter(model, dict(input_shapes or {}), False, dict(dims or {})).refused()
 
@@ -103,15 +103,15 @@ class Converter:
             self.visit(proto, self.opset, proto.name or f"{proto.op_type}_{idx}")
         return self._graph()
 
-    def refused(self) -> tuple[list[TilefuseError], int]:
+    def refused(self) -> tuple[list[TilefuseError], list[str]]:
         """``unsupported_nodes``: the import, collecting refusals instead of stopping at the first."""
         self._read_inputs()
         self._infer_model()
-        errors, untyped, skipped = [], set(), 0
+        errors, untyped, skipped = [], set(), []
         for idx, proto in _needed(self.graph, self.functions):
             if any(i in untyped for i in proto.input):
                 untyped.update(o for o in proto.output if o)
-                skipped += 1
+                skipped.append(proto.op_type)
                 continue
             try:
                 self.visit(proto, self.opset, proto.name or f"{proto.op_type}_{idx}")
