@@ -319,21 +319,10 @@ def resolve_device(arg: str | None) -> tuple[str | None, str | None]:
 
 def make_timer(device: str, warmup: int, runs: int):
     """cuda_timer (events, L2 flush, median) on CUDA; wall-clock on the CPU (a script check only)."""
+    from tilefuse.cost.measure import cuda_timer, wall_timer
     if device == "cuda":
-        from tilefuse.cost.measure import cuda_timer
         return cuda_timer(warmup=warmup, reps=runs, flush_l2=True)
-    from tilefuse.cost.measure import TimerResult
-
-    def cpu_timer(fn):
-        for _ in range(warmup):
-            fn()
-        samples = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-        return TimerResult(sorted(samples)[len(samples) // 2], tuple(samples))
-    return cpu_timer
+    return wall_timer(warmup=warmup, reps=runs)
 
 
 def _percentile(xs, q: float) -> float:

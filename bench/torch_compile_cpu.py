@@ -16,10 +16,8 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import subprocess
 import sys
-import time
 import warnings
 
 
@@ -40,17 +38,13 @@ def models():
             "conv-block": (conv, (torch.randn(1, 3, 32, 32),))}
 
 
-def timed(fn, args, runs: int, warmup: int = 3) -> list[float]:
+def timed(fn, args, runs: int, warmup: int = 3) -> float:
+    """Median wall-clock seconds per call."""
     import torch
+
+    from tilefuse.cost.measure import wall_timer
     with torch.no_grad():
-        for _ in range(warmup):
-            fn(*args)
-        out = []
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            fn(*args)
-            out.append(time.perf_counter() - t0)
-    return out
+        return wall_timer(warmup, runs)(lambda: fn(*args)).median_s
 
 
 def main(argv=None) -> int:
@@ -65,15 +59,15 @@ def main(argv=None) -> int:
     import tilefuse
     rows = {}
     for name, (model, inputs) in models().items():
-        eager = statistics.median(timed(model, inputs, args.runs))
+        eager = timed(model, inputs, args.runs)
         torch._dynamo.reset()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", tilefuse.InterpreterWarning)
             default = torch.compile(model, backend="tilefuse")
-            t_default = statistics.median(timed(default, inputs, args.runs))
+            t_default = timed(default, inputs, args.runs)
             torch._dynamo.reset()
             interp = torch.compile(model, backend="tilefuse", options={"interpreter": True})
-            t_interp = statistics.median(timed(interp, inputs, args.interpreter_runs, warmup=1))
+            t_interp = timed(interp, inputs, args.interpreter_runs, warmup=1)
         torch._dynamo.reset()
         rows[name] = {"eager_ms": round(eager * 1e3, 4), "tilefuse_default_ms": round(t_default * 1e3, 4),
                       "default_over_eager": round(t_default / eager, 3),

@@ -98,3 +98,20 @@ def test_cuda_timer_times_a_matmul(flush_l2):
     assert len(result.samples) == 7 and all(s > 0 for s in result.samples)
     assert 0 < result.median_s < 1.0
     assert min(result.samples) <= result.median_s <= max(result.samples)
+
+
+def test_wall_timer_warms_up_then_times_each_call():
+    """The wall-clock timer (``tilefuse run``'s latency, the CPU benchmarks): ``warmup`` untimed
+    calls, then one sample per timed call, the median of them."""
+    import time
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.002 * len(calls))      # each call slower than the last
+    r = measure.wall_timer(warmup=2, reps=3)(fn)
+    assert len(calls) == 5 and len(r.samples) == 3
+    assert r.samples[0] < r.samples[2] and r.median_s == sorted(r.samples)[1]
+    assert measure.wall_timer(warmup=0, reps=0)(fn).samples == ()
+    with pytest.raises(ValueError, match="wall_timer needs"):
+        measure.wall_timer(warmup=-1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 import warnings
 from collections import Counter
 from contextlib import contextmanager
@@ -336,6 +335,7 @@ def cmd_run(args, console: Console) -> int:
     import numpy as np
 
     import tilefuse
+    from .cost.measure import wall_timer
 
     if args.check:
         try:
@@ -362,7 +362,9 @@ def cmd_run(args, console: Console) -> int:
         outs = compiled.run(feeds, emulate=emulate)
         iterations = args.iterations if args.iterations is not None else \
             10 if compiled.target.device == "cuda" and not emulate else 3
-        times = _timed(lambda: compiled.run(feeds, emulate=emulate), args.warmup if iterations else 0, iterations)
+        # (run returns host arrays: the device is done when it returns)
+        times = wall_timer(args.warmup if iterations else 0, iterations)(
+            lambda: compiled.run(feeds, emulate=emulate)).samples
     where = (f"the {compiled.target.name} plan's kernels emulated on this CPU (Triton's interpreter)" if emulate
              else f"on this machine's {compiled.target.name}" if compiled.target.device == "cuda"
              else "on this CPU" + (" (Triton's interpreter)" if args.backend == "triton" else " (reference executor)"))
@@ -399,19 +401,6 @@ def cmd_run(args, console: Console) -> int:
         return 1
     console.print(f"[green]all {len(outs)} outputs match onnxruntime[/] (rtol {args.rtol}, atol {args.atol})")
     return 0
-
-
-def _timed(call, warmup: int, iterations: int) -> list[float]:
-    """Wall-clock seconds of ``iterations`` calls after ``warmup`` more (each returns host arrays:
-    the device is done when it returns)."""
-    for _ in range(warmup):
-        call()
-    out = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def latency_line(times: list[float], where: str, *, interpreted: bool) -> str:

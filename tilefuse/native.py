@@ -25,6 +25,7 @@ from .progress import report
 
 _log = logger("plan")
 
+
 @dataclass(frozen=True)
 class NativeKernel:
     """One tile-level kernel of a plan kernel: its binary and the model's view of it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Callable
 
 import torch
@@ -72,6 +73,26 @@ def cuda_timer(warmup: int = 10, reps: int = 50, flush_l2: bool = True) -> Timer
         torch.cuda.synchronize()
         samples = tuple(start.elapsed_time(end) / 1e3 for start, end in events)  # ms -> s
         return TimerResult(statistics.median(samples), samples)
+
+    return time
+
+
+def wall_timer(warmup: int = 1, reps: int = 10) -> Timer:
+    """A timer of wall-clock time per call: ``warmup`` untimed calls, then ``reps`` timed ones.
+    For calls that return when their work is done (host arrays, the interpreter, a CPU model):
+    latency as a caller sees it, launches and Python included."""
+    if warmup < 0 or reps < 0:
+        raise ValueError(f"wall_timer needs warmup >= 0 and reps >= 0, got warmup={warmup}, reps={reps}")
+
+    def time(fn: Callable[[], object]) -> TimerResult:
+        for _ in range(warmup):
+            fn()
+        samples = []
+        for _ in range(reps):
+            t0 = perf_counter()
+            fn()
+            samples.append(perf_counter() - t0)
+        return TimerResult(statistics.median(samples) if samples else 0.0, tuple(samples))
 
     return time
 

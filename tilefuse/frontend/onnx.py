@@ -117,10 +117,8 @@ class Converter:
                 self.visit(proto, self.opset, proto.name or f"{proto.op_type}_{idx}")
             except (UnsupportedOperator, UnsupportedAttribute) as e:
                 errors.append(e)
-                for o in proto.output:
+                for o in filter(None, proto.output):
                     t = self.inferred.get(o)
-                    if not o:
-                        continue
                     if t is not None and None not in t[0]:
                         self.known[o] = t        # (its readers go on as if it had been imported)
                     else:

@@ -15,9 +15,9 @@ The answers, in the order they are checked:
 - ``plan``: the fused pair models faster than the pair apart, but the plan's other kernels (one of
   the two fused with a third) save more in all: the solver's optimum over the whole segment.
 
-Times are the cost model's (modelled; measured where the plan was measured), for the plan's
-target and launch mode.  Costing the fused pairs plans nothing new: it asks the families for the
-pair's schedules as the planner would.
+Times are modelled, for the plan's target and launch mode: the pair apart is the plan's own two
+costs (measured, where the plan was measured), the fused pair is costed afresh by asking the
+families for its schedules as the planner would (modelled even in a measured plan).
 """
 from __future__ import annotations
 

@@ -272,8 +272,8 @@ class _Printer:
             if e.dtype is DType.bfloat16 and e.x.dtype not in (DType.float32, DType.float16, DType.bfloat16):
                 text = f"{text}.to(tl.float32)"
             out = self.emit(f"{text}.to({TL[e.dtype]})", deps=[x])
-        elif isinstance(e, Select) and not index and guarded_load(e):
-            out = self._load(*guarded_load(e))
+        elif isinstance(e, Select) and not index and (guarded := guarded_load(e)):
+            out = self._load(*guarded)
         elif isinstance(e, Select):
             got = None if index else self._pointers(e)
             if got is not None:             # a load from one piece per tile
@@ -637,7 +637,8 @@ class _Printer:
         # a masked memory load over K reads 0 past it (a guarded one too); an on-chip tile (a
         # chain's scores: Load of a result slot, no index) holds whatever the first product made
         # of its padded columns
-        ld = guarded_load(e)[0] if guarded_load(e) else e
+        guarded = guarded_load(e)
+        ld = guarded[0] if guarded else e
         if self.masked(ka) and not (isinstance(ld, Load) and ld.index and kaxis in v.axes):
             m = self.mask(ka)
             v = self.emit(f"tl.where({m.text}, {v.text}, 0.0).to({TL[dt]})", deps=[v, m])

@@ -358,11 +358,8 @@ def _nan_guards(p: Expr, term: Expr, top: Expr, nvars: set) -> Expr:
     finite.  So the guard tests the max, and ``p`` stays ``exp_term × coefficient``."""
     mark = Value(-1, term.dtype)
 
-    def zero(x: Expr) -> bool:
-        return isinstance(_strip(x), Const) and _strip(x).value == 0
-
     def guard(e: Expr) -> Expr | None:
-        if not isinstance(e, Select) or not zero(e.a):
+        if not isinstance(e, Select) or not _zero(e.a):
             return None
         cond = _strip(e.cond)
         if not (isinstance(cond, Unary) and cond.op == "isnan" and _strip(cond.x) is _strip(e.b)):
@@ -372,6 +369,10 @@ def _nan_guards(p: Expr, term: Expr, top: Expr, nvars: set) -> Expr:
             return None
         return select(binary("or", unary("isnan", top), unary("isinf", top)), e.a, e.b)
     return transform(p, guard)
+
+
+def _zero(x: Expr) -> bool:
+    return isinstance(_strip(x), Const) and _strip(x).value == 0
 
 
 def _minus(e: Expr, top: Expr) -> bool:
@@ -385,9 +386,6 @@ def _coefficient(e: Expr, t: Expr) -> Expr | None:
     def has(x: Expr) -> bool:
         return any(n is t for n in walk(x))
 
-    def zero(x: Expr) -> bool:
-        return isinstance(_strip(x), Const) and _strip(x).value == 0
-
     if e is t:
         return Const(1.0, t.dtype)
     if isinstance(e, Cast):
@@ -398,8 +396,8 @@ def _coefficient(e: Expr, t: Expr) -> Expr | None:
     if isinstance(e, Select):
         if has(e.cond):
             return None
-        ca = _coefficient(e.a, t) if has(e.a) else (Const(0.0, t.dtype) if zero(e.a) else None)
-        cb = _coefficient(e.b, t) if has(e.b) else (Const(0.0, t.dtype) if zero(e.b) else None)
+        ca = _coefficient(e.a, t) if has(e.a) else (Const(0.0, t.dtype) if _zero(e.a) else None)
+        cb = _coefficient(e.b, t) if has(e.b) else (Const(0.0, t.dtype) if _zero(e.b) else None)
         return None if ca is None or cb is None else select(e.cond, ca, cast(cb, ca.dtype))
     if getattr(e, "op", None) in ("mul", "div"):
         if e.op == "mul" and has(e.b) and not has(e.a):
