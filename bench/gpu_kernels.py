@@ -1,0 +1,227 @@
+"""Per kernel: the model's time against the device's (MEASURED), and generated GEMMs against cuBLAS.
+
+    python bench/gpu_kernels.py [--models bert,llama,resnet] [--size small] [--gemms default]
+        [--device cuda|cpu] [--budget-s 150] [--out PATH.json]
+
+Part ``kernels``: each zoo model (fp16, batch 1) is planned for the attached GPU (``target="auto"``,
+modelled: what ``tilefuse.compile`` does without ``measure``), and every kernel of the optimal plan
+is run alone on sample inputs (``runtime/executor.kernel_runner``, the runner
+``compile(measure=True)`` times) under ``cost.measure.cuda_timer`` (10 warm-ups, 50 calls, each
+after an L2 flush; median).  Recorded per kernel: family, schedule key, the MODELLED time (the
+plan's cost, launch included) and the MEASURED device time plus the same modelled launch, and
+their ratio measured / modelled.
+
+Part ``gemms``: one ``x @ w`` per shape (fp16); the planner's best schedule of the ``gemm`` family
+(the generated Triton kernel) and of the ``library`` family (cuBLAS), each MODELLED and MEASURED
+as above, and ``torch.matmul`` timed directly; TFLOP/s from the measured medians.
+
+On ``--device cpu`` the same runs through Triton's interpreter with a wall-clock timer (tiny
+shapes): a check of the script, meaningless as speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+GEMMS = {
+    "default": [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (512, 5632, 2048), (512, 2048, 5632),
+                (2048, 2048, 2048), (4096, 4096, 4096), (16, 4096, 4096)],
+    "tiny": [(16, 32, 32), (64, 48, 32)],
+}
+
+
+def timer_for(device: str):
+    from tilefuse.cost.measure import cuda_timer, wall_timer
+    return cuda_timer() if device == "cuda" else wall_timer(warmup=1, reps=2)
+
+
+def plan_of(model, inputs, device: str):
+    """(primgraph, optimal plan, coster, target) as ``tilefuse.compile`` plans them (modelled)."""
+    import torch
+
+    from tilefuse.api import choose_graph, prims
+    from tilefuse.cost.target import Target
+    from tilefuse.frontend.torch import import_torch
+    tgt = Target.get("auto") if device == "cuda" else Target.get("h100")
+    with torch.no_grad():
+        imported = import_torch(model, inputs)
+    pg, plans, coster = choose_graph(prims(imported.graph), tgt, time_limit=10.0)
+    return pg, plans["optimal"], coster, tgt
+
+
+def timed(sched, pg, device: str, timer) -> float:
+    import torch
+
+    from tilefuse.runtime.executor import kernel_runner
+    return timer(kernel_runner(sched, pg, torch.device(device))).median_s
+
+
+def kernels_part(args, started: float) -> list[dict]:
+    import torch
+
+    from tilefuse import zoo
+    dtype = getattr(torch, args.dtype)
+    timer = timer_for(args.device)
+    out = []
+    for name in args.models:
+        rec = {"model": name, "size": args.size, "dtype": args.dtype, "kernels": []}
+        out.append(rec)
+        try:
+            model, sets = zoo.build(name, args.size)
+            model = model.to(device=args.device, dtype=dtype)
+            inputs = tuple(t.to(device=args.device, dtype=dtype if t.is_floating_point() else t.dtype)
+                           for t in sets[0])
+            pg, plan, coster, tgt = plan_of(model, inputs, args.device)
+            launch = tgt.launch(False)
+            rec.update(target=tgt.name, launch_us=round(launch * 1e6, 3),
+                       modelled_total_us=round(plan.cost * 1e6, 3))
+            for k in plan.kernels:
+                if time.perf_counter() - started > args.budget_s:
+                    rec["cut_short"] = f"the {args.budget_s:.0f} s budget was spent"
+                    break
+                cost, sched = coster.best(k.candidate)
+                row = {"family": sched.family, "schedule": sched.key(), "prims": len(k.prims),
+                       "modelled_us": round(cost.seconds * 1e6, 3), "bound": cost.bound}
+                try:
+                    row["measured_us"] = round((timed(sched, pg, args.device, timer) + launch) * 1e6, 3)
+                    row["measured_over_modelled"] = round(row["measured_us"] / row["modelled_us"], 3)
+                except Exception as e:       # recorded; the other kernels go on
+                    row["error"] = f"{type(e).__name__}: {e}"[:600]
+                rec["kernels"].append(row)
+            ok = [r for r in rec["kernels"] if "measured_us" in r]
+            rec["measured_sum_us"] = round(sum(r["measured_us"] for r in ok), 3)
+            rec["modelled_sum_us"] = round(sum(r["modelled_us"] for r in ok), 3)
+        except Exception as e:
+            rec["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2000:]
+        print(summary_kernels(rec), flush=True)
+    return out
+
+
+class MatMul:
+    """``x @ w`` with ``w`` a constant (a linear layer without bias)."""
+
+    def __new__(cls, k: int, n: int, dtype, device):
+        import torch
+
+        class _M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.randn(k, n, dtype=dtype, device=device) / k ** 0.5,
+                                            requires_grad=False)
+
+            def forward(self, x):
+                return x @ self.w
+        return _M().eval()
+
+
+def gemms_part(args, started: float) -> list[dict]:
+    import torch
+    dtype = getattr(torch, args.dtype)
+    timer = timer_for(args.device)
+    out = []
+    for m, n, k in GEMMS[args.gemms]:
+        if time.perf_counter() - started > args.budget_s:
+            out.append({"shape": [m, n, k], "skipped": f"the {args.budget_s:.0f} s budget was spent"})
+            continue
+        rec = {"shape": [m, n, k], "dtype": args.dtype}
+        out.append(rec)
+        try:
+            mod = MatMul(k, n, dtype, args.device)
+            x = torch.randn(m, k, dtype=dtype, device=args.device)
+            pg, plan, coster, tgt = plan_of(mod, (x,), args.device)
+            launch = tgt.launch(False)
+            flops = 2.0 * m * n * k
+            from tilefuse.analysis.classify import Category, classify
+            kern = next((kk for kk in plan.kernels if any(classify(p) == Category.contraction for p in kk.prims)), None)
+            if kern is None:
+                raise RuntimeError(f"no contraction kernel in the plan: {[kk.candidate.names for kk in plan.kernels]}")
+            rec["chosen"] = coster.best(kern.candidate)[1].family
+            for fam in ("gemm", "library"):
+                got = next(((c, s) for c, s in coster.options(kern.candidate) if s.family == fam), None)
+                if got is None:
+                    rec[fam] = {"error": f"no {fam} schedule for this shape"}
+                    continue
+                cost, sched = got
+                dev_s = timed(sched, pg, args.device, timer)
+                rec[fam] = {"schedule": sched.key(), "modelled_us": round(cost.seconds * 1e6, 3),
+                            "measured_us": round((dev_s + launch) * 1e6, 3),
+                            "measured_tflops": round(flops / dev_s / 1e12, 1)}
+            w = mod.w.detach()
+            dev_s = timer(lambda: torch.matmul(x, w)).median_s
+            rec["torch_matmul"] = {"measured_us": round(dev_s * 1e6, 3), "measured_tflops": round(flops / dev_s / 1e12, 1)}
+        except Exception as e:
+            rec["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2000:]
+        print(summary_gemm(rec), flush=True)
+    return out
+
+
+def summary_kernels(rec: dict) -> str:
+    if "error" in rec:
+        return f"[kernels] {rec['model']}: ERROR {rec['error'].splitlines()[-1]}"
+    ratios = sorted(r["measured_over_modelled"] for r in rec["kernels"] if "measured_over_modelled" in r)
+    med = ratios[len(ratios) // 2] if ratios else float("nan")
+    within = sum(0.5 <= r <= 2.0 for r in ratios)
+    return (f"[kernels] {rec['model']} ({rec.get('target')}): {len(rec['kernels'])} kernels, sum measured "
+            f"{rec.get('measured_sum_us')} us vs modelled {rec.get('modelled_sum_us')} us; measured/modelled "
+            f"median {med:.2f}, within 2x {within}/{len(ratios)}, range {ratios[:1]}..{ratios[-1:]}")
+
+
+def summary_gemm(rec: dict) -> str:
+    if "error" in rec:
+        return f"[gemm] {rec['shape']}: ERROR {rec['error'].splitlines()[-1]}"
+    g, lib, tm = rec.get("gemm", {}), rec.get("library", {}), rec.get("torch_matmul", {})
+    return (f"[gemm] {rec['shape']} chosen={rec.get('chosen')}: generated {g.get('measured_us')} us "
+            f"({g.get('measured_tflops')} TF/s; modelled {g.get('modelled_us')}), library "
+            f"{lib.get('measured_us')} us (modelled {lib.get('modelled_us')}), torch.matmul {tm.get('measured_us')} us")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="bert,llama,resnet")
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--gemms", default="default", choices=list(GEMMS))
+    ap.add_argument("--parts", default="kernels,gemms")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--device", default=None, choices=["cuda", "cpu"])
+    ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    import torch
+
+    from gpu_models import device_info, versions
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.models = [m for m in args.models.split(",") if m]
+    started = time.perf_counter()
+    result = {"command": " ".join(["python", "bench/gpu_kernels.py", *(argv if argv is not None else sys.argv[1:])]),
+              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "versions": versions(),
+              "device": device_info(args.device),
+              "note": "modelled_us: the plan's cost model; measured_us: CUDA events on this device (device time) "
+                      "plus the modelled launch; on cpu: Triton's interpreter, wall clock (a script check only)"}
+    out = Path(args.out or f"bench/results/gpu_kernels_{args.device}.json")
+
+    def save():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    parts = args.parts.split(",")
+    if "gemms" in parts:
+        result["gemms"] = gemms_part(args, started)
+        save()
+    if "kernels" in parts:
+        result["kernels"] = kernels_part(args, started)
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    save()
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
