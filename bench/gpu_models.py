@@ -394,7 +394,8 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
         # The same plan as tilefuse.compile(..., cuda_graph=True) makes (api._pipeline passes the
         # flag straight to CompiledModel), without planning twice; its own kernels and arena.
         m, info = plain()
-        g = tilefuse.CompiledModel(m.imported, m.primgraph, m.plan, m.report, m.backend, m.target, cuda_graph=True)
+        g = tilefuse.CompiledModel(m.imported, m.primgraph, m.plan, m.report, m.backend, m.target, m.kernels,
+                                   cuda_graph=True, memory=m.memory)
         return g, {**info, "shares_plan_of": "tilefuse"}
 
     measure("tilefuse", plain)

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The GPU suite in one device call (bench/README.md, "The GPU suite"): the GPU tests, the zoo
 # models against eager and torch.compile, attention against SDPA, per-kernel modelled vs measured
-# times and generated GEMMs against cuBLAS. Every step has its own time limit so that one slow
-# step cannot take the others' time; results land in $OUT (at most 8 files come back).
-#   bash bench/gpu_suite.sh            # on the device machine, from the repository root
+# times and generated GEMMs against cuBLAS, and every kernel run alone and checked. Each step has
+# its own time limit so that one slow step cannot take the others' time; results land in $OUT
+# (at most 8 files come back).
+#   bash bench/gpu_suite.sh                       # every step, on the device machine, repo root
+#   STEPS="tests check sanitize" MODELS=llama bash bench/gpu_suite.sh   # sanitize: when check faulted
 # Needs highspy as a wheel in .whl/ (bench/README.md says how); carry: [".whl"].
 set -u
 OUT=${OUT:-/tmp/gpu_suite}
+STEPS=${STEPS:-tests models attention kernels}
+MODELS=${MODELS:-bert,gpt2,vit,resnet,llama}
+CHECK_MODELS=${CHECK_MODELS:-$MODELS}
 mkdir -p "$OUT"
 LOG=$OUT/suite.log
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -15,14 +20,20 @@ step() {  # step SECONDS NAME COMMAND...
   local limit=$1 name=$2; shift 2
   echo "=== $name (limit ${limit}s): $*" | tee -a "$LOG"
   local t0=$SECONDS
-  timeout -k 5 "$limit" "$@" 2>&1 | tee -a "$LOG"
-  echo "=== $name: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s" | tee -a "$LOG"
+  timeout -k 5 "$limit" "$@" 2>&1 | grep -v "CUDAEvent.h:" | tee -a "$LOG"
+  LAST_RC=${PIPESTATUS[0]}
+  echo "=== $name: exit $LAST_RC after $((SECONDS - t0)) s" | tee -a "$LOG"
 }
 { date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"; } 2>&1 | tee -a "$LOG"
 TGT=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -qi h200 && echo h200 || echo h100)
-step ${T_TESTS:-110} tests python3 -m pytest tests/test_gpu.py tests/test_library_kernels.py tests/test_measure_timers.py -m gpu -q -rs -p no:cacheprovider -n 4
-step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json"
-step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes llm --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_llm.json"
-step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json"
+for s in $STEPS; do case $s in
+  tests) step ${T_TESTS:-110} tests python3 -m pytest tests/test_gpu.py tests/test_library_kernels.py tests/test_measure_timers.py -m gpu -q -rs -p no:cacheprovider -n 4 ;;
+  check) step ${T_CHECK:-90} check python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" --out "$OUT/gpu_check.json"; CHECK_RC=$LAST_RC ;;
+  sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
+  models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
+  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes llm --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_llm.json" ;;
+  kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
+  *) echo "unknown step $s" | tee -a "$LOG" ;;
+esac; done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"

@@ -105,6 +105,7 @@ def _l2_flush_buffer() -> torch.Tensor:
 
 ROUNDS = 3          # re-solves at most; a plan whose kernels were all measured is stable
 TOP_K = 4           # schedules measured per chosen kernel: the family's best few by the model
+FINISH_ROUNDS = 12  # re-plans after ROUNDS that value only the plan's own unvalued kernels
 
 
 @dataclass(frozen=True)
@@ -179,5 +180,15 @@ def settle(plan_fn: Callable[[dict], tuple[dict, object]], value_of: Callable[[o
         if not new:
             return plans, coster, values, done, True
         plans, coster = plan_fn(values)
+    # Out of rounds with the plan still moving: value only what the plan runs from here on, so
+    # every kernel it reports has a figure; each round adds a schedule, so this ends.
+    for extra in range(FINISH_ROUNDS):
+        pending = {s.key(): s for s in (coster.best(k.candidate)[1] for k in plans[strategy].kernels)
+                   if s.key() not in values and wanted(s)}
+        if not pending:
+            return plans, coster, values, rounds + extra, True
+        for key, sched in pending.items():
+            values[key] = value_of(sched)
+        plans, coster = plan_fn(values)
     best = [coster.best(k.candidate)[1] for k in plans[strategy].kernels]
-    return plans, coster, values, rounds, all(s.key() in values or not wanted(s) for s in best)
+    return plans, coster, values, rounds + FINISH_ROUNDS, all(s.key() in values or not wanted(s) for s in best)
