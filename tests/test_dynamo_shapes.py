@@ -171,3 +171,23 @@ def test_max_specializations_rejects_bad_values(options, env, monkeypatch):
         monkeypatch.setenv("TILEFUSE_MAX_SPECIALIZATIONS", env)
     with pytest.raises(OptionError, match="positive integer"):
         dynamo_backend._max_specializations(options)
+
+
+def test_each_new_plan_says_which_input_dimension_caused_it(compiles, caplog):
+    import logging
+
+    import tilefuse
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", dynamic=True, options=FAST)
+    with caplog.at_level(logging.INFO, logger="tilefuse.recompile"):
+        run(compiled, model, 5)
+        run(compiled, model, 7)
+        run(compiled, model, 5)           # a known signature: no new plan, nothing logged
+    lines = [r.getMessage() for r in caplog.records if r.name == "tilefuse.recompile"]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("plan 1 of at most 8") and "the first call: " in lines[0]
+    assert "'l_x_' [2, 5, 16] (symbolic dims 0, 1, 2)" in lines[0], lines[0]      # dynamic=True: every dim
+    assert lines[1].startswith("plan 2 of at most 8") and "dim 1: 5 -> 7" in lines[1], lines[1]
+    spec = tilefuse.compiled_graphs()[-1].report.specialization
+    assert spec["plan"] == 2 and spec["limit"] == 8 and "dim 1: 5 -> 7" in spec["cause"]
+    assert compiles[0] == 2

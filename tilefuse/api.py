@@ -316,6 +316,15 @@ def _dump(d: Path, graph, primgraph: PrimGraph, plan: Plan, kernels) -> None:
         (kd / f"{i:0{width}d}_{b.name}.{ext}").write_text(b.source)
 
 
+def compiled_graphs() -> list[CompiledModel]:
+    """What ``torch.compile(model, backend="tilefuse")`` compiled in this process: one
+    CompiledModel per graph (per specialization), oldest first (the last 64); each one's
+    ``report`` says what the graph became.  Empty until the backend has compiled something."""
+    import sys
+    dynamo = sys.modules.get("tilefuse.frontend.dynamo")
+    return dynamo.compiled_graphs() if dynamo is not None else []
+
+
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
             strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
             cuda_graph: bool = False, measure=False, native: bool = False, verify: bool | None = None,

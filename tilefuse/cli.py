@@ -154,7 +154,7 @@ def kernel_table(report, limit: int | None = None, *, detail: bool = True) -> Ta
         t.add_column("bound", no_wrap=True)
         t.caption = ("grid: programs launched; warps: per program; waves: the grid over the programs the SMs hold "
                      "at once; occ: programs resident per SM; bound: the modelled term that dominates (dram, l2, "
-                     "compute or launch)")
+                     "compute, launch; link for a collective)")
     t.add_column("us", justify="right", no_wrap=True)
     if measured:
         t.add_column("measured", justify="right", no_wrap=True)

@@ -10,7 +10,9 @@ Channels (loggers ``tilefuse.<channel>``), off by default::
 totals and every chosen kernel with its modelled time; ``solver``: each segment's selection
 (status, gap, objective, lazy rounds, seconds); ``cost``: candidates costed per segment and which
 family won them (``+cost``: every candidate's families); ``kernels``: each kernel built (family,
-schedule, source lines).  A channel switched on gets a handler writing ``[tilefuse.plan] ...`` to
+schedule, source lines); ``recompile``: each plan compiled for a new input signature of a
+``torch.compile`` graph, with what changed (input, dimension, old and new size) and how many plans
+the graph has.  A channel switched on gets a handler writing ``[tilefuse.plan] ...`` to
 stderr and stops propagating (as torch's do); configuring the loggers yourself works as for any
 logger.
 """
@@ -29,6 +31,7 @@ CHANNELS = {
     "solver": "each segment's selection: status, gap, objective, lazy rounds",
     "cost": "candidates costed per segment and the family that won (+cost: every candidate)",
     "kernels": "each kernel built: family, schedule, source lines",
+    "recompile": "each new plan for a torch.compile graph: which input's which dimension caused it",
 }
 ENV = "TILEFUSE_LOGS"
 _handlers: dict[str, logging.Handler] = {}

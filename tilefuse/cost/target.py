@@ -18,6 +18,7 @@ from ..ir.dtypes import DType
 KiB = 1024
 MiB = 1024 * KiB
 TB = 1e12
+GB = 1e9
 TFLOPS = 1e12
 
 
@@ -56,6 +57,9 @@ class Target:
                                             # on targets that interpret them sequentially (cpu)
     arch: int = 0                           # CUDA compute capability (90: sm_90) kernels compile
                                             # for natively; 0: none (the interpreter)
+    link_bw: float = 0.0                    # bytes/s one rank sends to the others in a collective
+                                            # (per direction); 0: no interconnect modelled
+    link_latency_s: float = 0.0             # a collective's fixed cost over the link
 
     def __hash__(self) -> int:
         # by value, the mappings as their sorted items: caches are keyed by what a target is
@@ -162,7 +166,9 @@ def _ro(d: dict) -> Mapping[str, float]:
 # 128 bytes per clock per SM.  [8] Hopper tuning guide: warpgroup MMA (wgmma) runs on 4 warps with
 # a 64-row tile per warpgroup; warp-level mma.sync remains available.  Its share of the wgmma rate
 # is an assumption from FlashAttention-2 (mma.sync, ~350 TFLOP/s fp16 forward on H100) against
-# FlashAttention-3 (wgmma, ~740): about half; to be replaced by measurement.
+# FlashAttention-3 (wgmma, ~740): about half; to be replaced by measurement.  [9] H100 SXM
+# datasheet: NVLink 4 at 900 GB/s per GPU, both directions together (18 links x 25 GB/s each way);
+# a collective's fixed cost (NCCL's small-message latency, ~10 us within a node) is an assumption.
 H100 = Target(
     name="h100", sm_count=132, dram_bw=3.35 * TB,
     peak_simt=_ro({"float32": 67 * TFLOPS, "float16": 133.8 * TFLOPS, "bfloat16": 133.8 * TFLOPS,
@@ -180,6 +186,7 @@ H100 = Target(
     program_cycles=16,                       # [5]
     warpgroup_mma_rows=64, legacy_mma_share=0.5,   # [8]
     arch=90,
+    link_bw=450 * GB, link_latency_s=10e-6,  # [9]
 )
 
 # NVIDIA H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet: the H100 SXM compute (same GH100 SMs and
@@ -201,6 +208,7 @@ A100 = Target(
     launch_s=4.0e-6, launch_graph_s=1.0e-6,
     clock_hz=1.41e9, l2_bw=7.2 * TB, l1_bytes=192 * KiB, dram_efficiency=0.9, dram_latency_s=0.6e-6, l2_latency_s=0.25e-6,
     program_cycles=16, arch=80,
+    link_bw=300 * GB, link_latency_s=10e-6,  # NVLink 3: 12 links x 25 GB/s per direction; latency as [9]
 )
 
 # The Triton interpreter on a CPU host (for tests): not a GPU; numbers are of the right order for a
@@ -214,6 +222,7 @@ CPU = Target(
     smem_per_sm=1 * MiB, smem_per_block=1 * MiB, regs_per_sm=1 << 20, regs_per_block=1 << 20,
     max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32, l2_bytes=32 * MiB,
     launch_s=200e-6, launch_graph_s=200e-6, program_s=1e-3,
+    link_bw=1 * GB, link_latency_s=100e-6,   # gloo over loopback TCP: the order of it, not a measurement
 )
 
 PRESETS: Mapping[str, Target] = MappingProxyType({t.name: t for t in (H100, H200, A100, CPU)})

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from .base import Built, Cost, Family, Group, KernelFamily, Schedule
 from .chain import ChainFamily
+from .collective import CollectiveFamily
 from .fused import FusedFamily
 from .gemm import GemmFamily
 from .library import LibraryFamily
 from .opaque import OpaqueFamily
 
 # In the order the coster consults them (the cheapest rejection first).
-FAMILIES: tuple[KernelFamily, ...] = (OpaqueFamily(), LibraryFamily(), GemmFamily(), ChainFamily(), FusedFamily())
+FAMILIES: tuple[KernelFamily, ...] = (CollectiveFamily(), OpaqueFamily(), LibraryFamily(), GemmFamily(), ChainFamily(), FusedFamily())
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 

@@ -46,7 +46,7 @@ class Cost:
     warps: int = 0        # per program
     waves: int = 0
     occupancy: int = 0    # programs resident per SM
-    bound: str = ""       # dram | l2 | compute | launch: the term that dominates
+    bound: str = ""       # dram | l2 | compute | launch (link: a collective): the term that dominates
     measured: bool = False
 
     @staticmethod

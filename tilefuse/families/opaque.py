@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..analysis.classify import Category
 from ..cost.model import Resources, Work
 from ..cost.target import Target
+from ..ir.opaque import COLLECTIVES
 from .base import Built, Family, Group, Schedule
 
 SORT_PASSES = 3      # a sort-like torch kernel reads its data a few times (modelling assumption)
@@ -22,7 +23,8 @@ class OpaqueFamily(Family):
         return Built(name, self.name, tuple(prim.inputs), (prim.name,), run, desc, "torch")
 
     def schedules(self, group: Group, target: Target) -> list[Schedule]:
-        if len(group.prims) != 1 or group.categories[0] is not Category.opaque:
+        if len(group.prims) != 1 or group.categories[0] is not Category.opaque \
+                or group.prims[0].body.fn in COLLECTIVES:        # the collective family's
             return []
         p = group.prims[0]
         nbytes = sum(group.types[t].nbytes for t in dict.fromkeys(p.inputs)) + p.out.nbytes

@@ -6,7 +6,7 @@ import importlib
 from .registry import RULES, Fission, TensorRef, fission, rule
 
 FAMILIES = ("elementwise", "reduce", "norm", "linear", "conv", "quantize", "signal", "sample", "recurrent", "pool",
-            "layout", "indirect", "scatter", "attention", "opaque")
+            "layout", "indirect", "scatter", "attention", "opaque", "collective")
 
 
 def load_rules() -> None:

@@ -16,6 +16,8 @@ signatures run eagerly after one warning.
 """
 from __future__ import annotations
 
+import collections
+import contextvars
 import copy
 import functools
 import os
@@ -31,6 +33,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..cost.target import Target
 from ..errors import InterpreterWarning, OptionError, TargetAbsentError, TilefuseError
+from ..log import logger
 from ..verify import Verifier, VerifyError, enabled, random_feeds
 from .common import Imported
 from .torch import decomposition_table, fx_to_graph
@@ -42,6 +45,18 @@ class TilefuseFallbackWarning(UserWarning):
 
 
 DEFAULT_MAX_SPECIALIZATIONS = 8
+_recompile_log = logger("recompile")
+# the specialization being compiled (plan number, cause), for its report
+_specializing: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tilefuse_specializing", default=None)
+KEPT = 64       # the graphs compiled last that ``compiled_graphs()`` lists
+
+_compiled: "collections.deque" = collections.deque(maxlen=KEPT)   # CompiledModels, oldest first
+
+
+def compiled_graphs() -> list:
+    """The CompiledModels this process's ``torch.compile(backend="tilefuse")`` made, oldest
+    first (the last ``KEPT``): their reports say what each graph became."""
+    return list(_compiled)
 
 
 # The options torch.compile(..., options={...}) may pass, and what each is
@@ -169,6 +184,9 @@ class _Specializing:
 
     def __init__(self, gm: fx.GraphModule, options: dict, limit: int):
         self.gm, self.options, self.limit = gm, options, limit
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.names = [n.name for n in placeholders]
+        self.dynamic = {k: dims for k, n in enumerate(placeholders) if (dims := _symbolic_dims(n))}
         self.scalars = _wrapped_scalars(gm)
         self.plans: dict[tuple, Any] = {}
         self._lock = threading.Lock()  # one compile per signature when threads call at once
@@ -192,7 +210,15 @@ class _Specializing:
                                   f"torch.compile graph (max_specializations); calls with other shapes "
                                   f"run eagerly", TilefuseFallbackWarning, stacklevel=3)
                 return self.gm.forward
-            fn = self.plans[key] = _compile_static(self._with_scalars(args), args, self.options)
+            cause = _cause(key, list(self.plans), self.names, self.dynamic)
+            record = {"plan": len(self.plans) + 1, "limit": self.limit, "cause": cause}
+            _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s", record["plan"],
+                                self.limit, cause)
+            token = _specializing.set(record)
+            try:
+                fn = self.plans[key] = _compile_static(self._with_scalars(args), args, self.options)
+            finally:
+                _specializing.reset(token)
             return fn
 
     def _with_scalars(self, args) -> fx.GraphModule:
@@ -209,6 +235,46 @@ class _Specializing:
                         reader.replace_input_with(use, _scalar(args[k]))
                     graph.erase_node(use)
         return fx.GraphModule(self.gm, graph)
+
+
+def _symbolic_dims(node: fx.Node) -> tuple[int, ...]:
+    """The dimensions dynamo left symbolic in a placeholder's example tensor (() for a SymInt)."""
+    v = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(v, torch.Tensor):
+        return tuple(d for d, n in enumerate(v.shape) if not isinstance(n, int))
+    return ()
+
+
+def _cause(key: tuple, seen: list[tuple], names: list[str], dynamic: dict[int, tuple]) -> str:
+    """What makes signature ``key`` new: on the first call, the sizes of the inputs with symbolic
+    dimensions; later, each input that differs from the nearest signature seen (the one with the
+    fewest differences), by name and dimension ("input 1 'l_x_' dim 1: 8 -> 9")."""
+    if not seen:
+        sized = [f"input {k} {names[k]!r} {list(key[0][k][0])} (symbolic dims {', '.join(map(str, dims))})"
+                 for k, dims in sorted(dynamic.items()) if k < len(key[0])]
+        return "the first call" + (": " + ", ".join(sized) if sized else "")
+    best = min(seen, key=lambda old: len(_differences(old, key, names)))
+    return "; ".join(_differences(best, key, names)) or "the same signature"
+
+
+def _differences(old: tuple, new: tuple, names: list[str]) -> list[str]:
+    out = []
+    for k, (a, b) in enumerate(zip(old[0], new[0])):
+        name = f"input {k} {names[k] if k < len(names) else k!r}"
+        if a == b:
+            continue
+        if isinstance(a[0], tuple) and isinstance(b[0], tuple):      # tensors: shape, strides, dtype, device
+            if len(a[0]) != len(b[0]):
+                out.append(f"{name} rank: {len(a[0])} -> {len(b[0])}")
+            elif a[0] != b[0]:
+                out += [f"{name} dim {d}: {x} -> {y}" for d, (x, y) in enumerate(zip(a[0], b[0])) if x != y]
+            else:
+                out += [f"{name} {what}: {x} -> {y}" for what, x, y in
+                        zip(("strides", "dtype", "device", "requires_grad"), a[1:], b[1:]) if x != y]
+        else:
+            out.append(f"{name}: {a[-1]!r} -> {b[-1]!r}")
+    out += [f"scalar input {k}: {x!r} -> {y!r}" for k, (x, y) in enumerate(zip(old[1], new[1])) if x != y]
+    return out
 
 
 def _scalar(x):
@@ -280,6 +346,10 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
                              measure=options.get("measure", False), check=check)
         if backend == "triton":
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
+    record = _specializing.get()
+    if record is not None:
+        compiled.report.specialization = dict(record)
+    _compiled.append(compiled)
     return _boxed(compiled)
 
 

@@ -75,3 +75,34 @@ def _scatter_nd(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
         index = rows.reshape(-1, *[1] * (flat.dim() - 1)).expand_as(upd)
         flat = flat.scatter_reduce(0, index, upd, _SCATTER_REDUCE[reduction], include_self=True)
     return flat.reshape(data.shape)
+
+
+# --- collectives (torch.distributed's functional collectives; each call waits for its result) ---
+
+COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+
+
+def _c10d():
+    return torch.ops._c10d_functional
+
+
+@opaque_fn("all_reduce")
+def _all_reduce(x: torch.Tensor, *, reduce: str, group: str, group_size: int) -> torch.Tensor:
+    return _c10d().wait_tensor(_c10d().all_reduce(x.contiguous(), reduce, group))
+
+
+@opaque_fn("all_gather")
+def _all_gather(x: torch.Tensor, *, group: str, group_size: int) -> torch.Tensor:
+    return _c10d().wait_tensor(_c10d().all_gather_into_tensor(x.contiguous(), group_size, group))
+
+
+@opaque_fn("reduce_scatter")
+def _reduce_scatter(x: torch.Tensor, *, reduce: str, group: str, group_size: int) -> torch.Tensor:
+    return _c10d().wait_tensor(_c10d().reduce_scatter_tensor(x.contiguous(), reduce, group_size, group))
+
+
+@opaque_fn("all_to_all")
+def _all_to_all(x: torch.Tensor, *, group: str, group_size: int, output_split_sizes: tuple,
+                input_split_sizes: tuple) -> torch.Tensor:
+    return _c10d().wait_tensor(_c10d().all_to_all_single(x.contiguous(), list(output_split_sizes),
+                                                         list(input_split_sizes), group))

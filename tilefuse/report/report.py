@@ -72,6 +72,10 @@ class Report:
     # Why each pair of kernels where one reads the other is not one kernel (``report/apart.py``;
     # ``CompiledModel.why_apart()`` fills it): producer, consumer, tensor, reason, detail, times.
     apart: list[dict[str, Any]] = field(default_factory=list)
+    # A plan compiled for one input signature of a torch.compile graph with symbolic shapes: which
+    # plan of the graph it is, how many the graph has, and what differs from the nearest earlier
+    # signature (``frontend/dynamo.py``).  Empty for other compiles.
+    specialization: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

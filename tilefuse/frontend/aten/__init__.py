@@ -19,7 +19,8 @@ import importlib
 from .emitter import Emitter, bind, op_name, tensor_type
 from .registry import CONVERTERS, KEEP_WHOLE, NO_OPS, Converter, converts
 
-FAMILIES = ("elementwise", "layout", "linear", "conv", "norm", "reduce", "pool", "indirect", "scatter", "signal", "attention")
+FAMILIES = ("elementwise", "layout", "linear", "conv", "norm", "reduce", "pool", "indirect", "scatter", "signal", "attention",
+            "collective")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
