@@ -9,11 +9,12 @@ from .log import from_environment as _logs_from_environment, set_logs
 from .minifier import MinifyError, minify
 from .report.report import Report
 from .runtime.compiled import CompiledModel
+from .runtime.dynamic import DynamicModel
 from .verify import VerifyError
 
 __version__ = "0.1.0"
 
 _logs_from_environment()
 
-__all__ = ["compile", "compile_onnx", "compile_prims", "compiled_graphs", "load", "PackageError", "minify", "MinifyError", "VerifyError", "set_logs", "CompiledModel", "Report", "TilefuseError", "UnsupportedOperator",
+__all__ = ["compile", "compile_onnx", "compile_prims", "compiled_graphs", "load", "PackageError", "minify", "MinifyError", "VerifyError", "set_logs", "CompiledModel", "DynamicModel", "Report", "TilefuseError", "UnsupportedOperator",
            "UnsupportedAttribute", "ModelLoadError", "InputError", "InterpreterWarning", "TargetAbsentError", "Target", "__version__"]

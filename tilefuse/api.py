@@ -36,6 +36,7 @@ from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .progress import step
 from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
+from .runtime.dynamic import DynamicModel
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
 from .transform.channels_last import channels_last
@@ -379,17 +380,38 @@ def compile_prims(primgraph: PrimGraph, *, target: str | Target = "auto", backen
 def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str = "triton",
                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
                  cuda_graph: bool = False, measure=False, native: bool = False, progress=None,
-                 verify: bool | None = None, **options: Any) -> CompiledModel:
+                 verify: bool | None = None, dynamic: bool = True, max_plans: int = 8,
+                 **options: Any) -> CompiledModel | DynamicModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
 
     ``time_limit``, ``cuda_graph``, ``measure``, ``native`` and ``verify`` as for ``compile`` (``verify`` runs
     on random inputs, and checks the import against onnxruntime where it is installed);
     ``progress(done, total)`` is called as segments are planned; other options go to the ONNX
-    frontend (``input_shapes``, ``initializers_as_inputs``).
+    frontend (``input_shapes``, ``dims``, ``initializers_as_inputs``).  A model whose inputs keep
+    free dims after ``dims``/``input_shapes`` gives a ``DynamicModel``, planned for each input size it
+    is called with (the last ``max_plans`` plans kept; ``runtime/dynamic.py``); ``dynamic=False``
+    asks for one static plan and names the dims to bind instead.
     """
     _check_options(backend, strategy, time_limit)
     _check_frontend_options("compile_onnx", options, ("input_shapes", "dims", "initializers_as_inputs"))
-    from .frontend.onnx import import_onnx
+    from .frontend.onnx import import_onnx, open_inputs
+    from .frontend.onnx_load import load_model
+    if dynamic:
+        model, _ = load_model(model_or_path)
+        free = open_inputs(model, **options)
+        if free:
+            if not isinstance(max_plans, int) or isinstance(max_plans, bool) or max_plans < 1:
+                raise OptionError(f"max_plans must be a positive integer, got {max_plans!r}")
+            rest = dict(target=target, backend=backend, strategy=strategy, dump=dump, time_limit=time_limit,
+                        cuda_graph=cuda_graph, measure=measure, native=native, progress=progress, verify=verify,
+                        initializers_as_inputs=options.get("initializers_as_inputs", False))
+
+            def compile_for(dims, input_shapes):
+                return compile_onnx(model, dims=dims, input_shapes=input_shapes, dynamic=False, **rest)
+            return DynamicModel(model, free, compile_for, pinned=options.get("input_shapes"),
+                                dims=options.get("dims"), max_plans=max_plans,
+                                initializers_as_inputs=options.get("initializers_as_inputs", False))
+        model_or_path = model if not isinstance(model_or_path, (str, Path)) else model_or_path
     t0 = time.perf_counter()
     with _stage("importing the model"):
         imported = import_onnx(model_or_path, **options)

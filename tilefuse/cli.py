@@ -244,7 +244,8 @@ def cmd_compile(args, console: Console) -> int:
     with _progress(console):
         compiled = tilefuse.compile_onnx(
             args.model, target=args.target, strategy=args.strategy, measure=args.measure, native=args.native,
-            cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args), dims=_dims(args))
+            cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args), dims=_dims(args),
+            dynamic=False)     # one plan to show: free dims are bound with --dim / --input-shape
     if args.save:
         path = compiled.save(args.save)
         console.print(f"saved the compiled model to {path} (tilefuse run {path} [--check] runs it; "
@@ -354,7 +355,7 @@ def cmd_run(args, console: Console) -> int:
                                     f"does not apply to a saved model (compile the ONNX model for {args.target})")
         else:
             compiled = tilefuse.compile_onnx(args.model, target=args.target, backend=args.backend,
-                                             input_shapes=_input_shapes(args, feeds), dims=_dims(args))
+                                             input_shapes=_input_shapes(args, feeds), dims=_dims(args), dynamic=False)
         if feeds is None:
             feeds = _random_feeds(compiled)
         # a plan for a GPU that is not here runs its own kernels in Triton's interpreter

@@ -47,6 +47,29 @@ def import_onnx(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | No
     return Imported(Converter(model, dict(input_shapes or {}), initializers_as_inputs, dict(dims or {})).run())
 
 
+def open_inputs(model: onnx.ModelProto, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                dims: Mapping[str, int] | None = None,
+                initializers_as_inputs: bool = False) -> dict[str, tuple | None]:
+    """The tensor inputs whose shape is not static once ``dims`` and ``input_shapes`` are applied,
+    each with its declared dims: a size, a dim's name (a free named dim) or None (a free dim with
+    no name); None for an input with no declared rank.  Empty when every input is static."""
+    input_shapes, dims = dict(input_shapes or {}), dict(dims or {})
+    inits = {t.name for t in model.graph.initializer} | {sp.values.name for sp in model.graph.sparse_initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in input_shapes or vi.type.WhichOneof("value") != "tensor_type" \
+                or vi.name in inits and not initializers_as_inputs:
+            continue
+        if not vi.type.tensor_type.HasField("shape"):
+            out[vi.name] = None
+            continue
+        declared = tuple(d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, d.dim_param or None)
+                         for d in vi.type.tensor_type.shape.dim)
+        if any(not isinstance(d, int) for d in declared):
+            out[vi.name] = declared
+    return out
+
+
 def unsupported_nodes(model_or_path, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
                       dims: Mapping[str, int] | None = None) -> tuple[list[TilefuseError], list[str]]:
     """Every node the ONNX frontend refuses, one error each (``tilefuse inspect``), and the
