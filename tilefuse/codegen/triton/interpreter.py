@@ -211,7 +211,8 @@ def _bool_masks() -> None:
     load, store = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
 
     def boolean(mask):
-        if mask is None or mask.data.dtype == np.bool_:
+        # (Triton 3.6's tensor descriptors hand over a bare numpy bool array, not a TensorHandle)
+        if mask is None or not isinstance(mask, TensorHandle) or mask.data.dtype == np.bool_:
             return mask
         return TensorHandle(mask.data != 0, mask.dtype)
 
