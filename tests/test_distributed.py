@@ -200,6 +200,8 @@ def test_a_collective_is_one_kernel_costed_by_the_link(op, attrs, passes, moved)
     (kernel,) = plans["optimal"].kernels
     cost, sched = coster.best(kernel.candidate)
     assert sched.family == "collective" and cost.bound == "link"
+    from tilefuse.families import build
+    assert "collective kernel" in build(sched, "k").source and "(8 ranks)" in build(sched, "k").source
     ring = passes * 7 / 8 * moved / h100.link_bw            # a ring over 8 ranks
     assert cost.seconds == pytest.approx(h100.launch_s + h100.link_latency_s + ring)
     if op == "AllReduce":                                    # a group of one sends nothing

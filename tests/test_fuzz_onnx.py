@@ -64,7 +64,7 @@ def check(program: OnnxProgram, configs=CONFIGS) -> None:
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@settings(FUZZ, max_examples=80, derandomize=True, database=None)
+@settings(FUZZ, max_examples=50, derandomize=True, database=None)
 @given(programs())
 def test_programs_match_onnxruntime(program):
     check(program)

@@ -132,3 +132,13 @@ def test_measure_without_a_gpu_is_a_clear_error():
         pytest.skip("this machine has a GPU")
     with pytest.raises(TilefuseError, match="CUDA device"):
         tilefuse.compile(lambda t: t + 1, (torch.randn(3),), target="h100", measure=True)
+
+
+def test_kernels_are_timed_after_an_l2_flush_only_when_the_model_outgrows_half_the_l2():
+    from tilefuse.api import cold_l2
+    small = _layernorm_graph()
+    assert sum(t.nbytes for t in small.types.values()) < H100.l2_bytes // 2
+    assert not cold_l2(small, H100)
+    from dataclasses import replace
+    tiny_l2 = replace(H100, l2_bytes=2 * sum(t.nbytes for t in small.types.values()) - 2)
+    assert cold_l2(small, tiny_l2)

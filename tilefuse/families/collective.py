@@ -9,14 +9,15 @@ own result, so it does not overlap the kernels around it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..analysis.classify import Category
 from ..cost.model import Resources, Work
 from ..cost.target import Target
 from ..ir.opaque import COLLECTIVES
-from .base import Cost, Group, Schedule
+from .base import Built, Cost, Group, Schedule
 from .opaque import OpaqueFamily
+
 
 @dataclass(frozen=True)
 class CollectiveSchedule(Schedule):
@@ -48,6 +49,14 @@ class CollectiveFamily(OpaqueFamily):
         local = group.types[p.inputs[0]].nbytes + p.out.nbytes      # read and written on this GPU
         work = Work(1, local, local, 0, 1.0, inflight_bytes=0.0, res=Resources(1))
         return [CollectiveSchedule(self.name, group, 1, work, moved_bytes=moved)]
+
+    def build(self, schedule: Schedule, name: str) -> Built:
+        built = super().build(schedule, name)
+        p = schedule.group.prims[0]
+        attrs = dict(p.body.attrs)
+        desc = (f"# {name}: collective kernel (tilefuse): torch.distributed {p.body.fn} over process group "
+                f"{attrs['group']!r} ({attrs['group_size']} ranks), waiting for its result\n# implements: {p.origin}\n")
+        return replace(built, source=desc)
 
     def cost(self, schedule: Schedule, target: Target, cuda_graph: bool = False) -> Cost:
         p = schedule.group.prims[0]
