@@ -14,6 +14,7 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping
 
 import torch
@@ -158,7 +159,17 @@ class _Flattener:
     in_spec: Any
     user_leaves: list
 
+    @cached_property
+    def _positional_tensors(self) -> bool:
+        """Whether the model was exported with positional tensors only (the common call)."""
+        n = len(self.user_leaves)
+        return all(is_tensor for _, is_tensor, _ in self.user_leaves) \
+            and self.in_spec == pytree.tree_flatten((tuple(range(n)), {}))[1]
+
     def __call__(self, args: tuple, kwargs: dict) -> list:
+        if not kwargs and self._positional_tensors and len(args) == len(self.user_leaves) \
+                and all(isinstance(a, torch.Tensor) for a in args):
+            return list(args)        # the same structure as exported: no pytree walk on every call
         in_spec, user_leaves = self.in_spec, self.user_leaves
         kw_spec = in_spec.child(1)
         keys = list(kw_spec.context or [])
