@@ -12,7 +12,8 @@ Plans are compiled for static shapes.  When dynamo hands over a graph with symbo
 recompile for a new shape, with ``dynamic=True`` or ``mark_dynamic``), the backend returns a
 callable that compiles one plan per concrete input signature seen at call time, up to
 ``max_specializations`` of them (option, else ``TILEFUSE_MAX_SPECIALIZATIONS``, else 8); further
-signatures run eagerly after one warning.
+signatures run eagerly after one warning.  Each new plan is logged on the ``recompile`` channel
+with the input dimension that made it new (also in its ``report.specialization``).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Sequence
 
 import torch
@@ -50,13 +52,14 @@ _recompile_log = logger("recompile")
 _specializing: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tilefuse_specializing", default=None)
 KEPT = 64       # the graphs compiled last that ``compiled_graphs()`` lists
 
-_compiled: "collections.deque" = collections.deque(maxlen=KEPT)   # CompiledModels, oldest first
+# weak references, oldest first: the list keeps no compiled model (nor its buffers) alive
+_compiled: "collections.deque" = collections.deque(maxlen=KEPT)
 
 
 def compiled_graphs() -> list:
-    """The CompiledModels this process's ``torch.compile(backend="tilefuse")`` made, oldest
-    first (the last ``KEPT``): their reports say what each graph became."""
-    return list(_compiled)
+    """The CompiledModels this process's ``torch.compile(backend="tilefuse")`` made and that are
+    still in use, oldest first (of the last ``KEPT``): their reports say what each graph became."""
+    return [c for c in (ref() for ref in _compiled) if c is not None]
 
 
 # The options torch.compile(..., options={...}) may pass, and what each is
@@ -349,7 +352,7 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
     record = _specializing.get()
     if record is not None:
         compiled.report.specialization = dict(record)
-    _compiled.append(compiled)
+    _compiled.append(weakref.ref(compiled))
     return _boxed(compiled)
 
 

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import InputError
 from ..log import logger
-from .compiled import IOInfo
+from .compiled import _ORT_TYPES, IOInfo
 
 DEFAULT_MAX_PLANS = 8
 _log = logger("recompile")
@@ -69,7 +69,7 @@ class DynamicModel:
         shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim] \
             if tt.HasField("shape") else None
         npdt = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        name = {"float32": "float", "float64": "double"}.get(str(npdt), str(npdt))
+        name = _ORT_TYPES.get(str(npdt), str(npdt))
         return IOInfo(vi.name, shape, f"tensor({name})", npdt)
 
     # -- calling
