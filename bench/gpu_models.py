@@ -7,6 +7,9 @@ and tilefuse replayed as one CUDA graph (MEASURED on the device the script runs 
 Per model (tilefuse/zoo.py: random weights, nothing downloaded) and variant:
 - eager: ``model(*inputs)`` under ``torch.no_grad``;
 - inductor: ``torch.compile(model)`` (default mode); its compile time is its first call;
+- inductor_graph: ``torch.compile(model, mode="reduce-overhead")`` (inductor's kernels replayed as CUDA
+  graphs; CUDA only): the like-for-like comparison for tilefuse_graph; each call's outputs are cloned
+  (the next replay overwrites them), as tilefuse's graph replay does;
 - tilefuse: ``tilefuse.compile(model, inputs, target="auto")``; kernels are generated and
   JIT-compiled at the first call (``first_call_s``);
 - tilefuse_graph: the same plan with ``cuda_graph=True`` (CUDA only).
@@ -48,7 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_MODELS = ("bert", "gpt2", "vit", "resnet", "llama")
-VARIANTS = ("eager", "inductor", "tilefuse", "tilefuse_graph")
+VARIANTS = ("eager", "inductor", "inductor_graph", "tilefuse", "tilefuse_graph")
 # Relative L2 error allowed against the fp32 model (and at least 4x eager's own error in the dtype):
 # fp32 differs by summation order only (contractions run on cuBLAS/cuDNN), with room for a tf32 path
 # (~3e-4); fp16/bf16 by their rounding through a dozen layers (eager fp16 lands near 1e-3).
@@ -104,7 +107,7 @@ def skipped_variants(args) -> dict[str, str]:
     """Variants not run in this configuration, with the reason recorded in the JSON."""
     out = {}
     for v in VARIANTS:
-        if v == "tilefuse_graph" and args.device != "cuda":
+        if v in ("tilefuse_graph", "inductor_graph") and args.device != "cuda":
             out[v] = "CUDA-graph replay needs a CUDA device"
         elif v not in args.variants:
             out[v] = "not requested (--variants)" if args.device == "cuda" \
@@ -379,6 +382,22 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
             v["compile_s"] = v["first_call_s"]   # dynamo + inductor compile at the first call
         torch._dynamo.reset()
 
+    def inductor_graph():
+        from torch.utils import _pytree as pytree
+        torch._dynamo.reset()
+        fn = torch.compile(model, mode="reduce-overhead")
+
+        def call(*x):
+            torch.compiler.cudagraph_mark_step_begin()
+            return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, fn(*x))
+        return call, {}
+    measure("inductor_graph", inductor_graph)
+    if "inductor_graph" in rec["variants"]:
+        v = rec["variants"]["inductor_graph"]
+        if "first_call_s" in v:
+            v["compile_s"] = v["first_call_s"]
+        torch._dynamo.reset()
+
     compiled: dict = {}
 
     def plain():
@@ -424,13 +443,15 @@ def speedups(variants: dict) -> dict:
     def good(v):
         x = variants.get(v, {})
         return x.get("median_ms") if "error" not in x and x.get("check", {}).get("pass", v == "eager") else None
-    eager, inductor = good("eager"), good("inductor")
+    eager, inductor, inductor_graph = good("eager"), good("inductor"), good("inductor_graph")
     out = {}
-    for v in ("inductor", "tilefuse", "tilefuse_graph"):
+    for v in ("inductor", "inductor_graph", "tilefuse", "tilefuse_graph"):
         t = good(v)
         if v in variants:
             out[v] = {"vs_eager": round(eager / t, 3) if t and eager else None,
                       "vs_inductor": round(inductor / t, 3) if t and inductor and v != "inductor" else None}
+            if v == "tilefuse_graph":
+                out[v]["vs_inductor_graph"] = round(inductor_graph / t, 3) if t and inductor_graph else None
     return out
 
 
@@ -560,13 +581,13 @@ def _f(x, fmt: str, none: str = "-") -> str:
 
 def table(doc: dict) -> str:
     head = ["model", "variant", "compile s", "1st call s", "median ms", "p10", "p90", "x eager", "x inductor",
-            "relL2 fp32", "check", "kernels/ops", "est us"]
+            "x ind. graph", "relL2 fp32", "check", "kernels/ops", "est us"]
     rows = [head]
     notes = []
     for rec in doc["models"]:
         name = rec["model"]
         if "error" in rec and not rec.get("variants"):
-            rows.append([name, "-", *["-"] * 8, "ERROR", "-", "-"])
+            rows.append([name, "-", *["-"] * 9, "ERROR", "-", "-"])
             notes.append(f"{name}: {rec['error'].splitlines()[0][:200]}")
             continue
         for v, x in rec.get("variants", {}).items():
@@ -577,6 +598,7 @@ def table(doc: dict) -> str:
             rows.append([name, v, _f(x.get("compile_s"), ".1f"), _f(x.get("first_call_s"), ".2f"),
                          _f(x.get("median_ms"), ".3f"), _f(x.get("p10_ms"), ".3f"), _f(x.get("p90_ms"), ".3f"),
                          _f(sp.get("vs_eager"), ".2f"), _f(sp.get("vs_inductor"), ".2f"),
+                         _f(sp.get("vs_inductor_graph"), ".2f"),
                          _f(chk.get("rel_l2_vs_fp32"), ".1e"), status, plan, _f(x.get("est_total_us"), ".0f")])
             if "error" in x:
                 notes.append(f"{name}/{v}: {x['error'].splitlines()[0][:200]}")
