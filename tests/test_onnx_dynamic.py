@@ -111,3 +111,10 @@ def test_unnamed_dims_are_bound_per_input_and_dims_pin_what_they_name():
     with pytest.raises(InputError, match=r"'x' has unnamed dims: give its shape"):
         tilefuse.compile_onnx(m, target="cpu", dynamic=False)
     onnx.checker.check_model(m)
+
+
+def test_max_plans_must_be_a_positive_integer(exported):
+    from tilefuse.errors import OptionError
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(OptionError, match="max_plans must be a positive integer"):
+            tilefuse.compile_onnx(exported, target="cpu", max_plans=bad)

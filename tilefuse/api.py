@@ -409,8 +409,10 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     _check_frontend_options("compile_onnx", options, ("input_shapes", "dims", "initializers_as_inputs"))
     from .frontend.onnx import import_onnx, open_inputs
     from .frontend.onnx_load import load_model
+    source = model_or_path
     if dynamic:
         model, _ = load_model(model_or_path)
+        model_or_path = model                    # parsed once: the import below reads it as it is
         free = open_inputs(model, **options)
         if free:
             if not isinstance(max_plans, int) or isinstance(max_plans, bool) or max_plans < 1:
@@ -424,18 +426,17 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
             return DynamicModel(model, free, compile_for, pinned=options.get("input_shapes"),
                                 dims=options.get("dims"), max_plans=max_plans,
                                 initializers_as_inputs=options.get("initializers_as_inputs", False))
-        model_or_path = model if not isinstance(model_or_path, (str, Path)) else model_or_path
     t0 = time.perf_counter()
     with _stage("importing the model"):
         imported = import_onnx(model_or_path, **options)
     check = None
     if enabled(verify):
         feeds = random_feeds(imported.graph.inputs)
-        check = Verifier(feeds, onnx_oracle(model_or_path, feeds))
+        check = Verifier(feeds, onnx_oracle(source, feeds))
     compiled = _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                          time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
                          native=native, check=check)
-    compiled.source_onnx = model_or_path        # (CompiledModel.save keeps it, for checking)
+    compiled.source_onnx = source               # (CompiledModel.save keeps it, for checking)
     return compiled
 
 
