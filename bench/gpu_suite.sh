@@ -5,13 +5,14 @@
 # its own time limit so that one slow step cannot take the others' time; results land in $OUT
 # (at most 8 files come back).
 #   bash bench/gpu_suite.sh                       # every step, on the device machine, repo root
-#   STEPS="tests check sanitize" MODELS=llama bash bench/gpu_suite.sh   # sanitize: when check faulted
+#   STEPS="tests check sanitize" CHECK_MODELS=bert,llama bash bench/gpu_suite.sh   # sanitize: when check faulted
+#   STEPS=attention ATTN_SHAPES=mcfuser bash bench/gpu_suite.sh      # MCFuser's S1-S9
 # Needs highspy as a wheel in .whl/ (bench/README.md says how); carry: [".whl"].
 set -u
 OUT=${OUT:-/tmp/gpu_suite}
-STEPS=${STEPS:-tests models attention kernels}
+STEPS=${STEPS:-tests check sanitize models attention kernels}
 MODELS=${MODELS:-bert,gpt2,vit,resnet,llama}
-CHECK_MODELS=${CHECK_MODELS:-$MODELS}
+CHECK_MODELS=${CHECK_MODELS:-bert,llama,resnet}   # bert before llama: the order of the one fault seen
 mkdir -p "$OUT"
 LOG=$OUT/suite.log
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -32,7 +33,7 @@ for s in $STEPS; do case $s in
   check) step ${T_CHECK:-90} check python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" --out "$OUT/gpu_check.json"; CHECK_RC=$LAST_RC ;;
   sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
   models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
-  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes llm --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_llm.json" ;;
+  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   *) echo "unknown step $s" | tee -a "$LOG" ;;
 esac; done
