@@ -10,7 +10,7 @@
 # Needs highspy as a wheel in .whl/ (bench/README.md says how); carry: [".whl"].
 set -u
 OUT=${OUT:-/tmp/gpu_suite}
-STEPS=${STEPS:-tests check sanitize models attention kernels}
+STEPS=${STEPS:-tests check sanitize launch models attention kernels}
 MODELS=${MODELS:-bert,gpt2,vit,resnet,llama}
 CHECK_MODELS=${CHECK_MODELS:-bert,llama,resnet}   # bert before llama: the order of the one fault seen
 mkdir -p "$OUT"
@@ -35,6 +35,7 @@ for s in $STEPS; do case $s in
   models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
   attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
+  launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
   *) echo "unknown step $s" | tee -a "$LOG" ;;
 esac; done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
