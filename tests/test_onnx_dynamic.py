@@ -118,3 +118,18 @@ def test_max_plans_must_be_a_positive_integer(exported):
     for bad in (0, -1, 2.5, True):
         with pytest.raises(OptionError, match="max_plans must be a positive integer"):
             tilefuse.compile_onnx(exported, target="cpu", max_plans=bad)
+
+
+def test_a_gpu_targets_plans_are_emulated_per_size(exported):
+    model = tilefuse.compile_onnx(exported, target="h100")          # no GPU here: checked by emulation
+    session = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])
+    for batch, seq in [(1, 3), (2, 6)]:
+        feeds = _feeds(batch, seq, seq)
+        (want,) = session.run(None, feeds)
+        (got,) = model.run(None, feeds, emulate=True)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        x, bias = (torch.from_numpy(feeds[k]) for k in ("x", "bias"))
+        np.testing.assert_allclose(model.emulate(x, bias).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert len(model.plans) == 2 and model.report.target == "h100"
+    with pytest.raises(InputError, match="takes 2 tensor input"):
+        model.emulate(torch.zeros(1, 3, 16))

@@ -74,11 +74,19 @@ class DynamicModel:
 
     # -- calling
     def __call__(self, *args):
-        shapes = {n: tuple(t.shape) for n, t in zip(self.input_names, args) if isinstance(t, torch.Tensor)}
         if len(args) != len(self.input_names):
             raise InputError(f"the model takes {len(self.input_names)} tensor input(s) "
                              f"({', '.join(self.input_names)}), got {len(args)}")
-        return self.specialize(shapes)(*args)
+        return self.specialize({n: tuple(t.shape) for n, t in zip(self.input_names, args)
+                                if isinstance(t, torch.Tensor)})(*args)
+
+    def emulate(self, *args):
+        """The plan for these inputs' sizes run on the CPU whatever the target, as
+        ``CompiledModel.emulate`` (an h100 plan checked on a machine without one)."""
+        if len(args) != len(self.input_names):
+            raise InputError(f"the model takes {len(self.input_names)} tensor input(s) "
+                             f"({', '.join(self.input_names)}), got {len(args)}")
+        return self.specialize({n: tuple(t.shape) for n, t in zip(self.input_names, args)}).emulate(*args)
 
     def run(self, feeds, output_names=None, *, emulate: bool = False):
         """ONNX-Runtime-style, as ``CompiledModel.run`` (``run(None, feeds)`` too)."""
