@@ -225,3 +225,35 @@ def test_a_collective_without_a_process_group_names_the_operator():
     g.output(w)
     with pytest.raises(UnsupportedOperator, match=r"_c10d_functional\.all_reduce.*process group"):
         fx_to_graph(g, inputs={x: "x"})
+
+
+def _one_op_graph(op, args_after_x, shape=(4, 8)):
+    import torch.fx as fx
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(shape)
+    r = g.call_function(op, (x, *args_after_x))
+    r.meta["val"] = torch.empty(shape)
+    g.output(r)
+    return g, x
+
+
+def test_collectives_the_group_cannot_run_are_refused_by_name():
+    import torch.distributed as dist
+
+    from tilefuse.errors import UnsupportedAttribute
+    from tilefuse.frontend.torch import fx_to_graph
+    c10d = torch.ops._c10d_functional
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        group = dist.group.WORLD.group_name
+        cases = [(c10d.all_reduce.default, ("bxor", group), r"reduce_op.*supported: sum, avg"),
+                 (c10d.all_gather_into_tensor.default, (2, group), r"group_size.*has 1 ranks"),
+                 (c10d.all_to_all_single.default, ([4], [3], group), r"split_sizes.*one split per rank"),
+                 (c10d.all_reduce.default, ("sum", "no-such-group"), r"group_name.*no such process group")]
+        for op, args, message in cases:
+            g, x = _one_op_graph(op, args)
+            with pytest.raises(UnsupportedAttribute, match=message):
+                fx_to_graph(g, inputs={x: "x"})
+    finally:
+        dist.destroy_process_group()

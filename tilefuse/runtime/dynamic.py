@@ -74,19 +74,18 @@ class DynamicModel:
 
     # -- calling
     def __call__(self, *args):
-        if len(args) != len(self.input_names):
-            raise InputError(f"the model takes {len(self.input_names)} tensor input(s) "
-                             f"({', '.join(self.input_names)}), got {len(args)}")
-        return self.specialize({n: tuple(t.shape) for n, t in zip(self.input_names, args)
-                                if isinstance(t, torch.Tensor)})(*args)
+        return self.specialize(self._shapes(args))(*args)
 
     def emulate(self, *args):
         """The plan for these inputs' sizes run on the CPU whatever the target, as
         ``CompiledModel.emulate`` (an h100 plan checked on a machine without one)."""
+        return self.specialize(self._shapes(args)).emulate(*args)
+
+    def _shapes(self, args) -> dict[str, tuple]:
         if len(args) != len(self.input_names):
             raise InputError(f"the model takes {len(self.input_names)} tensor input(s) "
                              f"({', '.join(self.input_names)}), got {len(args)}")
-        return self.specialize({n: tuple(t.shape) for n, t in zip(self.input_names, args)}).emulate(*args)
+        return {n: tuple(t.shape) for n, t in zip(self.input_names, args) if isinstance(t, torch.Tensor)}
 
     def run(self, feeds, output_names=None, *, emulate: bool = False):
         """ONNX-Runtime-style, as ``CompiledModel.run`` (``run(None, feeds)`` too)."""

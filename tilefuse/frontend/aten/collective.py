@@ -16,15 +16,19 @@ from .registry import converts
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 
 
-def _group_size(em, group_name: str) -> int:
+def _group_size(em, group_name: str, declared: int | None = None) -> int:
+    """The process group's size; ``declared``: the size the op was traced with, which must agree."""
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
         raise em.unsupported("a collective needs torch.distributed's process group, and none is initialized")
     from torch.distributed.distributed_c10d import _resolve_process_group
     try:
-        return _resolve_process_group(group_name).size()
+        size = _resolve_process_group(group_name).size()
     except (KeyError, ValueError, RuntimeError) as e:
         raise em.bad_attr("group_name", group_name, f"no such process group ({e})") from None
+    if declared is not None and int(declared) != size:
+        raise em.bad_attr("group_size", declared, f"process group {group_name!r} has {size} ranks")
+    return size
 
 
 def _reduce(em, op: str) -> str:
@@ -43,21 +47,21 @@ def _all_reduce(em, a):
 
 @converts("_c10d_functional.all_gather_into_tensor.default")
 def _all_gather(em, a):
-    _group_size(em, a.group_name)
+    size = _group_size(em, a.group_name, a.group_size)
     t = em.type(a.input)
-    out = TensorType((t.shape[0] * a.group_size, *t.shape[1:]), t.dtype)
-    return em.op("AllGather", [a.input], {"group": a.group_name, "group_size": int(a.group_size)}, out)
+    out = TensorType((t.shape[0] * size, *t.shape[1:]), t.dtype)
+    return em.op("AllGather", [a.input], {"group": a.group_name, "group_size": size}, out)
 
 
 @converts("_c10d_functional.reduce_scatter_tensor.default")
 def _reduce_scatter(em, a):
-    _group_size(em, a.group_name)
+    size = _group_size(em, a.group_name, a.group_size)
     t = em.type(a.input)
-    if t.rank == 0 or t.shape[0] % a.group_size:
-        raise em.bad_attr("group_size", a.group_size, f"the first dim ({t.shape[:1]}) must divide evenly")
-    out = TensorType((t.shape[0] // a.group_size, *t.shape[1:]), t.dtype)
+    if t.rank == 0 or t.shape[0] % size:
+        raise em.bad_attr("group_size", size, f"the first dim ({t.shape[:1]}) must divide evenly")
+    out = TensorType((t.shape[0] // size, *t.shape[1:]), t.dtype)
     return em.op("ReduceScatter", [a.input], {"reduce": _reduce(em, a.reduce_op), "group": a.group_name,
-                                              "group_size": int(a.group_size)}, out)
+                                              "group_size": size}, out)
 
 
 @converts("_c10d_functional.all_to_all_single.default")
