@@ -2,7 +2,8 @@
 
 Dynamo compiles a static graph for the first shape; on a new shape (or from the start with
 ``dynamic=True`` / ``mark_dynamic``) it hands over a graph with symbolic sizes, which the backend runs
-through one plan per concrete input signature, at most ``max_specializations`` of them.
+through one plan per power-of-two bucket of its sizes (issue #24), planned at the bucket's largest
+sizes and carried to each size in it, at most ``max_specializations`` plans.
 """
 import math
 import warnings
@@ -16,7 +17,8 @@ import tilefuse.frontend.dynamo as dynamo_backend
 from tilefuse.errors import OptionError
 from tilefuse.frontend.dynamo import TilefuseFallbackWarning
 
-FAST = {"time_limit": 1.0, "interpreter": True}   # (tilefuse's kernels, not PyTorch, on this CPU)
+FAST = {"time_limit": 1.0, "interpreter": True,   # (tilefuse's kernels, not PyTorch, on this CPU)
+        "check_buckets": False}                   # (the bound check plans each bucket twice: one test has it)
 
 
 class Block(nn.Module):
@@ -40,13 +42,14 @@ class Block(nn.Module):
 
 @pytest.fixture
 def compiles(monkeypatch):
-    """The number of graphs tilefuse has compiled so far (a list holding one count)."""
+    """The graphs tilefuse has planned so far (``[0]``) and the plans it has carried to other
+    sizes (``["carried"]``)."""
     import torch._dynamo
-    count = [0]
+    count = {0: 0, "carried": 0}
     compile_forward = dynamo_backend._compile_forward
 
     def counted(*args, **kwargs):
-        count[0] += 1
+        count["carried" if kwargs.get("template") is not None else 0] += 1
         return compile_forward(*args, **kwargs)
     monkeypatch.setattr(dynamo_backend, "_compile_forward", counted)
     torch._dynamo.reset()
@@ -69,17 +72,19 @@ def run(compiled, model, seq, *, mark_dynamic=False):
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
 
 
-def test_gpt2_three_sequence_lengths(compiles):
+def test_gpt2_sequence_lengths_in_buckets(compiles):
     from tilefuse import zoo
     model, _ = zoo.build("gpt2", "tiny")
     compiled = torch.compile(model, backend="tilefuse", options=FAST)
-    # 5: a static graph; 7: dynamo recompiles with the sequence dynamic; 9: a plan for the same graph;
-    # 7 and 9 again: their plans.
-    for seq, total in ((5, 1), (7, 2), (9, 3), (7, 3), (9, 3)):
+    # 5: a static graph; 7: dynamo recompiles with the sequence dynamic: the bucket 5..8 is planned at
+    # 7 (its largest size but one); 9: the bucket 9..16, planned at 15, carried to 9; 7, 9 again:
+    # their plans; 6, 8 and 12: carried from their buckets' plans, no planning.
+    for seq, planned, carried in ((5, 1, 0), (7, 2, 0), (9, 3, 1), (7, 3, 1), (9, 3, 1), (6, 3, 2), (8, 3, 3),
+                                  (12, 3, 4)):
         ids = torch.randint(0, model.config.vocab_size, (1, seq))
         with torch.no_grad():
             torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
-        assert compiles[0] == total, f"seq {seq}: {compiles[0]} compilations, expected {total}"
+        assert (compiles[0], compiles["carried"]) == (planned, carried), (seq, compiles)
 
 
 def test_dynamic_true_hands_over_symbolic_inputs(compiles):
@@ -106,9 +111,11 @@ def test_dynamic_false_compiles_each_length(compiles):
 
 
 def test_mark_dynamic(compiles):
+    """A dim marked dynamic is bucketed from the first call: 5 is served by the plan of 5..8 (made
+    at 7), and so is 7; 9 needs the bucket 9..16."""
     model = block()
     compiled = torch.compile(model, backend="tilefuse", options=FAST)
-    for seq, total in ((5, 1), (7, 2), (9, 3), (7, 3)):
+    for seq, total in ((5, 1), (7, 1), (9, 2), (7, 2), (6, 2)):
         run(compiled, model, seq, mark_dynamic=True)
         assert compiles[0] == total
 

@@ -1,7 +1,8 @@
 """ONNX models with dynamic dimensions served at run time (issue #24, item 3).
 
 ``compile_onnx(path)`` of a model exported with dynamic batch and sequence gives a model that
-plans for each input size it is called with; every output is compared with onnxruntime.
+serves every input size, with one plan per power-of-two bucket of sizes carried to each size in
+it; every output is compared with onnxruntime.
 """
 from __future__ import annotations
 
@@ -63,12 +64,22 @@ def test_one_compile_serves_three_sizes_each_equal_to_onnxruntime(exported, capl
             assert got.shape == (batch, seq, 16)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         (again,) = model.run(None, _feeds(3, 7, 9))          # a size seen before: its plan again
+    # buckets: batch 2 x seq 5..8 (planned at seq 7), batch 3..4 x seq 5..8 (planned at 3, 7: serves
+    # this call), batch 1 x seq 9..16 (at 15)
     assert len(model.plans) == 3
+    assert model.report.specialization["dims"] == {"batch": 3, "seq": 7}      # the last call's plan
+    assert not model.report.specialization["carried"]
+    assert [p.report.specialization["bucket"]["ranges"] for p in model.plans] == [
+        {"batch": [2, 2], "seq": [5, 8]}, {"batch": [1, 1], "seq": [9, 16]}, {"batch": [3, 4], "seq": [5, 8]}]
     lines = [r.getMessage() for r in caplog.records if r.name == "tilefuse.recompile"]
     assert len(lines) == 3, lines
-    assert "the first call: batch=2, seq=5" in lines[0]
+    assert "the first call: batch=2, seq=5" in lines[0] and "serves batch 2..2, seq 5..8" in lines[0], lines[0]
     assert "dim 'batch': 2 -> 3" in lines[1] and "dim 'seq': 5 -> 7" in lines[1], lines[1]
-    assert model.report.specialization["dims"] == {"batch": 3, "seq": 7}      # the last call's plan
+    # a new size in a bucket planned before: carried, no plan
+    feeds = _feeds(4, 6, 4)
+    np.testing.assert_allclose(model.run(None, feeds)[0], session.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+    assert len(model.plans) == 3 and model.report.specialization["carried"]
+    assert model.report.specialization["dims"] == {"batch": 4, "seq": 6}
     # positional torch call, as a CompiledModel takes it
     x, bias = torch.randn(2, 9, 16), torch.randn(1, 9, 1)
     (want,) = session.run(None, {"x": x.numpy(), "bias": bias.numpy()})
@@ -76,10 +87,12 @@ def test_one_compile_serves_three_sizes_each_equal_to_onnxruntime(exported, capl
 
 
 def test_the_plans_kept_are_bounded_least_recently_used_first(exported):
-    model = tilefuse.compile_onnx(exported, target="cpu", max_plans=2)
-    for seq in (3, 4, 3, 6):
+    model = tilefuse.compile_onnx(exported, target="cpu", max_plans=2, check_buckets=False)
+    for seq in (3, 4, 3, 6, 9):
         model.run(None, _feeds(1, seq, seq))
-    assert [p.report.specialization["dims"]["seq"] for p in model.plans] == [3, 6]   # 4 was dropped
+    # seq 3..4 (planned at 3, carried to 4), 5..8 (at 7), 9..16 (at 15): the first was dropped
+    assert [p.report.specialization["dims"]["seq"] for p in model.plans] == [7, 15]
+    assert model.planned == 3 and [m.report.specialization["dims"]["seq"] for m in model.served] == [4, 3, 6, 9]
 
 
 def test_sizes_that_contradict_the_model_are_named(exported):

@@ -31,6 +31,7 @@ from .frontend.common import Imported
 from .ir.prim import PrimGraph
 from .log import logger
 from .orchestrate.costing import Coster
+from .orchestrate.instantiate import PlanTemplate, instantiate
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .progress import step
@@ -113,10 +114,19 @@ def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[s
     return pg, plans, coster
 
 
+def _scheduled(coster: Coster, k) -> tuple:
+    """(cost, schedule) of a planned kernel: its own schedule among its candidate's options (an
+    instantiated plan keeps its template's family, which need not be the best one here)."""
+    for cost, sched in coster.options(k.candidate):
+        if sched is k.schedule:
+            return cost, sched
+    return coster.best(k.candidate)
+
+
 def _kernel_infos(plan: Plan, coster: Coster, names: list[str]) -> list[KernelInfo]:
     out = []
     for k, name in zip(plan.kernels, names):
-        cost, sched = coster.best(k.candidate)
+        cost, sched = _scheduled(coster, k)
         ops = list(dict.fromkeys(f"{p.origin.op}:{p.origin.name}" for p in k.prims))
         out.append(KernelInfo(
             name, sched.family, list(k.candidate.names), ops,
@@ -128,7 +138,7 @@ def _kernel_infos(plan: Plan, coster: Coster, names: list[str]) -> list[KernelIn
 
 
 def _traffic(plan: Plan, coster: Coster) -> int:
-    return sum(int(coster.best(k.candidate)[0].bytes) for k in plan.kernels)
+    return sum(int(_scheduled(coster, k)[0].bytes) for k in plan.kernels)
 
 
 def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Coster, target: Target,
@@ -218,7 +228,11 @@ def prims(graph, check: Verifier | None = None) -> PrimGraph:
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False, native: bool = False,
-              check: Verifier | None = None) -> CompiledModel:
+              check: Verifier | None = None, template: PlanTemplate | None = None) -> CompiledModel:
+    """The stages, from the imported graph to a CompiledModel.  With ``template`` (the plan of the
+    same program at other sizes: a bucket's), its kernels are carried to these sizes instead of
+    planning (``orchestrate/instantiate.py``); ``measure`` and ``native`` then apply to the
+    template's planning, not here."""
     graph = imported.graph
     tgt = Target.get(target)
     if isinstance(target, str) and target.lower() == "auto" and tgt.device == "cpu" and backend == "triton":
@@ -234,12 +248,17 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         primgraph = prims(graph, check)
     _log.info("%d operators -> %d prims (%s)", len(_operators(graph)), len(primgraph.prims),
               ", ".join(f"{k} {v}" for k, v in count_by_category(primgraph.prims).items() if v))
-    with _stage(f"planning for {tgt.name}"):
-        chosen, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
-                                             progress=progress)
+    if template is not None:
+        with _stage(f"carrying the bucket's plan to these sizes ({tgt.name})"):
+            chosen, plans, coster = _instantiated(primgraph, template, tgt, cuda_graph)
+        native = measure = False
+    else:
+        with _stage(f"planning for {tgt.name}"):
+            chosen, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
+                                                 progress=progress)
     if check is not None:
         check.stage("horizontal", primgraph, chosen)
-    primgraph = chosen
+    merged, primgraph = chosen is not primgraph, chosen
     if native:
         with _stage(f"planning on kernels compiled for sm_{tgt.arch}"):
             grounding = _ground(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph)
@@ -269,8 +288,20 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         report.verified = list(check.stages)
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     _log_plan(report)
-    return CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
-                         memory=memory)
+    compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
+                             memory=memory)
+    compiled.template = template or PlanTemplate(plan, merged, strategy)
+    return compiled
+
+
+def _instantiated(pg: PrimGraph, template: PlanTemplate, tgt: Target, cuda_graph: bool):
+    """``template``'s plan on ``pg`` (the same program at other sizes), on the graph it was planned
+    on: ``pg`` or its horizontal rewrite (``choose_graph``)."""
+    if template.merged:
+        merged = horizontal(pg)
+        pg = simplify_graph(vertical(merged)) if merged is not pg else pg
+    coster = Coster(pg.types, tgt, cuda_graph=cuda_graph)
+    return pg, {template.strategy: instantiate(template, pg, coster)}, coster
 
 
 _interpreter_told = False
@@ -394,48 +425,60 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
                  cuda_graph: bool = False, measure=False, native: bool = False, progress=None,
                  verify: bool | None = None, dynamic: bool = True, max_plans: int = 8,
-                 **options: Any) -> CompiledModel | DynamicModel:
+                 check_buckets: bool = True, **options: Any) -> CompiledModel | DynamicModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
 
     ``time_limit``, ``cuda_graph``, ``measure``, ``native`` and ``verify`` as for ``compile`` (``verify`` runs
     on random inputs, and checks the import against onnxruntime where it is installed);
     ``progress(done, total)`` is called as segments are planned; other options go to the ONNX
     frontend (``input_shapes``, ``dims``, ``initializers_as_inputs``).  A model whose inputs keep
-    free dims after ``dims``/``input_shapes`` gives a ``DynamicModel``, planned for each input size it
-    is called with (the last ``max_plans`` plans kept; ``runtime/dynamic.py``); ``dynamic=False``
-    asks for one static plan and names the dims to bind instead.
+    free dims after ``dims``/``input_shapes`` gives a ``DynamicModel``: its free dims fall in
+    power-of-two buckets, each planned once and carried to every size in it
+    (``runtime/dynamic.py``; plans of the last ``max_plans`` buckets kept; ``check_buckets`` plans
+    each bucket's smallest sizes too, to report its bound); ``dynamic=False`` asks for one static
+    plan and names the dims to bind instead.
     """
     _check_options(backend, strategy, time_limit)
     _check_frontend_options("compile_onnx", options, ("input_shapes", "dims", "initializers_as_inputs"))
-    from .frontend.onnx import import_onnx, open_inputs
+    from .frontend.onnx import open_inputs
     from .frontend.onnx_load import load_model
-    source = model_or_path
+    rest = dict(target=target, backend=backend, strategy=strategy, dump=dump, time_limit=time_limit,
+                cuda_graph=cuda_graph, measure=measure, native=native, progress=progress, verify=verify)
     if dynamic:
         model, _ = load_model(model_or_path)
-        model_or_path = model                    # parsed once: the import below reads it as it is
         free = open_inputs(model, **options)
         if free:
             if not isinstance(max_plans, int) or isinstance(max_plans, bool) or max_plans < 1:
                 raise OptionError(f"max_plans must be a positive integer, got {max_plans!r}")
-            rest = dict(target=target, backend=backend, strategy=strategy, dump=dump, time_limit=time_limit,
-                        cuda_graph=cuda_graph, measure=measure, native=native, progress=progress, verify=verify,
-                        initializers_as_inputs=options.get("initializers_as_inputs", False))
+            inits = options.get("initializers_as_inputs", False)
 
-            def compile_for(dims, input_shapes):
-                return compile_onnx(model, dims=dims, input_shapes=input_shapes, dynamic=False, **rest)
+            def compile_for(dims, input_shapes, template=None):
+                return _compile_onnx(model, model_or_path, dims=dims, input_shapes=input_shapes,
+                                     initializers_as_inputs=inits, template=template, **rest)
             return DynamicModel(model, free, compile_for, pinned=options.get("input_shapes"),
-                                dims=options.get("dims"), max_plans=max_plans,
-                                initializers_as_inputs=options.get("initializers_as_inputs", False))
+                                dims=options.get("dims"), max_plans=max_plans, initializers_as_inputs=inits,
+                                check_buckets=check_buckets)
+        model_or_path, source = model, model_or_path     # parsed once: the import below reads it as it is
+    else:
+        source = model_or_path
+    return _compile_onnx(model_or_path, source, **rest, **options)
+
+
+def _compile_onnx(model, source, *, target, backend, strategy, dump, time_limit, cuda_graph, measure, native,
+                  progress, verify, template: PlanTemplate | None = None, **options) -> CompiledModel:
+    """One static plan of an ONNX model (``source``: what the user gave, kept for checking); with
+    ``template``, that plan carried to these sizes."""
+    from .frontend.onnx import import_onnx
     t0 = time.perf_counter()
     with _stage("importing the model"):
-        imported = import_onnx(model_or_path, **options)
+        imported = import_onnx(model, **options)
     check = None
     if enabled(verify):
         feeds = random_feeds(imported.graph.inputs)
         check = Verifier(feeds, onnx_oracle(source, feeds))
     compiled = _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                          time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
-                         native=native, check=check)
+                         native=native, check=check, template=template)
     compiled.source_onnx = source               # (CompiledModel.save keeps it, for checking)
     return compiled
 

@@ -71,7 +71,9 @@ OPTIONS = {"target": "a target name (default: the CUDA device the inputs are on)
            "measure": "time kernels on the GPU and re-plan with the measurements",
            "dump": "a directory to write each stage's output to",
            "verify": "check every stage against the graph on random inputs",
-           "max_specializations": "plans kept per graph with symbolic shapes",
+           "max_specializations": "plans (buckets of sizes) per graph with symbolic shapes",
+           "check_buckets": "plan each bucket's smallest sizes too, to report how much slower (modelled) the "
+                            "bucket's plan is there (default True)",
            "interpreter": "on a machine without a GPU, run the kernels in Triton's interpreter (checking, "
                           "not speed) instead of handing the graph back to PyTorch"}
 # torch.compile's modes, as tilefuse options
@@ -129,15 +131,21 @@ def _pytorch_notice() -> None:
                       InterpreterWarning, stacklevel=3)
 
 
-def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict):
-    """The graph compiled for the concrete shapes of ``args`` (the graph itself where it cannot be)."""
+def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict, *, template=None,
+                    sink: list | None = None, keep: bool = True, fallback: bool = True):
+    """The graph compiled for the concrete shapes of ``args`` (the graph itself where it cannot be,
+    unless not ``fallback``); with ``template``, that plan carried to these shapes; the
+    CompiledModel is appended to ``sink``, and listed by ``compiled_graphs()`` if ``keep``."""
     try:
         return aot_module_simplified(gm, list(args),
-                                     fw_compiler=functools.partial(_compile_forward, options=options),
+                                     fw_compiler=functools.partial(_compile_forward, options=options,
+                                                                   template=template, sink=sink, keep=keep),
                                      bw_compiler=_eager, decompositions=_decompositions())
     except VerifyError:
         raise       # asked to verify: a stage that changed the program is not hidden by a fallback
     except TilefuseError as e:
+        if not fallback or type(e).__name__ == "PlanMismatch":
+            raise
         warnings.warn(f"tilefuse could not compile a graph of {len(gm.graph.nodes)} nodes and runs it "
                       f"eagerly: {e}", TilefuseFallbackWarning, stacklevel=3)
         return gm.forward
@@ -180,49 +188,206 @@ def _max_specializations(options: dict) -> int:
 
 
 class _Specializing:
-    """A graph with symbolic shapes, run through a plan compiled for each call's concrete input
-    signature (tilefuse plans are static).  The backend adds no guards on the symbols, so every size
-    dynamo's guards allow reaches this one callable; at most ``limit`` plans are compiled, and calls
-    with a new signature after that run the graph eagerly, with one warning."""
+    """A graph with symbolic shapes, run through plans for buckets of its sizes (tilefuse plans
+    are static).  Each call's size symbols (read off the inputs whose dims dynamo left symbolic)
+    fall in power-of-two buckets (``orchestrate/buckets.py``); a bucket is planned once, at its
+    largest sizes but one (inputs of those sizes made up for the trace), its bound checked at its
+    smallest, and each size in it is served by that plan carried to the size
+    (``orchestrate/instantiate.py``: no planning; kernels generated for the size).  The backend
+    adds no guards on the symbols, so every size dynamo's guards allow reaches this one callable;
+    at most ``limit`` buckets are planned, and calls needing another one run the graph eagerly,
+    with one warning."""
+
+    INSTANCES = 16       # the sizes whose compiled plans are kept (least recently used dropped)
 
     def __init__(self, gm: fx.GraphModule, options: dict, limit: int):
         self.gm, self.options, self.limit = gm, options, limit
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.names = [n.name for n in placeholders]
         self.dynamic = {k: dims for k, n in enumerate(placeholders) if (dims := _symbolic_dims(n))}
+        self.exprs = [_size_exprs(n) for n in placeholders]
         self.scalars = _wrapped_scalars(gm)
-        self.plans: dict[tuple, Any] = {}
+        self.buckets: dict[tuple, tuple] = {}   # bucket key -> (Bucket, its plan's CompiledModel, its callable)
+        self.first: dict[str, int] = {}         # the size symbols at the first call
+        # the symbols bucketed: under torch.compile's default, dynamo makes a dim symbolic once it
+        # has changed (or ``mark_dynamic`` says it will), so every symbol varies; ``dynamic=True``
+        # makes every dim a symbol, and one is bucketed once it has taken a second size (until then
+        # it may be a dim that never changes, planned at its own size)
+        self.varying: set[str] = set() if not torch._dynamo.config.assume_static_by_default else {
+            str(e) for exprs in self.exprs if exprs for e in exprs if getattr(e, "is_Symbol", False)}
+        self.plans: dict[tuple, Any] = {}              # signatures without size symbols -> plan
+        self.instances: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
         self._lock = threading.Lock()  # one compile per signature when threads call at once
         self._warned = False
 
     def __call__(self, *args):
         key = (_signature(args), tuple(_scalar(args[k]) for k in self.scalars))
-        fn = self.plans.get(key)
+        fn = self.instances.get(key)
         if fn is None:
             fn = self._specialize(key, args)
         return fn(*args)
 
+    @property
+    def planned(self) -> int:
+        """Plans made: one per bucket (a bucket of one size may share its plan with a wider one)."""
+        return len({id(b[1]) for b in self.buckets.values()}) + len(self.plans)
+
     def _specialize(self, key: tuple, args):
         with self._lock:
-            if key in self.plans:
-                return self.plans[key]
-            if len(self.plans) >= self.limit:
-                if not self._warned:
-                    self._warned = True
-                    warnings.warn(f"tilefuse compiled {self.limit} plans for the input shapes of one "
-                                  f"torch.compile graph (max_specializations); calls with other shapes "
-                                  f"run eagerly", TilefuseFallbackWarning, stacklevel=3)
-                return self.gm.forward
-            cause = _cause(key, list(self.plans), self.names, self.dynamic)
-            record = {"plan": len(self.plans) + 1, "limit": self.limit, "cause": cause}
-            _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s", record["plan"],
-                                self.limit, cause)
-            token = _specializing.set(record)
-            try:
-                fn = self.plans[key] = _compile_static(self._with_scalars(args), args, self.options)
-            finally:
-                _specializing.reset(token)
+            fn = self.instances.get(key)
+            if fn is not None:
+                return fn
+            sizes = self._sizes(args)
+            if not sizes:               # no size symbol to bucket (only scalars): a plan per signature
+                fn = self.plans.get(key)
+                if fn is None:
+                    if self._over_limit():
+                        return self.gm.forward
+                    fn = self.plans[key] = self._plan_alone(key, args)
+            else:
+                fn = self._in_bucket(key, args, sizes)
+            self.instances[key] = fn
+            if len(self.instances) > self.INSTANCES:
+                self.instances.popitem(last=False)
             return fn
+
+    def _over_limit(self) -> bool:
+        if self.planned < self.limit:
+            return False
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"tilefuse compiled {self.limit} plans for the input shapes of one "
+                          f"torch.compile graph (max_specializations); calls with other shapes "
+                          f"run eagerly", TilefuseFallbackWarning, stacklevel=4)
+        return True
+
+    def _record(self, key: tuple, **more) -> dict:
+        cause = _cause(key, self._seen, self.names, self.dynamic)
+        return {"plan": self.planned + 1, "limit": self.limit, "cause": cause, **more}
+
+    @property
+    def _seen(self) -> list[tuple]:
+        return list(self.instances) + [k for k in self.plans if k not in self.instances]
+
+    def _plan_alone(self, key: tuple, args):
+        record = self._record(key)
+        _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s", record["plan"],
+                            self.limit, record["cause"])
+        return self._compile(args, record)[0]
+
+    def _in_bucket(self, key: tuple, args, sizes: dict[str, int]):
+        from ..orchestrate.buckets import bucket, describe_ranges, plan_bucket, planned_size
+        from ..orchestrate.instantiate import PlanMismatch
+        self.first = self.first or dict(sizes)
+        self.varying |= {s for s, n in sizes.items() if self.first.get(s) != n}
+        ranges = {s: bucket(n) if s in self.varying else (n, n) for s, n in sizes.items()}
+        at = {s: planned_size(*r) for s, r in ranges.items()}
+        static = (self._layout(args), key[1])
+        got = self.buckets.get((static, tuple(ranges.items())))
+        made: dict[tuple, tuple] = {}        # (sizes, carried) -> (callable, CompiledModel)
+        if got is None:
+            # the plan at the planned sizes, when they were planned already (as a bucket of one)
+            alone = self.buckets.get((static, tuple((s, (n, n)) for s, n in at.items())))
+            if alone is None and self._over_limit():
+                return self.gm.forward
+            record = self._record(key, sizes=dict(sizes)) if alone is None else alone[1].report.specialization
+
+            def compile_at(where, template):
+                if alone is not None and where == at and template is None:
+                    made[tuple(where.items()), False] = alone[2], alone[1]
+                    return alone[1]
+                # kept (listed by compiled_graphs): the bucket's plan and the plans serving a
+                # size, not a size's own plan made to check the bound
+                got = self._compile(self._args_at(args, sizes, where),
+                                    {**record, "sizes": dict(where), "carried": template is not None},
+                                    template=template, keep=template is not None or where == at, fallback=False)
+                if got[1] is None:
+                    raise _Unplanned()
+                made[tuple(where.items()), template is not None] = got
+                return got[1]
+            try:
+                bucket_, top = plan_bucket(ranges, compile_at, check=self.options.get("check_buckets", True))
+            except _Unplanned:
+                return self._plan_alone(key, args)     # (the graph at other sizes cannot be traced)
+            for _, model in made.values():
+                if model is not (alone and alone[1]):
+                    model.report.specialization["bucket"] = bucket_.record()
+            got = self.buckets[static, tuple(ranges.items())] = (bucket_, top, made[tuple(at.items()), False][0])
+            _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s; serves %s, planned at "
+                                "%s%s", record["plan"], self.limit, record["cause"], describe_ranges(bucket_.ranges),
+                                bucket_.template.sizes, bucket_.describe())
+        bucket_, top, top_fn = got
+        if sizes == at:
+            return top_fn
+        if (tuple(sizes.items()), True) in made:
+            return made[tuple(sizes.items()), True][0]
+        record = {**top.report.specialization, "sizes": dict(sizes), "carried": True,
+                  "cause": f"sizes {sizes} in the bucket of plan {top.report.specialization['plan']}"}
+        try:
+            fn, _ = self._compile(args, record, template=bucket_.template)
+        except PlanMismatch as e:
+            _recompile_log.info("the plan for %s does not carry to %s (%s): planned on its own",
+                                describe_ranges(bucket_.ranges), sizes, e)
+            fn, _ = self._compile(args, {**record, "carried": False, "mismatch": str(e)})
+        _recompile_log.debug("plan for %s carried to %s", describe_ranges(bucket_.ranges), sizes)
+        return fn
+
+    def _compile(self, args, record: dict, *, template=None, keep: bool = True, fallback: bool = True):
+        """(the callable, its CompiledModel) for ``args``; ``_Unplanned`` where tilefuse could not
+        (having warned and run the graph eagerly there, with ``fallback``)."""
+        sink: list = []
+        token = _specializing.set(record)
+        try:
+            fn = _compile_static(self._with_scalars(args), args, self.options, template=template, sink=sink,
+                                 keep=keep, fallback=fallback)
+        except Exception as e:      # made-up sizes the graph cannot take (not fallback)
+            if fallback or isinstance(e, VerifyError) or type(e).__name__ == "PlanMismatch":
+                raise
+            raise _Unplanned(str(e)) from e
+        finally:
+            _specializing.reset(token)
+        if not sink:             # tilefuse could not compile it: eager, warned
+            return fn, None
+        return fn, sink[0]
+
+    def _sizes(self, args) -> dict[str, int]:
+        """Each size symbol's value in these inputs (symbol name -> size), from the dims and SymInt
+        inputs that are a symbol alone."""
+        out: dict[str, int] = {}
+        for k, exprs in enumerate(self.exprs):
+            if exprs is None:
+                continue
+            values = tuple(args[k].shape) if isinstance(args[k], torch.Tensor) else (args[k],)
+            for e, v in zip(exprs, values):
+                if getattr(e, "is_Symbol", False):
+                    out.setdefault(str(e), int(v))
+        return dict(sorted(out.items()))
+
+    def _args_at(self, args, sizes: dict[str, int], at: dict[str, int]) -> list:
+        """``args`` where the symbols have the sizes ``at``: made-up inputs (zeros, the same layout)."""
+        if at == sizes:
+            return list(args)
+        out = list(args)
+        for k, exprs in enumerate(self.exprs):
+            if exprs is None:
+                continue
+            values = [int(e.xreplace({_sym(s): n for s, n in at.items()})) if not isinstance(e, int) else e
+                      for e in exprs]
+            out[k] = _like(args[k], values) if isinstance(args[k], torch.Tensor) else values[0]
+        return out
+
+    def _layout(self, args) -> tuple:
+        """What a bucket's plan depends on besides the symbols: each tensor's dtype, device, gradient
+        flag, stride order and fixed dims; each other input's value unless it is a symbol."""
+        key = []
+        for k, a in enumerate(args):
+            exprs = self.exprs[k]
+            if isinstance(a, torch.Tensor):
+                fixed = tuple(n if exprs is None or isinstance(exprs[d], int) else None for d, n in enumerate(a.shape))
+                key.append((fixed, _stride_order(a), a.dtype, a.device, a.requires_grad))
+            elif exprs is None:
+                key.append((type(a), a))
+        return tuple(key)
 
     def _with_scalars(self, args) -> fx.GraphModule:
         """The graph with each wrapped scalar's ``.item()`` replaced by its value in ``args``: traced
@@ -246,6 +411,44 @@ def _symbolic_dims(node: fx.Node) -> tuple[int, ...]:
     if isinstance(v, torch.Tensor):
         return tuple(d for d, n in enumerate(v.shape) if not isinstance(n, int))
     return ()
+
+
+class _Unplanned(Exception):
+    """tilefuse could not compile the graph at some sizes (it runs eagerly there)."""
+
+
+def _size_exprs(node: fx.Node) -> tuple | None:
+    """A placeholder's sizes as dynamo traced them (ints, or sympy expressions of the size
+    symbols); None for an input with none symbolic."""
+    v = node.meta.get("example_value", node.meta.get("val"))
+    sizes = tuple(v.shape) if isinstance(v, torch.Tensor) else (v,) if isinstance(v, torch.SymInt) else ()
+    if not any(isinstance(n, torch.SymInt) for n in sizes):
+        return None
+    return tuple(n.node.expr if isinstance(n, torch.SymInt) else int(n) for n in sizes)
+
+
+def _sym(name: str):
+    import sympy
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def _stride_order(t: torch.Tensor) -> tuple:
+    """The dims from outermost to innermost by stride (size-1 dims last), and whether it is dense."""
+    order = sorted(range(t.dim()), key=lambda d: (t.shape[d] == 1, -t.stride(d), d))
+    return tuple(order), t.is_contiguous() or _dense(t)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    return t.numel() == 0 or t.untyped_storage().nbytes() // max(t.element_size(), 1) >= t.numel() and all(
+        t.stride(d) > 0 or t.shape[d] == 1 for d in range(t.dim()))
+
+
+def _like(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    """Zeros of ``shape`` laid out in ``t``'s stride order (for tracing only: values do not matter)."""
+    order, _ = _stride_order(t)
+    z = torch.zeros([shape[d] for d in order], dtype=t.dtype, device=t.device)
+    inverse = sorted(range(len(order)), key=lambda d: order[d])
+    return z.permute(inverse).requires_grad_(t.requires_grad)
 
 
 def _cause(key: tuple, seen: list[tuple], names: list[str], dynamic: dict[int, tuple]) -> str:
@@ -315,7 +518,8 @@ def _boxed(fn):
     return call
 
 
-def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
+def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, template=None,
+                     sink: list | None = None, keep: bool = True):
     from ..api import _check_options, _pipeline  # late: api imports the frontends lazily too
     strategy, backend = options.get("strategy", "optimal"), options.get("backend", "triton")
     _check_options(backend, strategy)
@@ -346,13 +550,16 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict):
                              target=options.get("target") or _device_target(example_inputs), backend=backend,
                              strategy=strategy, t0=t0, dump=options.get("dump"),
                              time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
-                             measure=options.get("measure", False), check=check)
+                             measure=options.get("measure", False), check=check, template=template)
         if backend == "triton":
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     record = _specializing.get()
     if record is not None:
         compiled.report.specialization = dict(record)
-    _compiled.append(weakref.ref(compiled))
+    if sink is not None:
+        sink.append(compiled)
+    if keep:
+        _compiled.append(weakref.ref(compiled))
     return _boxed(compiled)
 
 

@@ -49,6 +49,8 @@ class CompiledModel:
         self._replay_lock = threading.Lock()
         self._emulator: Program | None = None    # the plan's kernels on the CPU (``emulate``)
         self.source_onnx = None     # the ONNX model compiled (``compile_onnx``): a saved package keeps it
+        # the plan as a template for other sizes of the same program (``orchestrate/instantiate.py``)
+        self.template = None
 
     def save(self, path, *, onnx_model=None):
         """Write this compiled model to ``path`` (a ``.tfz`` package: ``runtime/package.py``), to

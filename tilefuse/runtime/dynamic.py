@@ -1,11 +1,15 @@
-"""An ONNX model with dynamic dimensions, planned for each input size it is called with.
+"""An ONNX model with dynamic dimensions, served at every size with one plan per bucket of sizes.
 
 ``compile_onnx(path)`` of a model whose inputs have free dims (``batch``, ``sequence``, or unnamed
-ones) returns a ``DynamicModel``: each call reads the sizes off its inputs, binds every named dim
-once for all inputs (as onnxruntime does) and runs the plan compiled for those sizes, compiling it
-the first time (``compile_onnx(..., dims=..., input_shapes=...)``).  The last ``max_plans`` plans
-are kept (least recently used dropped); each new plan is logged on the ``recompile`` channel with
-what made it new.  Plans are static: a new size costs a plan (seconds), not a fallback.
+ones) returns a ``DynamicModel``: each call reads the sizes off its inputs and binds every named
+dim once for all inputs (as onnxruntime does).  Each free dim (a named one, or an unnamed dim of
+one input: ``"x[0]"``) is a size symbol; its size falls in a power-of-two bucket
+(``orchestrate/buckets.py``).  A bucket is planned once, at its largest sizes but one, with its
+bound checked at its smallest, and every size in it is served by that plan carried to the size
+(``orchestrate/instantiate.py``: no planning, kernels generated for the size; a size the plan
+does not carry to is planned on its own).  The plans of the last ``max_plans`` buckets are kept,
+and the compiled models of the last ``SERVED`` sizes (least recently used dropped); each new
+plan is logged on the ``recompile`` channel with what made it new and the sizes it serves.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from ..log import logger
 from .compiled import _ORT_TYPES, IOInfo
 
 DEFAULT_MAX_PLANS = 8
+SERVED = 16          # sizes whose compiled models are kept
 _log = logger("recompile")
 
 
@@ -29,10 +34,12 @@ class DynamicModel:
 
     def __init__(self, model, open_inputs: Mapping[str, tuple | None], compile_for: Callable[..., Any], *,
                  pinned: Mapping[str, Sequence[int]] | None = None, dims: Mapping[str, int] | None = None,
-                 max_plans: int = DEFAULT_MAX_PLANS, initializers_as_inputs: bool = False):
+                 max_plans: int = DEFAULT_MAX_PLANS, initializers_as_inputs: bool = False,
+                 check_buckets: bool = True):
         self.model = model
         self.open = dict(open_inputs)          # input -> declared dims (size, dim name or None)
-        self._compile_for = compile_for        # (dims, input_shapes) -> CompiledModel
+        self._compile_for = compile_for        # (dims, input_shapes, template=None) -> CompiledModel
+        self.check_buckets = check_buckets
         self.pinned, self.dims = dict(pinned or {}), dict(dims or {})
         self.max_plans = max_plans
         inits = set() if initializers_as_inputs else \
@@ -40,19 +47,29 @@ class DynamicModel:
         self.input_names = [vi.name for vi in model.graph.input if vi.name not in inits
                             and vi.type.WhichOneof("value") == "tensor_type"]
         self.output_names = [vi.name for vi in model.graph.output]
-        self._plans: OrderedDict[tuple, Any] = OrderedDict()
+        self._buckets: OrderedDict[tuple, tuple] = OrderedDict()   # ranges -> (Bucket, its plan's model)
+        self._served: OrderedDict[tuple, tuple] = OrderedDict()   # sizes -> (CompiledModel, bucket key)
+        self.planned = 0                       # buckets planned so far (dropped ones included)
         self._lock = threading.Lock()
-        self.last = None                       # the plan the last call ran
+        self.last = None                       # the compiled model the last call ran
 
     # -- what a caller sees
     @property
     def plans(self) -> list:
-        """The CompiledModels kept, least recently used first."""
-        return list(self._plans.values())
+        """The plans kept, one per bucket of sizes (each a CompiledModel at the sizes it was
+        planned at: ``report.specialization["bucket"]`` says which sizes it serves), least
+        recently used first."""
+        return [top for _, top in self._buckets.values()]
+
+    @property
+    def served(self) -> list:
+        """The compiled models of the sizes served last (each a bucket's plan carried to its
+        sizes, or the plan itself), least recently used first."""
+        return [model for model, _ in self._served.values()]
 
     @property
     def report(self):
-        """The report of the plan the last call ran (None before the first call)."""
+        """The report of the compiled model the last call ran (None before the first call)."""
         return None if self.last is None else self.last.report
 
     def get_inputs(self) -> list[IOInfo]:
@@ -99,26 +116,86 @@ class DynamicModel:
         return self.specialize(shapes).run(feeds, output_names, emulate=emulate)
 
     def specialize(self, shapes: Mapping[str, Sequence[int]]):
-        """The plan for these input shapes ({input: shape}), compiled on first use."""
+        """The compiled model for these input shapes ({input: shape}): its bucket's plan (planned
+        on first use) carried to them."""
         dims, input_shapes = self.bind(shapes)
         key = (tuple(sorted(dims.items())), tuple(sorted(input_shapes.items())))
         with self._lock:
-            got = self._plans.get(key)
-            if got is not None:
-                self._plans.move_to_end(key)
-                self.last = got
-                return got
+            got = self._served.get(key)
+            if got is None:
+                got = self._served[key] = self._serve(key, dims, input_shapes)
+                if len(self._served) > SERVED:
+                    self._served.popitem(last=False)
+            model, bkey = got
+            self._served.move_to_end(key)
+            if bkey in self._buckets:
+                self._buckets.move_to_end(bkey)      # a bucket used is a bucket kept
+            self.last = model
+            return model
+
+    def _serve(self, key: tuple, dims: dict[str, int], input_shapes: dict[str, tuple]):
+        from ..orchestrate.buckets import bucket, describe_ranges, plan_bucket, planned_size
+        from ..orchestrate.instantiate import PlanMismatch
+        sizes = {**dims, **{f"{i}[{k}]": n for i, shape in input_shapes.items()
+                            for k, n in enumerate(shape) if self._free(i, k)}}
+        ranges = {s: bucket(n) for s, n in sorted(sizes.items())}
+        at = {s: planned_size(*r) for s, r in ranges.items()}
+        made: dict[tuple, Any] = {}
+
+        def compile_at(where, template):
+            d, shapes = self._at(where, dims, input_shapes)
+            model = made[tuple(sorted(where.items())), template is not None] = self._compile_for(
+                dims={**self.dims, **d}, input_shapes={**self.pinned, **shapes}, template=template)
+            return model
+        bkey = tuple(ranges.items())
+        entry = self._buckets.get(bkey)
+        if entry is None:
+            self.planned += 1
             cause = self._cause(key)
-            got = self._compile_for(dims={**self.dims, **dims}, input_shapes={**self.pinned, **input_shapes})
-            got.report.specialization = {"plan": len(self._plans) + 1, "limit": self.max_plans, "cause": cause,
-                                         "dims": dict(dims), "input_shapes": {k: list(v) for k, v in input_shapes.items()}}
-            _log.info("ONNX model: plan %d (of at most %d kept) for %s", len(self._plans) + 1, self.max_plans, cause)
-            self._plans[key] = got
-            if len(self._plans) > self.max_plans:
-                old, _ = self._plans.popitem(last=False)
-                _log.info("ONNX model: the plan for %s dropped (least recently used)", _describe(old))
-            self.last = got
-            return got
+            entry = self._buckets[bkey] = plan_bucket(ranges, compile_at, check=self.check_buckets)
+            if len(self._buckets) > self.max_plans:
+                old, _ = self._buckets.popitem(last=False)
+                _log.info("ONNX model: the plan for %s dropped (least recently used)", describe_ranges(dict(old)))
+            b, top = entry
+            for (where, carried), model in made.items():
+                model.report.specialization = self._record(dict(where), dims, input_shapes, cause, b, carried,
+                                                           self.planned)
+            _log.info("ONNX model: plan %d (of at most %d buckets kept) for %s; serves %s, planned at %s%s",
+                      self.planned, self.max_plans, cause, describe_ranges(b.ranges), b.template.sizes, b.describe())
+        b, top = entry
+        if sizes == at:
+            return top, bkey
+        got = made.get((tuple(sorted(sizes.items())), True))
+        if got is None:
+            e = None
+            try:
+                got = compile_at(sizes, b.template)
+            except PlanMismatch as mismatch:
+                e = mismatch
+                _log.info("ONNX model: the plan for %s does not carry to %s (%s): planned on its own",
+                          describe_ranges(b.ranges), _describe(key), e)
+                got = compile_at(sizes, None)
+            plan = top.report.specialization["plan"]
+            got.report.specialization = self._record(sizes, dims, input_shapes, f"sizes {_describe(key)} in the "
+                                                     f"bucket of plan {plan}", b, e is None, plan)
+        return got, bkey
+
+    def _record(self, where, dims, input_shapes, cause: str, b, carried: bool, plan: int) -> dict:
+        """A served model's ``report.specialization``: its sizes and its bucket."""
+        d, shapes = self._at(where, dims, input_shapes)
+        return {"plan": plan, "limit": self.max_plans, "cause": cause, "carried": carried,
+                "dims": d, "input_shapes": {k: list(v) for k, v in shapes.items()}, "bucket": b.record()}
+
+    def _free(self, name: str, k: int) -> bool:
+        """Whether dim ``k`` of input ``name`` is an unnamed free dim (a size symbol of its own)."""
+        declared = self.open.get(name)
+        return declared is None or declared[k] is None
+
+    def _at(self, where: Mapping[str, int], dims: dict[str, int], input_shapes: dict[str, tuple]):
+        """(dims, input shapes) with the size symbols at ``where``."""
+        d = {n: where.get(n, v) for n, v in dims.items()}
+        shapes = {i: tuple(where.get(f"{i}[{k}]", n) for k, n in enumerate(shape)) for i, shape in input_shapes.items()}
+        return d, shapes
 
     def bind(self, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, int], dict[str, tuple]]:
         """(named dims, whole shapes of inputs with unnamed free dims) for these input shapes;
@@ -149,9 +226,9 @@ class DynamicModel:
         return dims, input_shapes
 
     def _cause(self, key: tuple) -> str:
-        if not self._plans:
+        if not self._served:
             return "the first call: " + _describe(key)
-        best = min(self._plans, key=lambda old: len(_changes(old, key)))
+        best = min(self._served, key=lambda old: len(_changes(old, key)))
         return "; ".join(_changes(best, key)) or _describe(key)
 
 

@@ -1,0 +1,120 @@
+"""Buckets of sizes and plans carried from one size to another (issue #24, item 1;
+``orchestrate/buckets.py``, ``orchestrate/instantiate.py``): a plan made at one sequence length
+runs the same program at another, equal to eager PyTorch; a plan of another program is refused by
+name; the bucket arithmetic bounds the plans of a range."""
+from __future__ import annotations
+
+import math
+import time
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn as nn
+
+import tilefuse
+from tilefuse.api import _pipeline
+from tilefuse.cost.target import Target
+from tilefuse.orchestrate.costing import Coster
+from tilefuse.frontend.torch import import_torch
+from tilefuse.orchestrate.buckets import bucket, checked_size, plan_bucket, planned_size
+from tilefuse.orchestrate.instantiate import PlanMismatch, PlanTemplate, instantiate
+
+
+class Attention(nn.Module):
+    """LayerNorm, causal attention over the sequence (softmax along it), a residual."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads, self.norm, self.qkv = heads, nn.LayerNorm(d), nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + a.transpose(1, 2).reshape(b, t, d)
+
+
+def _carried(model, x, template, target="cpu"):
+    return _pipeline(import_torch(model, (x,)), target=target, backend="triton", strategy="optimal",
+                     t0=time.perf_counter(), dump=None, time_limit=1.0, template=template)
+
+
+@pytest.mark.parametrize("n, want", [(1, (1, 1)), (2, (2, 2)), (3, (3, 4)), (4, (3, 4)), (5, (5, 8)), (8, (5, 8)),
+                                     (9, (9, 16)), (512, (257, 512)), (513, (513, 1024))])
+def test_power_of_two_buckets(n, want):
+    assert bucket(n) == want
+    first, last = want
+    assert first <= planned_size(first, last) <= last and first <= checked_size(first, last) <= last
+    assert planned_size(first, last) % 2 == 1 or first == last, "planned at an odd size where it can be"
+
+
+def test_sizes_up_to_n_need_at_most_log2_n_plus_one_buckets():
+    for n in (1, 2, 3, 17, 100, 256, 261):
+        assert len({bucket(k) for k in range(1, n + 1)}) <= math.ceil(math.log2(n)) + 1 if n > 1 else 1
+
+
+def test_a_plan_carried_to_other_lengths_equals_eager():
+    torch.manual_seed(0)
+    model = Attention().eval()
+    planned = tilefuse.compile(model, (torch.randn(1, 7, 16),), target="cpu", time_limit=1.0)
+    assert planned.template.plan is planned.plan
+    for seq in (5, 6, 8):
+        x = torch.randn(1, seq, 16)
+        carried = _carried(model, x, planned.template)
+        assert carried.report.solver["status"] == "instantiated"
+        assert [k.candidate.names for k in carried.plan.kernels] == [k.candidate.names for k in planned.plan.kernels]
+        assert [k.schedule.family for k in carried.plan.kernels] == [k.schedule.family for k in planned.plan.kernels]
+        with torch.no_grad():
+            torch.testing.assert_close(carried(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_gpu_plan_carried_is_checked_by_emulation():
+    torch.manual_seed(0)
+    model = Attention().eval()
+    planned = tilefuse.compile(model, (torch.randn(2, 15, 16),), target="h100", time_limit=1.0)
+    x = torch.randn(2, 11, 16)
+    carried = _carried(model, x, planned.template, target="h100")
+    assert carried.report.target == "h100" and carried.report.solver["status"] == "instantiated"
+    with torch.no_grad():
+        torch.testing.assert_close(carried.emulate(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_the_plan_of_another_program_is_refused_by_name():
+    torch.manual_seed(0)
+    planned = tilefuse.compile(Attention().eval(), (torch.randn(1, 7, 16),), target="cpu", time_limit=1.0)
+    other = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 16), nn.GELU()).eval()
+    with pytest.raises(PlanMismatch, match=r"inputs and outputs differ from the template's \(\['0.bias'"):
+        _carried(other, torch.randn(1, 7, 16), planned.template)
+    # the same inputs and outputs, a prim reading something else: named with its operator
+    pg = planned.primgraph
+    victim = next(p for p in pg.prims if len(p.inputs) == 2)
+    changed = replace(pg, prims=tuple(replace(p, inputs=p.inputs[::-1]) if p is victim else p for p in pg.prims))
+    coster = Coster(changed.types, Target.get("cpu"))
+    with pytest.raises(PlanMismatch, match=rf"prim {victim.name} \({victim.origin.op} '{victim.origin.name}'\) "
+                                           rf"differs at these sizes: it reads"):
+        instantiate(planned.template, changed, coster)
+
+
+def test_plan_bucket_plans_once_and_checks_the_far_end():
+    """``plan_bucket`` compiles at the planned size, then (check) the checked size's own plan and
+    the bucket's plan carried there, and reports how much slower the carried one is."""
+    torch.manual_seed(0)
+    model = Attention().eval()
+    calls = []
+
+    def compile_at(at, template):
+        calls.append((dict(at), template is not None))
+        x = torch.randn(1, at["seq"], 16)
+        if template is None:
+            return tilefuse.compile(model, (x,), target="h100", time_limit=1.0)
+        return _carried(model, x, template, target="h100")
+    b, top = plan_bucket({"seq": bucket(13)}, compile_at)
+    assert calls == [({"seq": 15}, False), ({"seq": 9}, False), ({"seq": 9}, True)]
+    assert isinstance(b.template, PlanTemplate) and b.template.sizes == {"seq": 15}
+    assert b.ranges == {"seq": (9, 16)} and b.checked_at == {"seq": 9}
+    assert b.own_us > 0 and b.carried_us >= b.own_us * (1 - 1e-9), "the own plan is optimal (modelled)"
+    record = b.record()
+    assert record["ranges"] == {"seq": [9, 16]} and record["slower"] == round(b.slower, 4)
+    assert top.report.est_total_us == b.planned_us

@@ -1,0 +1,105 @@
+"""Buckets of sizes: the sizes one plan serves, for programs whose sizes change from call to call.
+
+A size symbol (a sequence or key length, a batch) falls in a power-of-two bucket: 1, 2, 3–4,
+5–8, ..., 2^(k-1)+1 – 2^k, so sizes up to ``n`` need at most ⌈log2 n⌉ + 1 buckets.  A bucket is
+planned once, at its largest size but one (so the plan does not depend on which size came
+first), and every size in it is served by that plan carried to the size (``instantiate``).  Not
+at the largest: a power of two often equals one of the model's own dims (a head dim of 64), and
+where two dims coincide a plan may fuse what no other size of the bucket can (a kernel writing
+a [S, 64] and an [S, S] tensor over one tile space), so it would not carry.  The bucket's *bound*
+is how much slower, modelled, the carried plan is than the size's own optimal plan at the
+bucket's smallest size (planned once more to check: the size farthest from the one planned);
+sizes in between are not planned, so the bound is checked at the bucket's ends, not proven for
+every size (``bench/buckets.py`` checks each size of a range).  A bound above ``TOLERANCE`` is
+logged on the ``recompile`` channel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..log import logger
+from .instantiate import PlanTemplate
+
+TOLERANCE = 0.10
+_log = logger("recompile")
+
+
+def bucket(n: int) -> tuple[int, int]:
+    """The bucket of size ``n``: its (first, last) size."""
+    if n <= 2:
+        return n, n
+    last = 1 << (n - 1).bit_length()
+    return last // 2 + 1, last
+
+
+def planned_size(first: int, last: int) -> int:
+    """Where a bucket is planned: its largest size but one (odd), or its only size."""
+    return last - 1 if last > first else last
+
+
+def checked_size(first: int, last: int) -> int:
+    """Where its bound is checked: the size farthest from the planned one."""
+    return first if first != planned_size(first, last) else last
+
+
+@dataclass(frozen=True)
+class Bucket:
+    ranges: Mapping[str, tuple[int, int]]      # symbol -> (first, last) size served
+    template: PlanTemplate                     # the plan, at ``planned_size``
+    planned_us: float                          # its modelled time there
+    checked_at: Mapping[str, int] | None = None    # where the bound was checked (``checked_size``)
+    own_us: float | None = None                # modelled: those sizes' own optimal plan ...
+    carried_us: float | None = None            # ... and the bucket's plan carried there
+
+    @property
+    def slower(self) -> float | None:
+        """How much slower (modelled) the carried plan is than the own one at ``checked_at``."""
+        if self.own_us is None or self.carried_us is None:
+            return None
+        return self.carried_us / self.own_us - 1.0 if self.own_us > 0 else 0.0
+
+    def describe(self) -> str:
+        """The bound, for a log line ("" when not checked)."""
+        if self.slower is None:
+            return ""
+        return (f"; at {self.checked_at} {100 * self.slower:+.1f}% against its own plan "
+                f"({self.carried_us:.1f} vs {self.own_us:.1f} us, modelled)")
+
+    def record(self) -> dict[str, Any]:
+        """What a report's ``specialization`` says about the bucket."""
+        return {"ranges": {s: list(r) for s, r in self.ranges.items()},
+                "planned_at": dict(self.template.sizes), "planned_us": round(self.planned_us, 3),
+                "checked_at": dict(self.checked_at) if self.checked_at else None,
+                "own_us": None if self.own_us is None else round(self.own_us, 3),
+                "carried_us": None if self.carried_us is None else round(self.carried_us, 3),
+                "slower": None if self.slower is None else round(self.slower, 4)}
+
+
+# compile_at(sizes, template) -> a CompiledModel of the program at ``sizes`` (symbol -> size):
+# planned when ``template`` is None, else ``template`` carried there
+CompileAt = Callable[[Mapping[str, int], "PlanTemplate | None"], Any]
+
+
+def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *, check: bool = True):
+    """The bucket of these ranges (symbol -> (first, last) size: ``bucket``, or one size): planned
+    at ``planned_size`` and, with ``check``, its bound checked at ``checked_size``.  Returns (the
+    Bucket, the CompiledModel it was planned on)."""
+    ranges = dict(ranges)
+    at = {s: planned_size(*r) for s, r in ranges.items()}
+    first = {s: checked_size(*r) for s, r in ranges.items()}
+    top = compile_at(at, None)
+    template = PlanTemplate(top.template.plan, top.template.merged, top.template.strategy, dict(at))
+    result = Bucket(ranges, template, top.report.est_total_us)
+    if check and first != at:
+        own = compile_at(first, None).report.est_total_us
+        carried = compile_at(first, template).report.est_total_us
+        result = Bucket(ranges, template, top.report.est_total_us, dict(first), own, carried)
+        if result.slower > TOLERANCE:
+            _log.warning("the plan for sizes %s is %.0f%% slower (modelled) at %s than that size's own plan "
+                         "(tolerance %.0f%%)", describe_ranges(ranges), 100 * result.slower, first, 100 * TOLERANCE)
+    return result, top
+
+
+def describe_ranges(ranges: Mapping[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{s} {a}..{b}" for s, (a, b) in ranges.items())
