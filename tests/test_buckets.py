@@ -111,10 +111,76 @@ def test_plan_bucket_plans_once_and_checks_the_far_end():
             return tilefuse.compile(model, (x,), target="h100", time_limit=1.0)
         return _carried(model, x, template, target="h100")
     b, top = plan_bucket({"seq": bucket(13)}, compile_at)
-    assert calls == [({"seq": 15}, False), ({"seq": 9}, False), ({"seq": 9}, True)]
+    # planned at 15; 9 planned on its own and carried (the bound); carried to 11 and 13 (with 9 and
+    # 15, the samples the kernels are made size-generic from)
+    assert calls == [({"seq": 15}, False), ({"seq": 9}, False), ({"seq": 9}, True), ({"seq": 11}, True),
+                     ({"seq": 13}, True)]
+    assert b.template.generic_over == ("seq",) and any(b.template.generics)
     assert isinstance(b.template, PlanTemplate) and b.template.sizes == {"seq": 15}
     assert b.ranges == {"seq": (9, 16)} and b.checked_at == {"seq": 9}
     assert b.own_us > 0 and b.carried_us >= b.own_us * (1 - 1e-9), "the own plan is optimal (modelled)"
     record = b.record()
     assert record["ranges"] == {"seq": [9, 16]} and record["slower"] == round(b.slower, 4)
+    assert record["generic_kernels"] == sum(g is not None for g in b.template.generics) > 0
     assert top.report.est_total_us == b.planned_us
+
+
+# ---------------------------------------------------------------- size-generic sources
+
+SOURCE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(in0, out0, XBLOCK: tl.constexpr):
+    # {n} rows
+    xs = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xs < {n}
+    t1 = tl.load(in0 + xs * {s} + {c}, mask=xmask, other=0)
+    for r in range(0, {n}, XBLOCK):
+        t1 += 1
+    tl.store(out0 + xs, t1 + {tiles}, mask=xmask)
+"""
+
+
+def _source(n: int, **over) -> str:
+    fields = dict(n=n, s=3 * n + 1, c=n * n, tiles=-(-n // 16))
+    fields.update(over)
+    return SOURCE.format(**fields)
+
+
+def test_forms_fit_what_the_samples_hold():
+    from tilefuse.codegen.triton.generic import Form, fit
+    assert fit([9, 11, 13], [28, 34, 40]) == Form("affine", 3, 1)
+    tiles = fit([9, 11, 17, 33], [1, 1, 2, 3])
+    assert tiles is not None and [tiles(t) for t in (16, 17, 48, 49)] == [1, 2, 3, 4]
+    assert fit([9, 11, 13, 15], [81, 121, 169, 225]) == Form("square", 1, 0, 0)
+    assert fit([9, 11, 13, 15], [1, 7, 2, 5]) is None          # nothing explains it
+    for form in (Form("affine", 3, 1), Form("square", 2, -1, 5), Form("tiles", 2, 1, 1, 16)):
+        for t in (9, 10, 31, 100):       # the text Triton runs computes what the form does
+            assert eval(form.text().replace("tf_size", str(t))) == form(t), (form, t)
+
+
+def test_generic_source_is_the_samples_with_the_size_an_argument():
+    from tilefuse.codegen.triton.generic import generalize
+    g = generalize({t: _source(t) for t in (9, 11, 13, 15)}, "k")
+    assert g is not None
+    assert "def k(in0, out0, tf_size, XBLOCK: tl.constexpr):" in g.source
+    assert '@triton.jit(do_not_specialize=["tf_size"])' in g.source
+    assert "xmask = xs < (tf_size)" in g.source and "range(0, (tf_size), XBLOCK)" in g.source
+    assert "xs * (3 * tf_size + 1) + (1 * tf_size * tf_size)" in g.source
+    # served only where it is that size's own source: every literal as the forms say
+    assert all(g.matches(_source(t), t) for t in (10, 12, 14, 16))
+    assert not g.matches(_source(12), 13)
+    assert not g.matches(_source(12, c=7), 12)
+    assert not g.matches(_source(12).replace("t1 + ", "t1 - "), 12)
+
+
+def test_no_generic_source_where_samples_differ_in_structure_or_in_constants_triton_needs():
+    from tilefuse.codegen.triton.generic import generalize
+    assert generalize({9: _source(9), 11: _source(11).replace("xmask = ", "ymask = ")}, "k") is None
+    assert generalize({9: _source(9), 11: _source(11, c=2.5)}, "k") is None        # a float differs
+    arange = {t: _source(t).replace("tl.arange(0, XBLOCK)", f"tl.arange(0, {t + 7})") for t in (9, 11, 13)}
+    assert generalize(arange, "k") is None                                         # a compile-time bound
+    assert generalize({9: _source(9)}, "k") is None
+    assert generalize({9: _source(9), 11: _source(9)}, "k") is None               # nothing varies

@@ -73,18 +73,30 @@ def run(compiled, model, seq, *, mark_dynamic=False):
 
 
 def test_gpt2_sequence_lengths_in_buckets(compiles):
+    import tilefuse
     from tilefuse import zoo
     model, _ = zoo.build("gpt2", "tiny")
     compiled = torch.compile(model, backend="tilefuse", options=FAST)
     # 5: a static graph; 7: dynamo recompiles with the sequence dynamic: the bucket 5..8 is planned at
-    # 7 (its largest size but one); 9: the bucket 9..16, planned at 15, carried to 9; 7, 9 again:
-    # their plans; 6, 8 and 12: carried from their buckets' plans, no planning.
-    for seq, planned, carried in ((5, 1, 0), (7, 2, 0), (9, 3, 1), (7, 3, 1), (9, 3, 1), (6, 3, 2), (8, 3, 3),
-                                  (12, 3, 4)):
+    # 7 (its largest size but one) and carried to 5 to make its kernels size-generic; 9: the bucket
+    # 9..16, planned at 15, carried to 9, 11, 13 (samples) and to 9 (served); 7, 9 again: their
+    # plans; 6, 8 and 12: carried from their buckets' plans, no planning.
+    served = {}
+    for seq, planned, carried in ((5, 1, 0), (7, 2, 1), (9, 3, 5), (7, 3, 5), (9, 3, 5), (6, 3, 6), (8, 3, 7),
+                                  (12, 3, 8)):
         ids = torch.randint(0, model.config.vocab_size, (1, seq))
         with torch.no_grad():
             torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
         assert (compiles[0], compiles["carried"]) == (planned, carried), (seq, compiles)
+        served[seq] = tilefuse.compiled_graphs()[-1]
+    # the sizes of a bucket run the same size-generic kernels (one compile for the bucket on a GPU)
+    nine, twelve = served[9], served[12]
+    generic = [k for k, b in enumerate(nine.kernels) if b.size_arg is not None]
+    assert len(generic) == nine.report.specialization["generic_kernels"] >= len(nine.kernels) // 2, generic
+    assert all(twelve.kernels[k].source == nine.kernels[k].source for k in generic)
+    assert all((nine.kernels[k].size_arg, twelve.kernels[k].size_arg) == (9, 12) for k in generic)
+    # at a power of two the blocks divide the size: kernels without masks, their own (per size)
+    assert served[8].report.specialization["generic_kernels"] < served[6].report.specialization["generic_kernels"]
 
 
 def test_dynamic_true_hands_over_symbolic_inputs(compiles):

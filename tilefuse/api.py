@@ -228,11 +228,13 @@ def prims(graph, check: Verifier | None = None) -> PrimGraph:
 def _pipeline(imported: Imported, *, target: str | Target, backend: str, strategy: str, t0: float,
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False, native: bool = False,
-              check: Verifier | None = None, template: PlanTemplate | None = None) -> CompiledModel:
+              check: Verifier | None = None, template: PlanTemplate | None = None,
+              sizes: dict[str, int] | None = None) -> CompiledModel:
     """The stages, from the imported graph to a CompiledModel.  With ``template`` (the plan of the
     same program at other sizes: a bucket's), its kernels are carried to these sizes instead of
-    planning (``orchestrate/instantiate.py``); ``measure`` and ``native`` then apply to the
-    template's planning, not here."""
+    planning (``orchestrate/instantiate.py``), its kernels served by the template's size-generic
+    sources where they match at ``sizes`` (symbol -> size); ``measure`` and ``native`` then apply to
+    the template's planning, not here."""
     graph = imported.graph
     tgt = Target.get(target)
     if isinstance(target, str) and target.lower() == "auto" and tgt.device == "cpu" and backend == "triton":
@@ -269,7 +271,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         plans, coster = tuning.plans, tuning.coster
     plan = plans[strategy]
     with _stage("generating kernels"):
-        kernels = build_kernels(plan, primgraph)
+        kernels = build_kernels(plan, primgraph, template.generics if template else (),
+                                template.generic_size(sizes) if template else None)
     if check is not None:
         with _stage("verifying the plan and its kernels"):
             _verify_plan(check, plan, primgraph, kernels if backend == "triton" else None, tgt)
@@ -452,9 +455,9 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
                 raise OptionError(f"max_plans must be a positive integer, got {max_plans!r}")
             inits = options.get("initializers_as_inputs", False)
 
-            def compile_for(dims, input_shapes, template=None):
+            def compile_for(dims, input_shapes, template=None, sizes=None):
                 return _compile_onnx(model, model_or_path, dims=dims, input_shapes=input_shapes,
-                                     initializers_as_inputs=inits, template=template, **rest)
+                                     initializers_as_inputs=inits, template=template, sizes=sizes, **rest)
             return DynamicModel(model, free, compile_for, pinned=options.get("input_shapes"),
                                 dims=options.get("dims"), max_plans=max_plans, initializers_as_inputs=inits,
                                 check_buckets=check_buckets)
@@ -465,7 +468,8 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
 
 
 def _compile_onnx(model, source, *, target, backend, strategy, dump, time_limit, cuda_graph, measure, native,
-                  progress, verify, template: PlanTemplate | None = None, **options) -> CompiledModel:
+                  progress, verify, template: PlanTemplate | None = None, sizes: dict | None = None,
+                  **options) -> CompiledModel:
     """One static plan of an ONNX model (``source``: what the user gave, kept for checking); with
     ``template``, that plan carried to these sizes."""
     from .frontend.onnx import import_onnx
@@ -478,7 +482,7 @@ def _compile_onnx(model, source, *, target, backend, strategy, dump, time_limit,
         check = Verifier(feeds, onnx_oracle(source, feeds))
     compiled = _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                          time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
-                         native=native, check=check, template=template)
+                         native=native, check=check, template=template, sizes=sizes)
     compiled.source_onnx = source               # (CompiledModel.save keeps it, for checking)
     return compiled
 

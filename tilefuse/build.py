@@ -17,13 +17,18 @@ from .progress import report
 _log = logger("kernels")
 
 
-def build_kernels(plan, primgraph) -> tuple:
-    """The plan's kernels, built, in plan order (``families.base.Built``)."""
+def build_kernels(plan, primgraph, generics: tuple = (), size: int | None = None) -> tuple:
+    """The plan's kernels, built, in plan order (``families.base.Built``); ``generics`` (per
+    kernel, from a bucket's template) serve a kernel with its size-generic source where that is its
+    own source at ``size`` (``codegen/triton/generic.py``)."""
+    from .codegen.triton.generic import serve
     schedules = [k.schedule for k in plan.kernels]
     names = kernel_names(schedules, primgraph.prims)
     built = []
     for i, (s, n) in enumerate(zip(schedules, names)):
         b = build(s, n)
+        if i < len(generics):
+            b = serve(b, generics[i], size)
         _log.info("kernel %d %s: %s, %s, %d source lines (%s)", i, b.name, b.family, _describe(s),
                   b.source.count("\n") + 1, b.language)
         built.append(b)

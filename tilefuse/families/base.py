@@ -132,6 +132,8 @@ class Built:
     scratch: tuple[Scratch, ...] = ()   # passed to ``run`` after the outputs
     kernels: tuple = ()        # the tile-level kernels it launches, in order (generated families:
                                # what ``source`` prints and native compilation compiles)
+    size_arg: int | None = None    # runs its bucket's size-generic source with this size
+                                   # (``codegen/triton/generic.py``); None: its own source
 
 
 

@@ -132,14 +132,15 @@ def _pytorch_notice() -> None:
 
 
 def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict, *, template=None,
-                    sink: list | None = None, keep: bool = True, fallback: bool = True):
+                    sink: list | None = None, keep: bool = True, fallback: bool = True, sizes: dict | None = None):
     """The graph compiled for the concrete shapes of ``args`` (the graph itself where it cannot be,
     unless not ``fallback``); with ``template``, that plan carried to these shapes; the
     CompiledModel is appended to ``sink``, and listed by ``compiled_graphs()`` if ``keep``."""
     try:
         return aot_module_simplified(gm, list(args),
                                      fw_compiler=functools.partial(_compile_forward, options=options,
-                                                                   template=template, sink=sink, keep=keep),
+                                                                   template=template, sink=sink, keep=keep,
+                                                                   sizes=sizes),
                                      bw_compiler=_eager, decompositions=_decompositions())
     except VerifyError:
         raise       # asked to verify: a stage that changed the program is not hidden by a fallback
@@ -284,7 +285,8 @@ class _Specializing:
         at = {s: planned_size(*r) for s, r in ranges.items()}
         static = (self._layout(args), key[1])
         got = self.buckets.get((static, tuple(ranges.items())))
-        made: dict[tuple, tuple] = {}        # (sizes, carried) -> (callable, CompiledModel)
+        made: list = []                      # the models planning the bucket made
+        top_fn: list = []
         if got is None:
             # the plan at the planned sizes, when they were planned already (as a bucket of one)
             alone = self.buckets.get((static, tuple((s, (n, n)) for s, n in at.items())))
@@ -294,37 +296,40 @@ class _Specializing:
 
             def compile_at(where, template):
                 if alone is not None and where == at and template is None:
-                    made[tuple(where.items()), False] = alone[2], alone[1]
+                    made.append(alone[1])
                     return alone[1]
-                # kept (listed by compiled_graphs): the bucket's plan and the plans serving a
-                # size, not a size's own plan made to check the bound
-                got = self._compile(self._args_at(args, sizes, where),
-                                    {**record, "sizes": dict(where), "carried": template is not None},
-                                    template=template, keep=template is not None or where == at, fallback=False)
-                if got[1] is None:
+                # kept (listed by compiled_graphs): the bucket's plan, not what planning it made
+                # to check the bound and to make the kernels size-generic
+                fn, model = self._compile(self._args_at(args, sizes, where),
+                                          {**record, "sizes": dict(where), "carried": template is not None},
+                                          template=template, keep=where == at and template is None,
+                                          fallback=False)
+                if model is None:
                     raise _Unplanned()
-                made[tuple(where.items()), template is not None] = got
-                return got[1]
+                if where == at and template is None:
+                    top_fn.append(fn)
+                made.append(model)
+                return model
             try:
                 bucket_, top = plan_bucket(ranges, compile_at, check=self.options.get("check_buckets", True))
             except _Unplanned:
                 return self._plan_alone(key, args)     # (the graph at other sizes cannot be traced)
-            for _, model in made.values():
+            for model in made:
                 if model is not (alone and alone[1]):
                     model.report.specialization["bucket"] = bucket_.record()
-            got = self.buckets[static, tuple(ranges.items())] = (bucket_, top, made[tuple(at.items()), False][0])
+            got = self.buckets[static, tuple(ranges.items())] = (bucket_, top, top_fn[0] if top_fn else alone[2])
             _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s; serves %s, planned at "
                                 "%s%s", record["plan"], self.limit, record["cause"], describe_ranges(bucket_.ranges),
                                 bucket_.template.sizes, bucket_.describe())
-        bucket_, top, top_fn = got
+        bucket_, top, fn = got
         if sizes == at:
-            return top_fn
-        if (tuple(sizes.items()), True) in made:
-            return made[tuple(sizes.items()), True][0]
+            return fn
         record = {**top.report.specialization, "sizes": dict(sizes), "carried": True,
                   "cause": f"sizes {sizes} in the bucket of plan {top.report.specialization['plan']}"}
         try:
-            fn, _ = self._compile(args, record, template=bucket_.template)
+            fn, model = self._compile(args, record, template=bucket_.template, sizes=sizes)
+            if model is not None:
+                model.report.specialization["generic_kernels"] = sum(b.size_arg is not None for b in model.kernels)
         except PlanMismatch as e:
             _recompile_log.info("the plan for %s does not carry to %s (%s): planned on its own",
                                 describe_ranges(bucket_.ranges), sizes, e)
@@ -332,14 +337,15 @@ class _Specializing:
         _recompile_log.debug("plan for %s carried to %s", describe_ranges(bucket_.ranges), sizes)
         return fn
 
-    def _compile(self, args, record: dict, *, template=None, keep: bool = True, fallback: bool = True):
+    def _compile(self, args, record: dict, *, template=None, keep: bool = True, fallback: bool = True,
+                 sizes: dict | None = None):
         """(the callable, its CompiledModel) for ``args``; ``_Unplanned`` where tilefuse could not
         (having warned and run the graph eagerly there, with ``fallback``)."""
         sink: list = []
         token = _specializing.set(record)
         try:
             fn = _compile_static(self._with_scalars(args), args, self.options, template=template, sink=sink,
-                                 keep=keep, fallback=fallback)
+                                 keep=keep, fallback=fallback, sizes=sizes)
         except Exception as e:      # made-up sizes the graph cannot take (not fallback)
             if fallback or isinstance(e, VerifyError) or type(e).__name__ == "PlanMismatch":
                 raise
@@ -519,7 +525,7 @@ def _boxed(fn):
 
 
 def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, template=None,
-                     sink: list | None = None, keep: bool = True):
+                     sink: list | None = None, keep: bool = True, sizes: dict | None = None):
     from ..api import _check_options, _pipeline  # late: api imports the frontends lazily too
     strategy, backend = options.get("strategy", "optimal"), options.get("backend", "triton")
     _check_options(backend, strategy)
@@ -550,7 +556,8 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
                              target=options.get("target") or _device_target(example_inputs), backend=backend,
                              strategy=strategy, t0=t0, dump=options.get("dump"),
                              time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
-                             measure=options.get("measure", False), check=check, template=template)
+                             measure=options.get("measure", False), check=check, template=template,
+                             sizes=sizes)
         if backend == "triton":
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     record = _specializing.get()

@@ -15,13 +15,14 @@ logged on the ``recompile`` channel.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from ..log import logger
 from .instantiate import PlanTemplate
 
 TOLERANCE = 0.10
+SAMPLES = 4          # sizes a bucket's kernels are generated at to make their sources size-generic
 _log = logger("recompile")
 
 
@@ -73,7 +74,9 @@ class Bucket:
                 "checked_at": dict(self.checked_at) if self.checked_at else None,
                 "own_us": None if self.own_us is None else round(self.own_us, 3),
                 "carried_us": None if self.carried_us is None else round(self.carried_us, 3),
-                "slower": None if self.slower is None else round(self.slower, 4)}
+                "slower": None if self.slower is None else round(self.slower, 4),
+                "generic_kernels": sum(g is not None for g in self.template.generics),
+                "generic_over": list(self.template.generic_over)}
 
 
 # compile_at(sizes, template) -> a CompiledModel of the program at ``sizes`` (symbol -> size):
@@ -81,23 +84,54 @@ class Bucket:
 CompileAt = Callable[[Mapping[str, int], "PlanTemplate | None"], Any]
 
 
+def generic_samples(ranges: Mapping[str, tuple[int, int]]) -> tuple[tuple[str, ...], list[int]]:
+    """(the symbols a bucket's size-generic kernels are over: those of its widest range, moving
+    together; the sizes they are generated at: up to ``SAMPLES`` odd sizes spread over that range,
+    odd so that no block divides them and every mask a size may need is there)."""
+    wide = {s: r for s, r in ranges.items() if r[1] > r[0]}
+    if not wide:
+        return (), []
+    widest = max(r[1] - r[0] for r in wide.values())
+    over = tuple(s for s, r in wide.items() if r[1] - r[0] == widest)
+    first, last = wide[over[0]]
+    odd = [t for t in range(first, last) if t % 2]
+    if len(odd) > SAMPLES:
+        odd = sorted({odd[round(k * (len(odd) - 1) / (SAMPLES - 1))] for k in range(SAMPLES)})
+    return over, odd
+
+
 def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *, check: bool = True):
     """The bucket of these ranges (symbol -> (first, last) size: ``bucket``, or one size): planned
-    at ``planned_size`` and, with ``check``, its bound checked at ``checked_size``.  Returns (the
-    Bucket, the CompiledModel it was planned on)."""
+    at ``planned_size``; with ``check``, its bound checked at ``checked_size``; its kernels made
+    size-generic from their sources at ``generic_samples`` (``codegen/triton/generic.py``).
+    Returns (the Bucket, the CompiledModel it was planned on)."""
     ranges = dict(ranges)
     at = {s: planned_size(*r) for s, r in ranges.items()}
     first = {s: checked_size(*r) for s, r in ranges.items()}
     top = compile_at(at, None)
     template = PlanTemplate(top.template.plan, top.template.merged, top.template.strategy, dict(at))
-    result = Bucket(ranges, template, top.report.est_total_us)
+    made = {tuple(at.items()): top}
+    bound = ()
     if check and first != at:
         own = compile_at(first, None).report.est_total_us
-        carried = compile_at(first, template).report.est_total_us
-        result = Bucket(ranges, template, top.report.est_total_us, dict(first), own, carried)
-        if result.slower > TOLERANCE:
-            _log.warning("the plan for sizes %s is %.0f%% slower (modelled) at %s than that size's own plan "
-                         "(tolerance %.0f%%)", describe_ranges(ranges), 100 * result.slower, first, 100 * TOLERANCE)
+        carried = made[tuple(first.items())] = compile_at(first, template)
+        bound = (dict(first), own, carried.report.est_total_us)
+    over, ts = generic_samples(ranges)
+    if len(ts) >= 2:
+        from ..codegen.triton.generic import kernel_generics
+        samples = {}
+        for t in ts:
+            where = {**at, **{s: t for s in over}}
+            model = made.get(tuple(where.items())) or compile_at(where, template)
+            samples[t] = model.kernels
+        generics = kernel_generics(samples)
+        if any(generics):
+            template = replace(template, generics=generics, generic_over=over,
+                               generic_fixed={s: n for s, n in at.items() if s not in over})
+    result = Bucket(ranges, template, top.report.est_total_us, *bound)
+    if result.slower is not None and result.slower > TOLERANCE:
+        _log.warning("the plan for sizes %s is %.0f%% slower (modelled) at %s than that size's own plan "
+                     "(tolerance %.0f%%)", describe_ranges(ranges), 100 * result.slower, first, 100 * TOLERANCE)
     return result, top
 
 

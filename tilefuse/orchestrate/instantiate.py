@@ -4,9 +4,8 @@ Planning (segments, candidates, the BLP) is what makes a compile take seconds; t
 another sequence length or key length usually has the same prims under the same names, reading
 the same tensors, with only shapes, extents and a few index constants (a concat's offset)
 different.  ``instantiate`` keeps the template's decisions — which prims form each kernel, what
-each kernel writes, which family builds it — and re-costs each kernel's group at the new size,
-taking that family's best schedule there (tile sizes follow the size: kernels are still
-generated per size).  Where the program is not the same (a prim missing or reading other
+each kernel writes, which family builds it, its tiles where the family offers them at the new
+size (else the family's best there) — and re-costs each kernel's group at the new size.  Where the program is not the same (a prim missing or reading other
 tensors, a family that cannot build the group at this size) it raises ``PlanMismatch``, naming
 the prim, and the caller plans the size on its own.
 
@@ -32,11 +31,26 @@ class PlanMismatch(TilefuseError):
 
 @dataclass(frozen=True)
 class PlanTemplate:
-    """A plan and how its graph was made, to be carried to other sizes of the same program."""
+    """A plan and how its graph was made, to be carried to other sizes of the same program; with
+    ``generics``, each kernel's size-generic source (``codegen/triton/generic.py``) over the
+    symbols ``generic_over`` (moving together), the other symbols at ``generic_fixed``."""
     plan: Plan
     merged: bool                          # planned on the horizontal rewrite (``api.choose_graph``)
     strategy: str
     sizes: Mapping[str, int] = field(default_factory=dict)   # symbol -> the size it was planned at
+    generics: tuple = ()                  # per planned kernel: a Generic or None
+    generic_over: tuple[str, ...] = ()
+    generic_fixed: Mapping[str, int] = field(default_factory=dict)
+
+    def generic_size(self, sizes: Mapping[str, int] | None) -> int | None:
+        """The size the generic sources take at ``sizes`` (symbol -> size), or None where they do
+        not serve it (the symbols they are over differ, or another symbol is elsewhere)."""
+        if not self.generics or not sizes:
+            return None
+        values = {sizes.get(s) for s in self.generic_over}
+        if len(values) != 1 or any(sizes.get(s) != n for s, n in self.generic_fixed.items()):
+            return None
+        return values.pop()
 
 
 def instantiate(template: PlanTemplate, pg: PrimGraph, coster: Coster) -> Plan:
@@ -56,7 +70,10 @@ def instantiate(template: PlanTemplate, pg: PrimGraph, coster: Coster) -> Plan:
         if not options:
             raise PlanMismatch(f"the {family} family cannot build kernel [{', '.join(cand.names)}] "
                                f"({cand.prims[0].origin.op} '{cand.prims[0].origin.name}') at these sizes")
-        cost, sched = options[0]
+        # the template's tiles where the family offers them here (one compiled kernel can then
+        # serve the bucket), else the family's best
+        same = [cs for cs in options if cs[1].tile_key() == k.schedule.tile_key()]
+        cost, sched = (same or options)[0]
         kernels.append(PlannedKernel(cand, cost.seconds, k.segment, sched))
     plan = Plan(tuple(kernels), sources, old.outputs,
                 dict(old.solver, status="instantiated", seconds=0.0, num_candidates=0, time_limit_cut=[]))

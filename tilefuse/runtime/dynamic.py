@@ -38,7 +38,7 @@ class DynamicModel:
                  check_buckets: bool = True):
         self.model = model
         self.open = dict(open_inputs)          # input -> declared dims (size, dim name or None)
-        self._compile_for = compile_for        # (dims, input_shapes, template=None) -> CompiledModel
+        self._compile_for = compile_for        # (dims, input_shapes, template=None, sizes=None) -> CompiledModel
         self.check_buckets = check_buckets
         self.pinned, self.dims = dict(pinned or {}), dict(dims or {})
         self.max_plans = max_plans
@@ -145,7 +145,8 @@ class DynamicModel:
         def compile_at(where, template):
             d, shapes = self._at(where, dims, input_shapes)
             model = made[tuple(sorted(where.items())), template is not None] = self._compile_for(
-                dims={**self.dims, **d}, input_shapes={**self.pinned, **shapes}, template=template)
+                dims={**self.dims, **d}, input_shapes={**self.pinned, **shapes}, template=template,
+                sizes=dict(where))
             return model
         bkey = tuple(ranges.items())
         entry = self._buckets.get(bkey)
@@ -165,19 +166,18 @@ class DynamicModel:
         b, top = entry
         if sizes == at:
             return top, bkey
-        got = made.get((tuple(sorted(sizes.items())), True))
-        if got is None:
-            e = None
-            try:
-                got = compile_at(sizes, b.template)
-            except PlanMismatch as mismatch:
-                e = mismatch
-                _log.info("ONNX model: the plan for %s does not carry to %s (%s): planned on its own",
-                          describe_ranges(b.ranges), _describe(key), e)
-                got = compile_at(sizes, None)
-            plan = top.report.specialization["plan"]
-            got.report.specialization = self._record(sizes, dims, input_shapes, f"sizes {_describe(key)} in the "
-                                                     f"bucket of plan {plan}", b, e is None, plan)
+        e = None
+        try:
+            got = compile_at(sizes, b.template)
+        except PlanMismatch as mismatch:
+            e = mismatch
+            _log.info("ONNX model: the plan for %s does not carry to %s (%s): planned on its own",
+                      describe_ranges(b.ranges), _describe(key), e)
+            got = compile_at(sizes, None)
+        plan = top.report.specialization["plan"]
+        got.report.specialization = self._record(sizes, dims, input_shapes, f"sizes {_describe(key)} in the "
+                                                 f"bucket of plan {plan}", b, e is None, plan)
+        got.report.specialization["generic_kernels"] = sum(k.size_arg is not None for k in got.kernels)
         return got, bkey
 
     def _record(self, where, dims, input_shapes, cause: str, b, carried: bool, plan: int) -> dict:

@@ -111,7 +111,17 @@ def compile_kernel(kernel: Kernel) -> tuple[Callable[[list[torch.Tensor], list[t
     """(launcher, source) of a kernel: the launcher takes its inputs (``kernel.inputs`` order) and
     preallocated contiguous outputs and writes the outputs."""
     source = triton_source(kernel)
-    fn = load_kernel(source, kernel.name)
+    return _launcher(kernel, load_kernel(source, kernel.name), source, {}), source
+
+
+def compile_generic(kernel: Kernel, generic, size: int) -> Callable[[list[torch.Tensor], list[torch.Tensor]], None]:
+    """The launcher of ``kernel`` (generated for ``size``) running its bucket's size-generic source
+    (``generic.py``; the caller has checked that it ``matches``) with the size as an argument."""
+    from .generic import PARAM
+    return _launcher(kernel, load_kernel(generic.source, kernel.name), generic.source, {PARAM: size})
+
+
+def _launcher(kernel: Kernel, fn, source: str, extra: dict):
     grid = kernel.grid
     blocks = {a.block_name: a.block for a in kernel.axes}
     warps, stages = kernel.num_warps, kernel.num_stages
@@ -126,6 +136,6 @@ def compile_kernel(kernel: Kernel) -> tuple[Callable[[list[torch.Tensor], list[t
             if not interpreted():
                 _descriptor_scratch()
         with interpreting() if interpreted() else contextlib.nullcontext():
-            fn[grid](*ins, *outputs, **blocks, num_warps=warps, num_stages=stages)
+            fn[grid](*ins, *outputs, **extra, **blocks, num_warps=warps, num_stages=stages)
 
-    return launch, source
+    return launch
