@@ -184,3 +184,24 @@ def test_no_generic_source_where_samples_differ_in_structure_or_in_constants_tri
     assert generalize(arange, "k") is None                                         # a compile-time bound
     assert generalize({9: _source(9)}, "k") is None
     assert generalize({9: _source(9), 11: _source(9)}, "k") is None               # nothing varies
+
+
+def test_a_buckets_generic_kernels_compile_for_sm90_with_the_size_an_argument():
+    """The runtime-size kernels take the GPU path (not only the interpreter's): compiled for sm_90,
+    no spills, the tensor-core path and load widths of the size's own kernel."""
+    from tilefuse.codegen.triton.native import compile_native, compile_native_generic
+    torch.manual_seed(0)
+    model = Attention().eval().half()
+
+    def compile_at(at, template):
+        x = torch.randn(2, at["seq"], 16).half()
+        if template is None:
+            return tilefuse.compile(model, (x,), target="h100", time_limit=1.0)
+        return _carried(model, x, template, target="h100")
+    b, top = plan_bucket({"seq": bucket(13)}, compile_at, check=False)
+    compiled = [(k.name, compile_native_generic(k.kernels[0], g, 90), compile_native(k.kernels[0], 90))
+                for g, k in zip(b.template.generics, top.kernels) if g is not None]
+    assert len(compiled) >= 2 and any(name.startswith("chain") for name, _, _ in compiled), compiled
+    assert not [name for name, binary, _ in compiled if binary.spills]
+    for name, generic, own in compiled:
+        assert (generic.mma, generic.wide_share()) == (own.mma, own.wide_share()), name

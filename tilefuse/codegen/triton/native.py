@@ -129,7 +129,15 @@ def compile_native(kernel: Kernel, arch: int) -> Binary:
     return replace(binary, kernel=kernel.name)
 
 
-def _compile(kernel: Kernel, source: str, blocks: dict, arch: int) -> Binary:
+def compile_native_generic(kernel: Kernel, generic, arch: int) -> Binary:
+    """A bucket's size-generic source of ``kernel`` (``generic.py``) compiled for ``arch``, its
+    size a 32-bit argument as the runtime passes it (not cached: a check, not a planning input)."""
+    from .generic import PARAM
+    blocks = {a.block_name: a.block for a in kernel.axes}
+    return _compile(kernel, generic.source, blocks, arch, {PARAM: "i32"})
+
+
+def _compile(kernel: Kernel, source: str, blocks: dict, arch: int, scalars: dict | None = None) -> Binary:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -137,7 +145,9 @@ def _compile(kernel: Kernel, source: str, blocks: dict, arch: int) -> Binary:
     types = list(kernel.inputs) + list(kernel.outputs)
     signature = {f"in{j}": _POINTER[t.dtype] for j, t in enumerate(kernel.inputs)}
     signature.update({f"out{j}": _POINTER[t.dtype] for j, t in enumerate(kernel.outputs)})
+    signature.update(scalars or {})
     signature.update({b: "constexpr" for b in blocks})
+    signature = {name: signature[name] for name in fn.arg_names}     # in the parameters' order
     aligned = {(j,): [["tt.divisibility", 16]] for j in range(len(types))}
     options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": True}
     try:
