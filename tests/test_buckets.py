@@ -111,8 +111,8 @@ def test_plan_bucket_plans_once_and_checks_the_far_end():
             return tilefuse.compile(model, (x,), target="h100", time_limit=1.0)
         return _carried(model, x, template, target="h100")
     b, top = plan_bucket({"seq": bucket(13)}, compile_at)
-    # planned at 15; 9 planned on its own and carried (the bound); carried to 11 and 13 (with 9 and
-    # 15, the samples the kernels are made size-generic from)
+    # planned at 15; 9 planned on its own and carried (the bound); carried to 11 and 13, the samples
+    # the kernels are made size-generic from (odd, no multiple of 8 beside them)
     assert calls == [({"seq": 15}, False), ({"seq": 9}, False), ({"seq": 9}, True), ({"seq": 11}, True),
                      ({"seq": 13}, True)]
     assert b.template.generic_over == ("seq",) and any(b.template.generics)
@@ -179,6 +179,14 @@ def test_generic_source_is_the_samples_with_the_size_an_argument():
 def test_no_generic_source_where_samples_differ_in_structure_or_in_constants_triton_needs():
     from tilefuse.codegen.triton.generic import generalize
     assert generalize({9: _source(9), 11: _source(11).replace("xmask = ", "ymask = ")}, "k") is None
+    # one sample of another structure (no mask at a size a block divides) is left out
+    odd = {9: _source(9), 11: _source(11), 13: _source(13).replace(", mask=xmask, other=0", ""), 15: _source(15)}
+    g = generalize(odd, "k")
+    assert g is not None and g.matches(_source(14), 14) and not g.matches(odd[13], 13)
+    assert not g.matches(_source(21), 21)        # ⌈21/16⌉ = 2: the samples all had 1 tile there
+    # two samples fit a line through anything: a size where the line is wrong is not served by it
+    two = generalize({9: _source(9), 11: _source(11)}, "k")
+    assert two is not None and two.matches(_source(13), 13) is False
     assert generalize({9: _source(9), 11: _source(11, c=2.5)}, "k") is None        # a float differs
     arange = {t: _source(t).replace("tl.arange(0, XBLOCK)", f"tl.arange(0, {t + 7})") for t in (9, 11, 13)}
     assert generalize(arange, "k") is None                                         # a compile-time bound

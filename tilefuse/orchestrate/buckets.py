@@ -86,8 +86,10 @@ CompileAt = Callable[[Mapping[str, int], "PlanTemplate | None"], Any]
 
 def generic_samples(ranges: Mapping[str, tuple[int, int]]) -> tuple[tuple[str, ...], list[int]]:
     """(the symbols a bucket's size-generic kernels are over: those of its widest range, moving
-    together; the sizes they are generated at: up to ``SAMPLES`` odd sizes spread over that range,
-    odd so that no block divides them and every mask a size may need is there)."""
+    together; the sizes they are generated at: up to ``SAMPLES`` sizes spread over that range, odd
+    and, where the range has two such, with no multiple of 8 beside them, so that no block divides
+    the sizes the program derives (a key length one past the cache's) and every mask a size may
+    need is there)."""
     wide = {s: r for s, r in ranges.items() if r[1] > r[0]}
     if not wide:
         return (), []
@@ -95,9 +97,11 @@ def generic_samples(ranges: Mapping[str, tuple[int, int]]) -> tuple[tuple[str, .
     over = tuple(s for s, r in wide.items() if r[1] - r[0] == widest)
     first, last = wide[over[0]]
     odd = [t for t in range(first, last) if t % 2]
-    if len(odd) > SAMPLES:
-        odd = sorted({odd[round(k * (len(odd) - 1) / (SAMPLES - 1))] for k in range(SAMPLES)})
-    return over, odd
+    apart = [t for t in odd if (t - 1) % 8 and (t + 1) % 8]
+    pick = apart if len(apart) >= 2 else odd
+    if len(pick) > SAMPLES:
+        pick = sorted({pick[round(k * (len(pick) - 1) / (SAMPLES - 1))] for k in range(SAMPLES)})
+    return over, pick
 
 
 def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *, check: bool = True):

@@ -135,22 +135,26 @@ class Generic:
 def generalize(samples: Mapping[int, str], name: str) -> Generic | None:
     """The generic source of kernel ``name`` from its sources at sample sizes (size -> source), or
     None where they differ in more than integer literals that one ``Form`` each explains, or where
-    a varying literal is one Triton needs at compile time."""
-    if len(samples) < 2:
+    a varying literal is one Triton needs at compile time.  Samples whose structure differs from
+    the others' (a derived size a block divides: no mask there) are left out, if at least two
+    remain alike; the sizes like them are then served by their own kernels."""
+    seqs = {t: _tokens(src) for t, src in samples.items()}
+    classes: dict[tuple, list[int]] = {}
+    for t in sorted(seqs):
+        if seqs[t] is not None:
+            classes.setdefault(tuple(None if k[0] == tokenize.NUMBER else k[1] for k in seqs[t]), []).append(t)
+    ts = max(classes.values(), key=lambda c: (len(c), -c[0]), default=[])
+    if len(ts) < 2:
         return None
-    ts = sorted(samples)
-    seqs = [_tokens(samples[t]) for t in ts]
-    if any(s is None or len(s) != len(seqs[0]) for s in seqs):
-        return None
-    first = seqs[0]
+    first = seqs[ts[0]]
     tokens: list = []
     forms: dict[int, Form] = {}
     for k, tok in enumerate(first):
-        column = [s[k] for s in seqs]
-        if all(c[1] == tok[1] and c[0] == tok[0] for c in column):
+        column = [seqs[t][k] for t in ts]
+        if all(c[1] == tok[1] for c in column):
             tokens.append(tok[1])
             continue
-        values = [_int(c[1]) if c[0] == tokenize.NUMBER else None for c in column]
+        values = [_int(c[1]) for c in column]
         if any(v is None for v in values) or _in_constant_call(first, k):
             return None
         form = fit(ts, values)
