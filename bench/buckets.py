@@ -8,7 +8,9 @@ For every power-of-two bucket of sequence lengths between ``--first`` and ``--la
 but one); at ``--per-bucket`` sizes spread over the bucket (its ends included) it is planned again
 on its own, and the bucket's plan is carried there (``orchestrate/instantiate.py``); both are
 costed.  Recorded per size: the own plan's and the carried plan's modelled time and kernel count,
-and how much slower the carried one is; per bucket the worst.  Every time is MODELLED by
+and how much slower the carried one is; the seconds (measured on this machine) of importing the
+model at that size (torch.export) and of carrying the plan there (fission, graph stages, carry,
+kernel building; no planning), against the own plan's compile; per bucket the worst.  Every time is MODELLED by
 tilefuse's cost model for the target (fp16, batch 1, per launch): no GPU is used and no kernel
 runs (backend "reference": plans only).  The model is ``tilefuse.zoo`` (random weights, seed 0).
 
@@ -60,9 +62,15 @@ def main(argv=None) -> int:
         return tilefuse.compile(model, inputs, target=args.target, backend="reference", time_limit=args.time_limit)
 
     def carried(seq, template):
+        """(the plan carried to ``seq``, seconds importing the model (torch.export), seconds carrying
+        it: fission, the graph stages, the carry, kernel building)."""
         model, inputs = inputs_at(seq)
-        return _pipeline(import_torch(model, inputs), target=args.target, backend="reference", strategy="optimal",
-                         t0=time.perf_counter(), dump=None, time_limit=args.time_limit, template=template)
+        t0 = time.perf_counter()
+        imported = import_torch(model, inputs)
+        t1 = time.perf_counter()
+        got = _pipeline(imported, target=args.target, backend="reference", strategy="optimal",
+                        t0=t1, dump=None, time_limit=args.time_limit, template=template)
+        return got, t1 - t0, time.perf_counter() - t1
 
     buckets = sorted({bucket(n) for n in range(args.first, args.last + 1)})
     rows, summary = [], []
@@ -75,15 +83,14 @@ def main(argv=None) -> int:
         worst = 0.0
         for seq in spread(lo, hi, args.per_bucket):
             mine = own(seq) if seq != at else top
-            t0 = time.perf_counter()
-            theirs = carried(seq, top.template)
-            carry_s = time.perf_counter() - t0
+            theirs, import_s, carry_s = carried(seq, top.template)
             slower = theirs.report.est_total_us / mine.report.est_total_us - 1.0
             worst = max(worst, slower)
             rows.append({"bucket": [first, last], "seq": seq, "own_us": mine.report.est_total_us,
                          "own_kernels": mine.report.num_kernels, "carried_us": theirs.report.est_total_us,
                          "carried_kernels": theirs.report.num_kernels, "slower": round(slower, 5),
-                         "carry_seconds": round(carry_s, 3)})
+                         "import_seconds": round(import_s, 3), "carry_seconds": round(carry_s, 3),
+                         "own_compile_seconds": mine.report.compile_seconds})
             print(f"bucket {first}..{last} (planned at {at}): seq {seq}: own {mine.report.est_total_us:.1f} us "
                   f"({mine.report.num_kernels} kernels), carried {theirs.report.est_total_us:.1f} us "
                   f"({theirs.report.num_kernels}): {100 * slower:+.2f}%", flush=True)
