@@ -4,7 +4,8 @@ Each test starts two ranks (``torch.multiprocessing``, spawn, a free port on 127
 shards a model with ``torch.distributed.tensor.parallel`` (column-wise then row-wise linears) and
 compiles it with ``torch.compile(backend="tilefuse")``; the kernels run in Triton's interpreter.
 Every rank checks that no graph fell back to eager, that the collectives are kernels of the plan
-and that its output equals the unsharded eager model's.
+and that its output equals the unsharded eager model's; a collective with work beside it that
+does not need its result is issued before that work and waited for after it.
 """
 from __future__ import annotations
 
@@ -94,10 +95,28 @@ def _collectives(mesh):
     return model, (x,), model(x)
 
 
-CASES = {"mlp": _mlp, "llama_layer": _llama_layer, "collectives": _collectives}
+class Overlapped(torch.nn.Module):
+    """An all-reduce, and work that does not need its result (issued before it, waited for after)."""
+
+    def forward(self, x):
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as fc
+        reduced = fc.all_reduce(x * 2, "sum", dist.group.WORLD)
+        side = torch.tanh(x @ x.t()).sum(-1, keepdim=True)
+        return reduced + side
+
+
+def _overlapped(mesh):
+    import torch.distributed as dist
+    x = torch.randn(4, 8) + dist.get_rank()
+    model = Overlapped()
+    return model, (x,), model(x)
+
+
+CASES = {"mlp": _mlp, "llama_layer": _llama_layer, "collectives": _collectives, "overlap": _overlapped}
 # the collectives each case's plan must hold, in plan order (row-wise layers end in an all-reduce)
 COLLECTIVES = {"mlp": ["AllReduce"], "llama_layer": ["AllReduce", "AllReduce"],
-               "collectives": ["AllGather", "ReduceScatter", "AllToAll", "AllReduce"]}
+               "collectives": ["AllGather", "ReduceScatter", "AllToAll", "AllReduce"], "overlap": ["AllReduce"]}
 
 
 def _rank(rank: int, port: int, cases: list[str], queue) -> None:
@@ -121,9 +140,10 @@ def _rank(rank: int, port: int, cases: list[str], queue) -> None:
                 compiled = torch.compile(model, backend="tilefuse", options={"interpreter": True, "time_limit": 2.0})
                 with torch.no_grad():
                     out = compiled(*args)
-            kernels = [(k.family, k.ops) for c in tilefuse.compiled_graphs()[before:] for k in c.report.kernels]
+            graphs = tilefuse.compiled_graphs()[before:]
+            kernels = [(k.family, k.ops) for c in graphs for k in c.report.kernels]
             results[case] = {"err": (out - ref).abs().max().item(), "scale": ref.abs().max().item(),
-                             "kernels": kernels}
+                             "kernels": kernels, "overlap": [row for c in graphs for row in c.report.overlap]}
         queue.put((rank, "ok", results))
     except BaseException:
         queue.put((rank, "error", traceback.format_exc()))
@@ -173,6 +193,11 @@ def test_tensor_parallel_models_run_through_tilefuse_kernels_on_every_rank():
             assert collectives == COLLECTIVES[case], (case, r["kernels"])
             assert "opaque" not in families, (case, r["kernels"])
         assert results[0][case]["kernels"] == results[1][case]["kernels"]   # one plan, the same on both ranks
+    # the all-reduce is issued before the matmul that does not need it, and waited for at the add
+    (row,) = results[0]["overlap"]["overlap"]
+    assert row["collective"].startswith("collective") and row["between"], row
+    assert any("matmul" in name or "tanh" in name for name in row["between"]), row
+    assert row["waited_before"] is not None and row["waited_before"] not in row["between"]
 
 
 # --- in this process: the collective family's cost, and a clear error without a process group ---

@@ -32,6 +32,7 @@ from .ir.prim import PrimGraph
 from .log import logger
 from .orchestrate.costing import Coster
 from .orchestrate.instantiate import PlanTemplate, instantiate
+from .orchestrate.overlap import hidden, overlap
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .progress import step
@@ -269,7 +270,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         with _stage("measuring kernels"):
             tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
         plans, coster = tuning.plans, tuning.coster
-    plan = plans[strategy]
+    plan = overlap(plans[strategy])          # collectives issued early, waited for late
+    plans = {**plans, strategy: plan}
     with _stage("generating kernels"):
         kernels = build_kernels(plan, primgraph, template.generics if template else (),
                                 template.generic_size(sizes) if template else None)
@@ -289,6 +291,12 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                               "cold_l2": None if callable(measure) else cold_l2(primgraph, tgt)}
     if check is not None:
         report.verified = list(check.stages)
+    if plan.deferred:
+        report.overlap = [{**row, "collective": report.kernels[row["collective"]].name,
+                           "waited_before": report.kernels[row["waited_before"]].name
+                           if row["waited_before"] < len(report.kernels) else None,
+                           "between": [report.kernels[j].name for j in row["between"]]}
+                          for row in hidden(plan, lambda k: _scheduled(coster, k)[0].seconds)]
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     _log_plan(report)
     compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,

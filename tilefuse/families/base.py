@@ -134,6 +134,9 @@ class Built:
                                # what ``source`` prints and native compilation compiles)
     size_arg: int | None = None    # runs its bucket's size-generic source with this size
                                    # (``codegen/triton/generic.py``); None: its own source
+    # a collective: ``start(inputs, outputs)`` issues it without waiting and returns a call that
+    # waits and writes the outputs (``orchestrate/overlap.py``); None: ``run`` waits
+    start: Callable | None = None
 
 
 

@@ -77,7 +77,10 @@ def _scatter_nd(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
     return flat.reshape(data.shape)
 
 
-# --- collectives (torch.distributed's functional collectives; each call waits for its result) ---
+# --- collectives (torch.distributed's functional collectives) ---
+# ``ISSUE[fn]`` starts one and returns its result tensor, valid once ``wait`` has been called on it
+# (the runtime issues a collective early and waits just before its result is read:
+# ``orchestrate/overlap.py``); the opaque function (the reference's) waits at once.
 
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
 
@@ -86,23 +89,25 @@ def _c10d():
     return torch.ops._c10d_functional
 
 
-@opaque_fn("all_reduce")
-def _all_reduce(x: torch.Tensor, *, reduce: str, group: str, group_size: int) -> torch.Tensor:
-    return _c10d().wait_tensor(_c10d().all_reduce(x.contiguous(), reduce, group))
+def wait(result: torch.Tensor) -> torch.Tensor:
+    return _c10d().wait_tensor(result)
 
 
-@opaque_fn("all_gather")
-def _all_gather(x: torch.Tensor, *, group: str, group_size: int) -> torch.Tensor:
-    return _c10d().wait_tensor(_c10d().all_gather_into_tensor(x.contiguous(), group_size, group))
+ISSUE = {
+    "all_reduce": lambda x, *, reduce, group, group_size: _c10d().all_reduce(x.contiguous(), reduce, group),
+    "all_gather": lambda x, *, group, group_size: _c10d().all_gather_into_tensor(x.contiguous(), group_size, group),
+    "reduce_scatter": lambda x, *, reduce, group, group_size: _c10d().reduce_scatter_tensor(
+        x.contiguous(), reduce, group_size, group),
+    "all_to_all": lambda x, *, group, group_size, output_split_sizes, input_split_sizes: _c10d().all_to_all_single(
+        x.contiguous(), list(output_split_sizes), list(input_split_sizes), group),
+}
 
 
-@opaque_fn("reduce_scatter")
-def _reduce_scatter(x: torch.Tensor, *, reduce: str, group: str, group_size: int) -> torch.Tensor:
-    return _c10d().wait_tensor(_c10d().reduce_scatter_tensor(x.contiguous(), reduce, group_size, group))
+def _waited(fn: str):
+    def run(x: torch.Tensor, **attrs) -> torch.Tensor:
+        return wait(ISSUE[fn](x, **attrs))
+    return run
 
 
-@opaque_fn("all_to_all")
-def _all_to_all(x: torch.Tensor, *, group: str, group_size: int, output_split_sizes: tuple,
-                input_split_sizes: tuple) -> torch.Tensor:
-    return _c10d().wait_tensor(_c10d().all_to_all_single(x.contiguous(), list(output_split_sizes),
-                                                         list(input_split_sizes), group))
+for _fn in sorted(COLLECTIVES):
+    opaque_fn(_fn)(_waited(_fn))

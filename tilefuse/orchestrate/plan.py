@@ -6,7 +6,8 @@ values a kernel computes without writing them die with it.
 
 ``Plan.lifetimes`` maps each tensor some kernel writes to ``Lifetime(first, last)``: the index of
 the first kernel writing it and of the last kernel touching it (reading or, for a redundant write,
-writing it again); graph outputs live to ``len(kernels)``, i.e. past the end.
+writing it again; a deferred collective's inputs: the kernel it is waited for before); graph
+outputs live to ``len(kernels)``, i.e. past the end.
 
 ``execute_reference`` runs a plan kernel by kernel with the reference executor, dropping every
 kernel-internal value when the kernel ends, so it equals ``run_reference`` exactly iff the plan is
@@ -63,6 +64,9 @@ class Plan:
     sources: frozenset[str]           # always available: graph inputs and constants
     outputs: tuple[str, ...]          # graph outputs, in order
     solver: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # collectives waited for later than they are issued (``overlap.py``): (collective's index,
+    # the index of the kernel it is waited for before; len(kernels): at the end)
+    deferred: tuple[tuple[int, int], ...] = ()
 
     @property
     def cost(self) -> float:
@@ -79,6 +83,10 @@ class Plan:
                 first.setdefault(t, i)
                 last[t] = i
         end = len(self.kernels)
+        for k, w in self.deferred:          # a collective in flight still reads its inputs
+            for t in self.kernels[k].inputs:
+                if t in last:
+                    last[t] = max(last[t], w)
         for t in self.outputs:
             last[t] = end
         return {t: Lifetime(f, last[t]) for t, f in first.items()}

@@ -76,6 +76,11 @@ class Report:
     # plan of the graph it is, how many the graph has, and what differs from the nearest earlier
     # signature (``frontend/dynamo.py``).  Empty for other compiles.
     specialization: dict[str, Any] = field(default_factory=dict)
+    # Collectives issued before the kernels that do not need their result and waited for just
+    # before the first that does (``orchestrate/overlap.py``): per collective, the kernels between
+    # and the time the model would hide (the smaller of the two; modelled, not subtracted from
+    # ``est_total_us``).  Empty without collectives.
+    overlap: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -37,6 +37,7 @@ class Program:
         self.scratch = [[views[n] if n in views else allocate((s,), device)[0]
                          for n, s in zip(scratch_names(k, b), b.scratch)] for k, b in enumerate(kernels)]
         self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources]
+        self._deferred = dict(plan.deferred)     # collective -> the kernel it is waited for before
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Graph outputs in order; outputs are new tensors, intermediates live in the arena."""
@@ -46,9 +47,18 @@ class Program:
         for n in self._fresh:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
+        waits: dict[int, list] = {}            # kernel index -> collectives to wait for before it
         for k, step in enumerate(self.steps):
-            step.run([buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs] + self.scratch[k])
+            for finish in waits.pop(k, ()):
+                finish()
+            ins, outs = [buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs] + self.scratch[k]
+            if k in self._deferred and step.start is not None:
+                waits.setdefault(self._deferred[k], []).append(step.start(ins, outs))
+            else:
+                step.run(ins, outs)
             report("running kernels", k + 1, len(self.steps))
+        for finish in waits.pop(len(self.steps), ()):
+            finish()
         return [buffers[n] for n in self.plan.outputs]
 
 
