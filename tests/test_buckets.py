@@ -213,3 +213,53 @@ def test_a_buckets_generic_kernels_compile_for_sm90_with_the_size_an_argument():
     assert not [name for name, binary, _ in compiled if binary.spills]
     for name, generic, own in compiled:
         assert (generic.mma, generic.wide_share()) == (own.mma, own.wide_share()), name
+
+
+# ---------------------------------------------------------------- narrowing
+
+def test_a_bucket_is_narrowed_until_its_bound_holds():
+    """Carried below 13 the plan models 30% slower than those sizes' own: the bucket 9..16 planned
+    at 15 is narrowed (its far end halfway to 15 each time: 12, then 14) to 14..16, where it holds;
+    what was cut off is a bucket of its own."""
+    from types import SimpleNamespace
+
+    from tilefuse.orchestrate.buckets import clipped
+    checked = []
+
+    def compile_at(at, template):
+        n = at["seq"]
+        if template is not None:
+            checked.append(n)
+        return SimpleNamespace(template=SimpleNamespace(plan="plan", merged=False, strategy="optimal"), kernels=(),
+                               report=SimpleNamespace(est_total_us=130.0 if template is not None and n < 13 else 100.0))
+    b, _ = plan_bucket({"seq": (9, 16)}, compile_at)
+    assert checked[:3] == [9, 12, 14]
+    assert b.ranges == {"seq": (14, 16)} and b.narrowed and b.asked == {"seq": (9, 16)}
+    assert b.checked_at == {"seq": 14} and b.slower == 0.0
+    assert b.holds({"seq": 16}) and not b.holds({"seq": 13})
+    assert b.record()["narrowed_from"] == {"seq": [9, 16]}
+    assert clipped({"seq": (9, 16)}, {"seq": 10}, [b.ranges]) == {"seq": (9, 13)}
+
+
+def test_narrowed_buckets_serve_every_size_equal_to_onnxruntime(monkeypatch):
+    """With a tolerance nothing meets, every bucket narrows to its planned size alone, and the
+    sizes it cut off are planned as buckets of their own: each call still runs, right."""
+    import io
+
+    import numpy as np
+    import onnxruntime as ort
+
+    import tilefuse.orchestrate.buckets as buckets
+    monkeypatch.setattr(buckets, "TOLERANCE", -1.0)
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(Attention().eval(), (torch.randn(1, 5, 16),), buf, dynamo=False, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {1: "seq"}, "y": {1: "seq"}})
+    model = tilefuse.compile_onnx(buf.getvalue(), target="cpu", time_limit=1.0)
+    session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
+    for seq in (7, 5, 6):
+        x = np.random.default_rng(seq).standard_normal((1, seq, 16), dtype=np.float32)
+        np.testing.assert_allclose(model.run(None, {"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    ranges = [p.report.specialization["bucket"]["ranges"]["seq"] for p in model.plans]
+    assert ranges == [[7, 7], [5, 5], [6, 6]], ranges
+    assert model.plans[1].report.specialization["bucket"]["narrowed_from"] == {"seq": [5, 6]}

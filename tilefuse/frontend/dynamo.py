@@ -277,22 +277,24 @@ class _Specializing:
         return self._compile(args, record)[0]
 
     def _in_bucket(self, key: tuple, args, sizes: dict[str, int]):
-        from ..orchestrate.buckets import bucket, describe_ranges, plan_bucket, planned_size
+        from ..orchestrate.buckets import bucket, clipped, describe_ranges, plan_bucket, planned_size
         from ..orchestrate.instantiate import PlanMismatch
         self.first = self.first or dict(sizes)
         self.varying |= {s for s, n in sizes.items() if self.first.get(s) != n}
-        ranges = {s: bucket(n) if s in self.varying else (n, n) for s, n in sizes.items()}
-        at = {s: planned_size(*r) for s, r in ranges.items()}
         static = (self._layout(args), key[1])
-        got = self.buckets.get((static, tuple(ranges.items())))
-        made: list = []                      # the models planning the bucket made
-        top_fn: list = []
+        got = next((e for (st, _), e in self.buckets.items() if st == static and e[0].holds(sizes)), None)
         if got is None:
+            ranges = {s: bucket(n) if s in self.varying else (n, n) for s, n in sizes.items()}
+            ranges = clipped(ranges, sizes, [e[0].ranges for (st, _), e in self.buckets.items()
+                                             if st == static and e[0].narrowed])
+            at = {s: planned_size(*r) for s, r in ranges.items()}
             # the plan at the planned sizes, when they were planned already (as a bucket of one)
             alone = self.buckets.get((static, tuple((s, (n, n)) for s, n in at.items())))
             if alone is None and self._over_limit():
                 return self.gm.forward
             record = self._record(key, sizes=dict(sizes)) if alone is None else alone[1].report.specialization
+            made: list = []                  # the models planning the bucket made
+            top_fn: list = []
 
             def compile_at(where, template):
                 if alone is not None and where == at and template is None:
@@ -317,12 +319,15 @@ class _Specializing:
             for model in made:
                 if model is not (alone and alone[1]):
                     model.report.specialization["bucket"] = bucket_.record()
-            got = self.buckets[static, tuple(ranges.items())] = (bucket_, top, top_fn[0] if top_fn else alone[2])
+            got = self.buckets[static, tuple(bucket_.ranges.items())] = (bucket_, top,
+                                                                          top_fn[0] if top_fn else alone[2])
             _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s; serves %s, planned at "
                                 "%s%s", record["plan"], self.limit, record["cause"], describe_ranges(bucket_.ranges),
                                 bucket_.template.sizes, bucket_.describe())
+            if not bucket_.holds(sizes):        # narrowed past these sizes: they need a bucket of their own
+                return self._in_bucket(key, args, sizes)
         bucket_, top, fn = got
-        if sizes == at:
+        if sizes == bucket_.template.sizes:
             return fn
         record = {**top.report.specialization, "sizes": dict(sizes), "carried": True,
                   "cause": f"sizes {sizes} in the bucket of plan {top.report.specialization['plan']}"}

@@ -8,10 +8,13 @@ at the largest: a power of two often equals one of the model's own dims (a head 
 where two dims coincide a plan may fuse what no other size of the bucket can (a kernel writing
 a [S, 64] and an [S, S] tensor over one tile space), so it would not carry.  The bucket's *bound*
 is how much slower, modelled, the carried plan is than the size's own optimal plan at the
-bucket's smallest size (planned once more to check: the size farthest from the one planned);
-sizes in between are not planned, so the bound is checked at the bucket's ends, not proven for
-every size (``bench/buckets.py`` checks each size of a range).  A bound above ``TOLERANCE`` is
-logged on the ``recompile`` channel.
+bucket's smallest size (planned once more to check: the size farthest from the one planned).
+Buckets and plans are chosen together: where the bound exceeds ``TOLERANCE`` the bucket is
+narrowed (its far end moved halfway to the planned size) and checked again there, until it holds
+or the bucket is the planned size alone; the sizes cut off form buckets of their own, planned when
+a call needs them (``clipped``).  Sizes between the checked ones are not planned, so the bound is
+checked at the bucket's ends, not proven for every size (``bench/buckets.py`` checks sizes across
+a range).
 """
 from __future__ import annotations
 
@@ -52,6 +55,15 @@ class Bucket:
     checked_at: Mapping[str, int] | None = None    # where the bound was checked (``checked_size``)
     own_us: float | None = None                # modelled: those sizes' own optimal plan ...
     carried_us: float | None = None            # ... and the bucket's plan carried there
+    asked: Mapping[str, tuple[int, int]] | None = None   # the ranges asked for, when narrowed
+
+    @property
+    def narrowed(self) -> bool:
+        return self.asked is not None and dict(self.asked) != dict(self.ranges)
+
+    def holds(self, sizes: Mapping[str, int]) -> bool:
+        """Whether the bucket serves ``sizes`` (symbol -> size)."""
+        return set(sizes) == set(self.ranges) and all(a <= sizes[s] <= b for s, (a, b) in self.ranges.items())
 
     @property
     def slower(self) -> float | None:
@@ -76,7 +88,8 @@ class Bucket:
                 "carried_us": None if self.carried_us is None else round(self.carried_us, 3),
                 "slower": None if self.slower is None else round(self.slower, 4),
                 "generic_kernels": sum(g is not None for g in self.template.generics),
-                "generic_over": list(self.template.generic_over)}
+                "generic_over": list(self.template.generic_over),
+                "narrowed_from": {s: list(r) for s, r in self.asked.items()} if self.narrowed else None}
 
 
 # compile_at(sizes, template) -> a CompiledModel of the program at ``sizes`` (symbol -> size):
@@ -104,22 +117,65 @@ def generic_samples(ranges: Mapping[str, tuple[int, int]]) -> tuple[tuple[str, .
     return over, pick
 
 
+def clipped(ranges: Mapping[str, tuple[int, int]], sizes: Mapping[str, int], taken) -> dict:
+    """``ranges`` (holding ``sizes``) less, per symbol, the sizes that the narrowed buckets
+    ``taken`` (their ranges) serve: what a narrowing cut off is a bucket of its own."""
+    out = dict(ranges)
+    for other in taken:
+        if set(other) != set(out):
+            continue
+        for s, (a, b) in other.items():
+            lo, hi = out[s]
+            n = sizes[s]
+            if b < lo or a > hi or a <= n <= b:
+                continue
+            out[s] = (lo, min(hi, a - 1)) if a > n else (max(lo, b + 1), hi)
+    return out
+
+
+def _narrow(ranges: Mapping[str, tuple[int, int]], at: Mapping[str, int]) -> dict:
+    """Each range's checked end moved halfway to the planned size."""
+    out = {}
+    for s, (first, last) in ranges.items():
+        end = checked_size(first, last)
+        if end == at[s]:
+            out[s] = (first, last)
+        elif end < at[s]:
+            out[s] = (end + (at[s] - end + 1) // 2, last)
+        else:
+            out[s] = (first, end - (end - at[s] + 1) // 2)
+    return out
+
+
 def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *, check: bool = True):
     """The bucket of these ranges (symbol -> (first, last) size: ``bucket``, or one size): planned
-    at ``planned_size``; with ``check``, its bound checked at ``checked_size``; its kernels made
-    size-generic from their sources at ``generic_samples`` (``codegen/triton/generic.py``).
-    Returns (the Bucket, the CompiledModel it was planned on)."""
-    ranges = dict(ranges)
+    at ``planned_size``; with ``check``, its bound checked at ``checked_size`` and the ranges
+    narrowed until it holds (the Bucket's ``ranges`` may then be narrower than asked: what they
+    no longer hold needs a bucket of its own); its kernels made size-generic from their sources at
+    ``generic_samples`` (``codegen/triton/generic.py``).  Returns (the Bucket, the CompiledModel
+    it was planned on)."""
+    asked = ranges = dict(ranges)
     at = {s: planned_size(*r) for s, r in ranges.items()}
-    first = {s: checked_size(*r) for s, r in ranges.items()}
     top = compile_at(at, None)
     template = PlanTemplate(top.template.plan, top.template.merged, top.template.strategy, dict(at))
     made = {tuple(at.items()): top}
     bound = ()
-    if check and first != at:
+    while check:
+        first = {s: checked_size(*r) for s, r in ranges.items()}
+        if first == at:
+            break
         own = compile_at(first, None).report.est_total_us
         carried = made[tuple(first.items())] = compile_at(first, template)
         bound = (dict(first), own, carried.report.est_total_us)
+        slower = carried.report.est_total_us / own - 1.0 if own > 0 else 0.0
+        if slower <= TOLERANCE:
+            break
+        _log.info("the plan for sizes %s is %.0f%% slower (modelled) at %s than that size's own plan (tolerance "
+                  "%.0f%%): narrowed to %s", describe_ranges(ranges), 100 * slower, first, 100 * TOLERANCE,
+                  describe_ranges(_narrow(ranges, at)))
+        ranges = _narrow(ranges, at)
+    if bound and not all(a <= bound[0][s] <= b for s, (a, b) in ranges.items()):
+        bound = ()          # narrowed to the planned sizes alone: nothing left to check
     over, ts = generic_samples(ranges)
     if len(ts) >= 2:
         from ..codegen.triton.generic import kernel_generics
@@ -132,10 +188,7 @@ def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *,
         if any(generics):
             template = replace(template, generics=generics, generic_over=over,
                                generic_fixed={s: n for s, n in at.items() if s not in over})
-    result = Bucket(ranges, template, top.report.est_total_us, *bound)
-    if result.slower is not None and result.slower > TOLERANCE:
-        _log.warning("the plan for sizes %s is %.0f%% slower (modelled) at %s than that size's own plan "
-                     "(tolerance %.0f%%)", describe_ranges(ranges), 100 * result.slower, first, 100 * TOLERANCE)
+    result = Bucket(ranges, template, top.report.est_total_us, *bound, asked=asked)
     return result, top
 
 

@@ -134,12 +134,11 @@ class DynamicModel:
             return model
 
     def _serve(self, key: tuple, dims: dict[str, int], input_shapes: dict[str, tuple]):
-        from ..orchestrate.buckets import bucket, describe_ranges, plan_bucket, planned_size
+        from ..orchestrate.buckets import bucket, clipped, describe_ranges, plan_bucket
         from ..orchestrate.instantiate import PlanMismatch
         sizes = {**dims, **{f"{i}[{k}]": n for i, shape in input_shapes.items()
                             for k, n in enumerate(shape) if self._free(i, k)}}
-        ranges = {s: bucket(n) for s, n in sorted(sizes.items())}
-        at = {s: planned_size(*r) for s, r in ranges.items()}
+        sizes = dict(sorted(sizes.items()))
         made: dict[tuple, Any] = {}
 
         def compile_at(where, template):
@@ -148,23 +147,27 @@ class DynamicModel:
                 dims={**self.dims, **d}, input_shapes={**self.pinned, **shapes}, template=template,
                 sizes=dict(where))
             return model
-        bkey = tuple(ranges.items())
-        entry = self._buckets.get(bkey)
-        if entry is None:
+        bkey = next((k for k, (b, _) in self._buckets.items() if b.holds(sizes)), None)
+        if bkey is None:
+            ranges = clipped({s: bucket(n) for s, n in sizes.items()}, sizes,
+                             [b.ranges for b, _ in self._buckets.values() if b.narrowed])
             self.planned += 1
             cause = self._cause(key)
-            entry = self._buckets[bkey] = plan_bucket(ranges, compile_at, check=self.check_buckets)
+            b, top = plan_bucket(ranges, compile_at, check=self.check_buckets)
+            bkey = tuple(b.ranges.items())
+            self._buckets[bkey] = (b, top)
             if len(self._buckets) > self.max_plans:
                 old, _ = self._buckets.popitem(last=False)
                 _log.info("ONNX model: the plan for %s dropped (least recently used)", describe_ranges(dict(old)))
-            b, top = entry
             for (where, carried), model in made.items():
                 model.report.specialization = self._record(dict(where), dims, input_shapes, cause, b, carried,
                                                            self.planned)
             _log.info("ONNX model: plan %d (of at most %d buckets kept) for %s; serves %s, planned at %s%s",
                       self.planned, self.max_plans, cause, describe_ranges(b.ranges), b.template.sizes, b.describe())
-        b, top = entry
-        if sizes == at:
+            if not b.holds(sizes):           # narrowed past these sizes: they need a bucket of their own
+                return self._serve(key, dims, input_shapes)
+        b, top = self._buckets[bkey]
+        if sizes == b.template.sizes:
             return top, bkey
         e = None
         try:
