@@ -210,3 +210,22 @@ def test_each_new_plan_says_which_input_dimension_caused_it(compiles, caplog):
     spec = tilefuse.compiled_graphs()[-1].report.specialization
     assert spec["plan"] == 2 and spec["limit"] == 8 and "dim 1: 5 -> 7" in spec["cause"]
     assert compiles[0] == 2
+
+
+def test_sizes_that_cannot_be_bucketed_are_planned_each_on_its_own_within_the_bound(compiles, monkeypatch):
+    """Where the graph cannot be traced at a bucket's made-up sizes, each signature gets a plan of
+    its own (as before buckets), counted against ``max_specializations``."""
+    import tilefuse.orchestrate.buckets as buckets
+
+    def untraceable(ranges, compile_at, check=True):
+        raise dynamo_backend._Unplanned("made-up sizes")
+    monkeypatch.setattr(buckets, "plan_bucket", untraceable)
+    model = block()
+    compiled = torch.compile(model, backend="tilefuse", dynamic=True, options={**FAST, "max_specializations": 2})
+    run(compiled, model, 5)
+    run(compiled, model, 7)
+    run(compiled, model, 5)
+    assert compiles[0] == 2 and compiles["carried"] == 0
+    with pytest.warns(TilefuseFallbackWarning, match="max_specializations"):
+        run(compiled, model, 9)
+    assert compiles[0] == 2

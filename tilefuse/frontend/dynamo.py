@@ -216,7 +216,8 @@ class _Specializing:
         # it may be a dim that never changes, planned at its own size)
         self.varying: set[str] = set() if not torch._dynamo.config.assume_static_by_default else {
             str(e) for exprs in self.exprs if exprs for e in exprs if getattr(e, "is_Symbol", False)}
-        self.plans: dict[tuple, Any] = {}              # signatures without size symbols -> plan
+        self.plans: dict[tuple, Any] = {}       # signatures planned on their own -> callable
+        self.unbucketed = False                 # the graph cannot be traced at made-up sizes
         self.instances: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
         self._lock = threading.Lock()  # one compile per signature when threads call at once
         self._warned = False
@@ -239,14 +240,8 @@ class _Specializing:
             if fn is not None:
                 return fn
             sizes = self._sizes(args)
-            if not sizes:               # no size symbol to bucket (only scalars): a plan per signature
-                fn = self.plans.get(key)
-                if fn is None:
-                    if self._over_limit():
-                        return self.gm.forward
-                    fn = self.plans[key] = self._plan_alone(key, args)
-            else:
-                fn = self._in_bucket(key, args, sizes)
+            # no size symbol to bucket (only scalars), or sizes that cannot be bucketed: a plan per signature
+            fn = self._in_bucket(key, args, sizes) if sizes and not self.unbucketed else self._alone(key, args)
             self.instances[key] = fn
             if len(self.instances) > self.INSTANCES:
                 self.instances.popitem(last=False)
@@ -270,11 +265,17 @@ class _Specializing:
     def _seen(self) -> list[tuple]:
         return list(self.instances) + [k for k in self.plans if k not in self.instances]
 
-    def _plan_alone(self, key: tuple, args):
-        record = self._record(key)
-        _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s", record["plan"],
-                            self.limit, record["cause"])
-        return self._compile(args, record)[0]
+    def _alone(self, key: tuple, args):
+        """The plan of this signature on its own (counted against the limit)."""
+        fn = self.plans.get(key)
+        if fn is None:
+            if self._over_limit():
+                return self.gm.forward
+            record = self._record(key)
+            _recompile_log.info("plan %d of at most %d for a graph with symbolic shapes: %s", record["plan"],
+                                self.limit, record["cause"])
+            fn = self.plans[key] = self._compile(args, record)[0]
+        return fn
 
     def _in_bucket(self, key: tuple, args, sizes: dict[str, int]):
         from ..orchestrate.buckets import bucket, clipped, describe_ranges, plan_bucket, planned_size
@@ -314,8 +315,9 @@ class _Specializing:
                 return model
             try:
                 bucket_, top = plan_bucket(ranges, compile_at, check=self.options.get("check_buckets", True))
-            except _Unplanned:
-                return self._plan_alone(key, args)     # (the graph at other sizes cannot be traced)
+            except _Unplanned:       # the graph at other sizes cannot be traced: a plan per signature
+                self.unbucketed = True
+                return self._alone(key, args)
             for model in made:
                 if model is not (alone and alone[1]):
                     model.report.specialization["bucket"] = bucket_.record()
@@ -338,7 +340,7 @@ class _Specializing:
         except PlanMismatch as e:
             _recompile_log.info("the plan for %s does not carry to %s (%s): planned on its own",
                                 describe_ranges(bucket_.ranges), sizes, e)
-            fn, _ = self._compile(args, {**record, "carried": False, "mismatch": str(e)})
+            return self._alone(key, args)
         _recompile_log.debug("plan for %s carried to %s", describe_ranges(bucket_.ranges), sizes)
         return fn
 

@@ -174,8 +174,9 @@ class DynamicModel:
             got = compile_at(sizes, b.template)
         except PlanMismatch as mismatch:
             e = mismatch
-            _log.info("ONNX model: the plan for %s does not carry to %s (%s): planned on its own",
-                      describe_ranges(b.ranges), _describe(key), e)
+            self.planned += 1
+            _log.info("ONNX model: the plan for %s does not carry to %s (%s): planned on its own (plan %d)",
+                      describe_ranges(b.ranges), _describe(key), e, self.planned)
             got = compile_at(sizes, None)
         plan = top.report.specialization["plan"]
         got.report.specialization = self._record(sizes, dims, input_shapes, f"sizes {_describe(key)} in the "
