@@ -77,26 +77,22 @@ def test_gpt2_sequence_lengths_in_buckets(compiles):
     from tilefuse import zoo
     model, _ = zoo.build("gpt2", "tiny")
     compiled = torch.compile(model, backend="tilefuse", options=FAST)
-    # 5: a static graph; 7: dynamo recompiles with the sequence dynamic: the bucket 5..8 is planned at
-    # 7 (its largest size but one) and carried to 5 to make its kernels size-generic; 9: the bucket
-    # 9..16, planned at 15, carried to 11 and 13 (samples) and to 9 (served); 7, 9 again: their
-    # plans; 6, 8 and 12: carried from their buckets' plans, no planning.
+    # 5: a static graph; 9: dynamo recompiles with the sequence dynamic: the bucket 9..16 is planned
+    # at 15 (its largest size but one), carried to 11 and 13 to make its kernels size-generic and to
+    # 9 to serve it; 12: carried from the bucket's plan, no planning; 9 again: its plan.
     served = {}
-    for seq, planned, carried in ((5, 1, 0), (7, 2, 1), (9, 3, 4), (7, 3, 4), (9, 3, 4), (6, 3, 5), (8, 3, 6),
-                                  (12, 3, 7)):
+    for seq, planned, carried in ((5, 1, 0), (9, 2, 3), (12, 2, 4), (9, 2, 4)):
         ids = torch.randint(0, model.config.vocab_size, (1, seq))
         with torch.no_grad():
             torch.testing.assert_close(compiled(ids).logits, model(ids).logits, rtol=1e-4, atol=1e-5)
         assert (compiles[0], compiles["carried"]) == (planned, carried), (seq, compiles)
-        served[seq] = tilefuse.compiled_graphs()[-1]
+        served.setdefault(seq, tilefuse.compiled_graphs()[-1])
     # the sizes of a bucket run the same size-generic kernels (one compile for the bucket on a GPU)
     nine, twelve = served[9], served[12]
     generic = [k for k, b in enumerate(nine.kernels) if b.size_arg is not None]
     assert len(generic) == nine.report.specialization["generic_kernels"] >= len(nine.kernels) // 2, generic
     assert all(twelve.kernels[k].source == nine.kernels[k].source for k in generic)
     assert all((nine.kernels[k].size_arg, twelve.kernels[k].size_arg) == (9, 12) for k in generic)
-    # at a power of two the blocks divide the size: kernels without masks, their own (per size)
-    assert served[8].report.specialization["generic_kernels"] < served[6].report.specialization["generic_kernels"]
 
 
 def test_dynamic_true_hands_over_symbolic_inputs(compiles):
@@ -107,7 +103,7 @@ def test_dynamic_true_hands_over_symbolic_inputs(compiles):
         return dynamo_backend.tilefuse_backend(gm, example_inputs, **FAST)
     model = block()
     compiled = torch.compile(model, backend=backend, dynamic=True)
-    for seq, total in ((5, 1), (7, 2), (9, 3), (5, 3)):
+    for seq, total in ((5, 1), (7, 2), (5, 2)):
         run(compiled, model, seq)
         assert compiles[0] == total
     assert len(seen) == 1, "one symbolic graph serves every length"
@@ -124,10 +120,10 @@ def test_dynamic_false_compiles_each_length(compiles):
 
 def test_mark_dynamic(compiles):
     """A dim marked dynamic is bucketed from the first call: 5 is served by the plan of 5..8 (made
-    at 7), and so is 7; 9 needs the bucket 9..16."""
+    at 7), and so are 7 and 6."""
     model = block()
     compiled = torch.compile(model, backend="tilefuse", options=FAST)
-    for seq, total in ((5, 1), (7, 1), (9, 2), (7, 2), (6, 2)):
+    for seq, total in ((5, 1), (7, 1), (6, 1)):
         run(compiled, model, seq, mark_dynamic=True)
         assert compiles[0] == total
 

@@ -76,7 +76,7 @@ class _Planned:
         self._dynamo._compile_forward = self._was
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])   # (llama: below)
 def test_static_cache_generation_is_two_plans_and_eager_tokens(name):
     torch._dynamo.reset()
     want, got, plans = _generate(name, 1)
@@ -96,14 +96,15 @@ def _bucketed(plans, max_length: int) -> None:
 
 
 def test_dynamic_cache_generation_plans_buckets_of_key_lengths():
-    """Key lengths 6..12 (a prompt of 5, 8 new tokens): the prefill, dynamo's first (static) decode
-    graph, then the buckets 5..8 and 9..16 of the symbolic one: 4 plans, the other lengths carried."""
+    """Key lengths 6..8 (a prompt of 5, 3 new tokens): the prefill, dynamo's first (static) decode
+    graph, then the bucket 5..8 of the symbolic one: 3 plans, the other lengths carried (the
+    256-token runs below cross 7 buckets)."""
     torch._dynamo.reset()
-    want, got, plans = _generate("llama", 1, new_tokens=8, cache=None, check_buckets=False)
+    want, got, plans = _generate("llama", 1, new_tokens=3, cache=None, check_buckets=False)
     assert torch.equal(got, want), (got.tolist(), want.tolist())
-    _bucketed(plans, 5 + 8)
-    assert len(plans) == 4, [p.specialization.get("sizes") for p in plans]
-    assert sorted(list(p.specialization["bucket"]["ranges"].values())[0] for p in plans[2:]) == [[5, 8], [9, 16]]
+    _bucketed(plans, 5 + 3)
+    assert len(plans) == 3, [p.specialization.get("sizes") for p in plans]
+    assert list(plans[2].specialization["bucket"]["ranges"].values())[0] == [5, 8]
 
 
 @pytest.mark.slow

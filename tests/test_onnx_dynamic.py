@@ -52,7 +52,7 @@ def _feeds(batch: int, seq: int, seed: int) -> dict:
 
 
 def test_one_compile_serves_three_sizes_each_equal_to_onnxruntime(exported, caplog):
-    model = tilefuse.compile_onnx(exported, target="cpu")
+    model = tilefuse.compile_onnx(exported, target="cpu", check_buckets=False)   # (the bound: test_buckets.py)
     assert isinstance(model, DynamicModel) and model.plans == []
     assert [(i.name, i.shape) for i in model.get_inputs()] == [("x", ["batch", "seq", 16]), ("bias", [1, "seq", 1])]
     session = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])

@@ -273,8 +273,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     plan = overlap(plans[strategy])          # collectives issued early, waited for late
     plans = {**plans, strategy: plan}
     with _stage("generating kernels"):
-        kernels = build_kernels(plan, primgraph, template.generics if template else (),
-                                template.generic_size(sizes) if template else None)
+        kernels = build_kernels(plan, primgraph) if template is None else \
+            build_kernels(plan, primgraph, template.generics, template.generic_size(sizes))
     if check is not None:
         with _stage("verifying the plan and its kernels"):
             _verify_plan(check, plan, primgraph, kernels if backend == "triton" else None, tgt)
