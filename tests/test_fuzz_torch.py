@@ -68,7 +68,7 @@ FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
                                                       HealthCheck.filter_too_much])
 
 
-@settings(FUZZ, max_examples=12, derandomize=True, database=None)   # (5000 with --runslow, below)
+@settings(FUZZ, max_examples=8, derandomize=True, database=None)    # (5000 with --runslow, below)
 @given(programs())
 def test_programs_match_eager(program):
     check(program)

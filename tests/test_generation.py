@@ -76,7 +76,8 @@ class _Planned:
         self._dynamo._compile_forward = self._was
 
 
-@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])   # (llama: below)
+@pytest.mark.slow       # (the default run has the dynamic cache's test below)
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_static_cache_generation_is_two_plans_and_eager_tokens(name):
     torch._dynamo.reset()
     want, got, plans = _generate(name, 1)
