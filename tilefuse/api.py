@@ -13,6 +13,7 @@ stage produced.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections import Counter
@@ -39,6 +40,7 @@ from .progress import step
 from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.dynamic import DynamicModel
+from .runtime.executor import persistent_runs
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
 from .transform.channels_last import channels_last
@@ -230,7 +232,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False, native: bool = False,
               check: Verifier | None = None, template: PlanTemplate | None = None,
-              sizes: dict[str, int] | None = None) -> CompiledModel:
+              sizes: dict[str, int] | None = None, persistent: bool = False) -> CompiledModel:
     """The stages, from the imported graph to a CompiledModel.  With ``template`` (the plan of the
     same program at other sizes: a bucket's), its kernels are carried to these sizes instead of
     planning (``orchestrate/instantiate.py``), its kernels served by the template's size-generic
@@ -299,8 +301,12 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                           for row in hidden(plan, lambda k: _scheduled(coster, k)[0].seconds)]
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     _log_plan(report)
+    runs = persistent_runs(kernels, {w for _, w in plan.deferred}) if persistent and backend == "triton" else []
+    if runs:
+        report.persistent = [{"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
+                              "tasks": sum(math.prod(b.kernels[0].grid) for b in kernels[i:j])} for i, j in runs]
     compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
-                             memory=memory)
+                             memory=memory, persistent=runs)
     compiled.template = template or PlanTemplate(plan, merged, strategy)
     return compiled
 
@@ -384,7 +390,7 @@ def compiled_graphs() -> list[CompiledModel]:
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
             strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
             cuda_graph: bool = False, measure=False, native: bool = False, verify: bool | None = None,
-            **options: Any) -> CompiledModel:
+            persistent: bool = False, **options: Any) -> CompiledModel:
     """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args).
 
     ``time_limit`` bounds candidate enumeration and the solver per segment (seconds);
@@ -396,8 +402,10 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     their binaries' registers, shared memory, occupancy and tensor-core path, a spilling kernel
     excluded (``tilefuse/native.py``; the times stay modelled); ``verify`` (default: ``TILEFUSE_VERIFY``)
     checks every stage against its input on the example inputs and raises ``VerifyError`` naming
-    the first stage that changed a value (``tilefuse/verify.py``); other options go to the torch
-    frontend (``example_kwargs``).
+    the first stage that changed a value (``tilefuse/verify.py``); ``persistent`` (experimental,
+    issue #25's first stage) launches every run of two or more consecutive generated kernels as one
+    persistent kernel of phases (``codegen/triton/persistent.py``; not chosen by cost yet); other
+    options go to the torch frontend (``example_kwargs``).
     """
     _check_options(backend, strategy, time_limit)
     _check_frontend_options("compile", options, ("example_kwargs", "strict"))
@@ -415,7 +423,8 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
                          eager_oracle(model, tuple(example_inputs), kwargs), tensor_leaves(imported.unflatten_outputs),
                          eager_float64(model, tuple(example_inputs), kwargs))
     return _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
-                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, native=native, check=check)
+                     time_limit=time_limit, cuda_graph=cuda_graph, measure=measure, native=native, check=check,
+                     persistent=persistent)
 
 
 def compile_prims(primgraph: PrimGraph, *, target: str | Target = "auto", backend: str = "triton",

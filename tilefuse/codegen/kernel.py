@@ -367,6 +367,8 @@ class Kernel:
                                    # schedule's previous kernel wrote (still in L2 where it fits)
     tma: bool = False              # Dot operands that are whole input tiles are read through tensor
                                    # descriptors (``tl.make_tensor_descriptor``: TMA on sm_90)
+    phase: bool = False            # printed as a device function taking its program ids as
+                                   # arguments (``pid0``...): a phase of a persistent kernel
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})

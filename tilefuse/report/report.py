@@ -81,6 +81,9 @@ class Report:
     # and the time the model would hide (the smaller of the two; modelled, not subtracted from
     # ``est_total_us``).  Empty without collectives.
     overlap: list[dict[str, Any]] = field(default_factory=list)
+    # Runs of kernels launched as one persistent kernel each (``compile(persistent=True)``,
+    # experimental): their kernels, the first's index, the tasks (the phases' programs) and the grid.
+    persistent: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,7 +25,8 @@ class CompiledModel:
     buffers are shared, runs one call at a time."""
 
     def __init__(self, imported: Imported, primgraph: PrimGraph, plan: Plan, report, backend: str, target,
-                 kernels: Sequence = (), cuda_graph: bool = False, memory: MemoryPlan | None = None):
+                 kernels: Sequence = (), cuda_graph: bool = False, memory: MemoryPlan | None = None,
+                 persistent: Sequence[tuple[int, int]] = ()):
         if cuda_graph and (backend != "triton" or target.device != "cuda"):
             raise OptionError(f"cuda_graph=True needs backend='triton' and a CUDA target; "
                               f"got backend={backend!r}, target {target.name!r}")
@@ -41,6 +42,9 @@ class CompiledModel:
         if len(self.kernels) == len(plan.kernels):     # built: the report keeps what report.to_html draws
             report.attach(primgraph, plan, self.kernels, target)
         self.memory = memory      # the plan's buffer layout, when the pipeline already made it
+        # runs of kernels launched as one persistent kernel each (first, past the last), on at most
+        # one program per SM (``codegen/triton/persistent.py``)
+        self.persistent = tuple(persistent)
         self.device = torch.device(target.device)
         self._program = None    # the kernels with their buffers on the device, made at the first call
         self._idle: list[Program] = []         # programs no call is running
@@ -108,7 +112,8 @@ class CompiledModel:
             return self._program
 
     def _new_program(self) -> Program:
-        return Program(self.plan, self.primgraph, self.device, self.kernels, self.memory)
+        return Program(self.plan, self.primgraph, self.device, self.kernels, self.memory,
+                       persistent=self.persistent, programs=self.target.sm_count)
 
     def _run_pooled(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         self.program                       # the first program, made once
@@ -172,7 +177,8 @@ class CompiledModel:
                                     "the model instead")
         with self._replay_lock:      # one emulating call at a time: one arena
             if self._emulator is None:
-                self._emulator = Program(self.plan, self.primgraph, torch.device("cpu"), self.kernels, self.memory)
+                self._emulator = Program(self.plan, self.primgraph, torch.device("cpu"), self.kernels, self.memory,
+                                         persistent=self.persistent, programs=self.target.sm_count)
             outs = self._emulator.run(feeds)
         return self._owned(outs)
 

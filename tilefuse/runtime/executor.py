@@ -22,7 +22,8 @@ class Program:
     """A plan's kernels, memory plan and constants on ``device``; ``run`` executes it once."""
 
     def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device, kernels: Sequence[Built],
-                 memory: MemoryPlan | None = None):
+                 memory: MemoryPlan | None = None, persistent: Sequence[tuple[int, int]] = (),
+                 programs: int = 1):
         if len(kernels) != len(plan.kernels):
             raise ValueError(f"{len(kernels)} built kernels for a plan of {len(plan.kernels)}")
         self.plan, self.device, self.types = plan, device, pg.types
@@ -38,6 +39,10 @@ class Program:
                          for n, s in zip(scratch_names(k, b), b.scratch)] for k, b in enumerate(kernels)]
         self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources]
         self._deferred = dict(plan.deferred)     # collective -> the kernel it is waited for before
+        # runs of kernels launched as one persistent kernel (``codegen/triton/persistent.py``):
+        # first kernel -> (the launcher, the kernel after the run)
+        # ``programs``: the persistent kernels' grid (at most what the GPU holds at once)
+        self._persistent = {i: (_persistent(kernels[i:j], programs), j) for i, j in persistent}
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Graph outputs in order; outputs are new tensors, intermediates live in the arena."""
@@ -48,9 +53,17 @@ class Program:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
         waits: dict[int, list] = {}            # kernel index -> collectives to wait for before it
+        skip = 0
         for k, step in enumerate(self.steps):
             for finish in waits.pop(k, ()):
                 finish()
+            if k < skip:
+                continue
+            if k in self._persistent:
+                launch, skip = self._persistent[k]
+                launch(buffers)
+                report("running kernels", skip, len(self.steps))
+                continue
             ins, outs = [buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs] + self.scratch[k]
             if k in self._deferred and step.start is not None:
                 waits.setdefault(self._deferred[k], []).append(step.start(ins, outs))
@@ -60,6 +73,31 @@ class Program:
         for finish in waits.pop(len(self.steps), ()):
             finish()
         return [buffers[n] for n in self.plan.outputs]
+
+
+def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2) -> list[tuple[int, int]]:
+    """The maximal runs (first, past the last) of at least ``least`` consecutive kernels that can
+    be phases of one persistent kernel: each one generated kernel, no scratch, not empty, no tensor
+    descriptors (their global scratch is not set up inside a persistent launch yet); a run starts
+    anew at each index in ``breaks`` (where a collective is waited for)."""
+    runs, start = [], None
+    for k, b in enumerate(list(kernels) + [None]):
+        ok = b is not None and b.language == "triton" and len(b.kernels) == 1 and not b.scratch \
+            and not b.kernels[0].empty and b.start is None and not b.kernels[0].tma
+        if start is not None and (not ok or k in breaks):
+            if k - start >= least:
+                runs.append((start, k))
+            start = None
+        if ok and start is None:
+            start = k
+    return runs
+
+
+def _persistent(steps: Sequence[Built], programs: int):
+    from ..codegen.triton.persistent import compile_persistent
+    launch, _, _ = compile_persistent("persistent_" + steps[0].name, [b.kernels[0] for b in steps],
+                                      [b.inputs for b in steps], [b.outputs for b in steps], programs)
+    return launch
 
 
 def kernel_runner(sched, pg: PrimGraph, device: torch.device) -> Callable[[], None]:

@@ -172,12 +172,13 @@ class _Printer:
         row-major (``spatial``), or group-M order under the kernel's ``swizzle``."""
         axes = self.k.sharing(a.grid)
         if len(axes) == 1:
-            return f"tl.program_id({a.grid})"
+            return f"pid{a.grid}" if self.k.phase else f"tl.program_id({a.grid})"
         top = self.scopes[0]
         if ("pid", a.grid) not in top.memo:
             g = a.grid
             (coords,) = self.k.task_mapping(g).expand(Var(f"pid{g}"))
-            top.lines.append(f"{top.indent}pid{g} = tl.program_id({g})")
+            if not self.k.phase:            # (a phase is given its program ids)
+                top.lines.append(f"{top.indent}pid{g} = tl.program_id({g})")
             for b, e in zip(axes, coords):
                 top.lines.append(f"{top.indent}pid_{b.name} = {_index_text(e)}")
             top.memo[("pid", a.grid)] = True
@@ -739,6 +740,8 @@ class _Printer:
         ins = [f"in{j}" for j in range(len(k.inputs))]
         outs = [f"out{j}" for j in range(len(k.outputs))]
         consts = [f"{b}: tl.constexpr" for b in dict.fromkeys(a.block_name for a in k.axes)]
+        if k.phase:
+            outs += [f"pid{g}" for g in range(len(k.grid))]
         head = [f"# {line}" for line in k.comments]
         body = self.scopes[0].lines or ["    pass"]
         text = "\n".join(body)

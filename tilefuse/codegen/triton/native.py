@@ -137,6 +137,32 @@ def compile_native_generic(kernel: Kernel, generic, arch: int) -> Binary:
     return _compile(kernel, generic.source, blocks, arch, {PARAM: "i32"})
 
 
+def compile_native_persistent(name: str, kernels, reads, writes, types, arch: int) -> Binary:
+    """A persistent kernel of ``kernels`` as phases (``persistent.py``; tensors named by ``reads``
+    and ``writes``, typed by ``types``) compiled for ``arch`` (not cached: a check)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .persistent import COUNTERS, persistent_module
+    source, params = persistent_module(name, kernels, reads, writes)
+    fn = _jit_function(source, name)
+    signature = {f"p{k}": _POINTER[types[n].dtype] for k, n in enumerate(params)}
+    signature[COUNTERS] = "*i32"
+    warps = max(k.num_warps for k in kernels)
+    try:
+        compiled = triton.compile(ASTSource(fn, signature, {}, {(j,): [["tt.divisibility", 16]] for j in range(len(params))}),
+                                  target=GPUTarget("cuda", arch, 32),
+                                  options={"num_warps": warps, "num_stages": max(k.num_stages for k in kernels),
+                                           "enable_fp_fusion": True})
+    except Exception as e:
+        last = (str(e).strip().splitlines() or [""])[-1]
+        raise NativeCompileError(f"kernel {name}: Triton {triton.__version__} cannot compile it for sm_{arch}: "
+                                 f"{type(e).__name__}: {last}") from e
+    usage, sass = _objdump(compiled.asm["cubin"], name, arch)
+    return read_binary(name, arch, warps, usage, sass, int(compiled.metadata.shared), triton.__version__)
+
+
 def _compile(kernel: Kernel, source: str, blocks: dict, arch: int, scalars: dict | None = None) -> Binary:
     import triton
     from triton.backends.compiler import GPUTarget

@@ -1,0 +1,79 @@
+"""Persistent kernels, first stage (issue #25): runs of consecutive generated kernels launched as
+the phases of one kernel whose programs take tasks from a counter (``codegen/triton/persistent.py``,
+``compile(persistent=True)``, experimental: every run, not chosen by cost).  Checked against eager
+PyTorch through Triton's interpreter (its programs run one after another: the first takes every
+task in order), and compiled for sm_90."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilefuse
+from tilefuse import zoo
+
+
+def _outputs(x):
+    if isinstance(x, torch.Tensor):
+        return x
+    return getattr(x, "logits", None) if hasattr(x, "logits") else getattr(x, "last_hidden_state", x[0])
+
+
+@pytest.mark.parametrize("name", ["resnet", pytest.param("bert", marks=pytest.mark.slow),
+                                  pytest.param("llama", marks=pytest.mark.slow)])
+def test_persistent_runs_equal_eager(name):
+    model, (inputs,) = zoo.build(name, "tiny")
+    compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
+    runs = compiled.report.persistent
+    assert runs and all(len(r["kernels"]) >= 2 for r in runs), runs
+    assert sum(len(r["kernels"]) for r in runs) > len(compiled.kernels) // 2
+    with torch.no_grad():
+        torch.testing.assert_close(_outputs(compiled(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
+
+
+def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills():
+    from tilefuse.codegen.triton.native import compile_native_persistent
+    model, (inputs,) = zoo.build("gpt2", "tiny")
+    compiled = tilefuse.compile(model, inputs, target="h100", time_limit=1.0, persistent=True)
+    assert compiled.persistent and compiled.report.persistent[0]["programs"] == 132
+    with torch.no_grad():
+        torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
+    for i, j in compiled.persistent:
+        steps = compiled.kernels[i:j]
+        binary = compile_native_persistent(f"persistent_{i}", [b.kernels[0] for b in steps],
+                                           [b.inputs for b in steps], [b.outputs for b in steps],
+                                           compiled.primgraph.types, 90)
+        assert not binary.spills, (i, j, binary)
+
+
+def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_for():
+    from types import SimpleNamespace
+
+    from tilefuse.runtime.executor import persistent_runs
+
+    def kernel(language="triton", scratch=(), parts=1):
+        k = SimpleNamespace(empty=False, tma=False)
+        return SimpleNamespace(language=language, kernels=(k,) * parts, scratch=scratch, start=None)
+    ks = [kernel(), kernel(), kernel("torch"), kernel(), kernel(), kernel(), kernel(scratch=("w",)), kernel(),
+          kernel(parts=2), kernel(), kernel()]
+    assert persistent_runs(ks) == [(0, 2), (3, 6), (9, 11)]
+    assert persistent_runs(ks, breaks={4}) == [(0, 2), (4, 6), (9, 11)]
+
+
+def test_a_phase_waits_for_the_whole_phase_before_it_and_counts_itself_done():
+    """The driver's structure, which the deadlock argument rests on: tasks taken in order from one
+    counter; phase p > 0 waits (acquire) for phase p - 1's task count; each task counted done
+    (release) after a CTA barrier; loads of what an earlier phase wrote bypass L1."""
+    from tilefuse.codegen.triton.persistent import persistent_module
+    model, (inputs,) = zoo.build("bert", "tiny")
+    compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
+    i, j = max(compiled.persistent, key=lambda r: r[1] - r[0])
+    steps = compiled.kernels[i:j]
+    source, _ = persistent_module("pk", [b.kernels[0] for b in steps], [b.inputs for b in steps],
+                                  [b.outputs for b in steps])
+    driver = source.split("def pk(")[1]
+    tasks = [int(torch.tensor(b.kernels[0].grid).prod()) for b in steps]
+    assert driver.count("tl.atomic_add(tf_counters, 1)") == 2
+    for p in range(1, len(steps)):
+        assert f"tl.atomic_add(tf_counters + {p}, 0, sem=\"acquire\") < {tasks[p - 1]}:" in driver
+    assert driver.count("sem=\"release\")") == len(steps) and driver.count("tl.debug_barrier()") == len(steps)
+    assert 'cache_modifier=".cg"' in source
