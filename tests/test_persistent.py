@@ -33,8 +33,13 @@ def test_persistent_runs_equal_eager(name):
 def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills():
     from tilefuse.codegen.triton.native import compile_native_persistent
     model, (inputs,) = zoo.build("gpt2", "tiny")
-    compiled = tilefuse.compile(model, inputs, target="h100", time_limit=1.0, persistent=True)
-    assert compiled.persistent and compiled.report.persistent[0]["programs"] == 132
+    compiled = tilefuse.compile(model, inputs, target="h100", time_limit=1.0, persistent="auto")
+    rows = compiled.report.persistent
+    assert rows and all(r["programs"] == 132 for r in rows)
+    # "auto": a run is one launch where its simulated schedule models faster than its kernels apart
+    assert all(r["launched_as_one"] == (r["persistent_us"] < r["apart_us"]) for r in rows), rows
+    assert [(r["first"], r["first"] + len(r["kernels"])) for r in rows if r["launched_as_one"]] == list(compiled.persistent)
+    assert compiled.persistent, rows          # (launch-bound tiny kernels: one launch saves the others)
     with torch.no_grad():
         torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
     for i, j in compiled.persistent:
@@ -77,3 +82,13 @@ def test_a_phase_waits_for_the_whole_phase_before_it_and_counts_itself_done():
         assert f"tl.atomic_add(tf_counters + {p}, 0, sem=\"acquire\") < {tasks[p - 1]}:" in driver
     assert driver.count("sem=\"release\")") == len(steps) and driver.count("tl.debug_barrier()") == len(steps)
     assert 'cache_modifier=".cg"' in source
+
+
+def test_the_simulated_schedule():
+    """Equal tasks fill the workers in waves; a phase starts after the whole phase before it;
+    each task pays its two atomics (and a waiting one the acquire that sees the barrier open)."""
+    from tilefuse.cost.persistent import Phase, simulate
+    assert simulate([Phase(10, 1.0)], 4, 0.0) == 3.0                     # ceil(10 / 4) waves
+    assert simulate([Phase(4, 1.0), Phase(4, 2.0)], 4, 0.0) == 3.0        # barrier: 1, then 2
+    assert simulate([Phase(3, 1.0), Phase(1, 1.0)], 4, 0.0) == 2.0        # a free worker still waits
+    assert simulate([Phase(1, 1.0), Phase(1, 1.0)], 1, 0.1) == pytest.approx(2.4)

@@ -13,7 +13,6 @@ stage produced.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from collections import Counter
@@ -232,7 +231,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               dump: str | Path | None, time_limit: float = 10.0, progress=None,
               cuda_graph: bool = False, measure=False, native: bool = False,
               check: Verifier | None = None, template: PlanTemplate | None = None,
-              sizes: dict[str, int] | None = None, persistent: bool = False) -> CompiledModel:
+              sizes: dict[str, int] | None = None, persistent: bool | str = False) -> CompiledModel:
     """The stages, from the imported graph to a CompiledModel.  With ``template`` (the plan of the
     same program at other sizes: a bucket's), its kernels are carried to these sizes instead of
     planning (``orchestrate/instantiate.py``), its kernels served by the template's size-generic
@@ -301,14 +300,33 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                           for row in hidden(plan, lambda k: _scheduled(coster, k)[0].seconds)]
     report.compile_seconds = round(time.perf_counter() - t0, 4)
     _log_plan(report)
-    runs = persistent_runs(kernels, {w for _, w in plan.deferred}) if persistent and backend == "triton" else []
-    if runs:
-        report.persistent = [{"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
-                              "tasks": sum(math.prod(b.kernels[0].grid) for b in kernels[i:j])} for i, j in runs]
+    runs = []
+    if persistent and backend == "triton":
+        runs, report.persistent = _persistent(plan, kernels, coster, tgt, cuda_graph, persistent)
     compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                              memory=memory, persistent=runs)
     compiled.template = template or PlanTemplate(plan, merged, strategy)
     return compiled
+
+
+def _persistent(plan: Plan, kernels, coster: Coster, tgt: Target, cuda_graph: bool, mode) -> tuple[list, list]:
+    """(the runs launched as persistent kernels, a report row per candidate run): every run
+    (``mode`` True), or those the simulated schedule models faster than their kernels launched
+    one by one (``"auto"``; ``cost/persistent.py``)."""
+    from .cost.persistent import phase_of, simulate
+    launch = tgt.launch(cuda_graph)
+    chosen, rows = [], []
+    for i, j in persistent_runs(kernels, {w for _, w in plan.deferred}):
+        costs = [_scheduled(coster, k)[0] for k in plan.kernels[i:j]]
+        apart = sum(c.seconds for c in costs)
+        merged = launch + simulate([phase_of(c, launch) for c in costs], tgt.sm_count, 2 * tgt.l2_latency_s)
+        take = mode is True or merged < apart
+        rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
+                     "tasks": sum(max(int(c.blocks), 1) for c in costs), "apart_us": round(apart * 1e6, 3),
+                     "persistent_us": round(merged * 1e6, 3), "launched_as_one": take})
+        if take:
+            chosen.append((i, j))
+    return chosen, rows
 
 
 def _instantiated(pg: PrimGraph, template: PlanTemplate, tgt: Target, cuda_graph: bool):
@@ -390,7 +408,7 @@ def compiled_graphs() -> list[CompiledModel]:
 def compile(model, example_inputs, *, target: str | Target = "auto", backend: str = "triton",
             strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
             cuda_graph: bool = False, measure=False, native: bool = False, verify: bool | None = None,
-            persistent: bool = False, **options: Any) -> CompiledModel:
+            persistent: bool | str = False, **options: Any) -> CompiledModel:
     """Compile a torch.nn.Module (or callable) for the given example inputs (a tuple of args).
 
     ``time_limit`` bounds candidate enumeration and the solver per segment (seconds);
@@ -403,9 +421,10 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     excluded (``tilefuse/native.py``; the times stay modelled); ``verify`` (default: ``TILEFUSE_VERIFY``)
     checks every stage against its input on the example inputs and raises ``VerifyError`` naming
     the first stage that changed a value (``tilefuse/verify.py``); ``persistent`` (experimental,
-    issue #25's first stage) launches every run of two or more consecutive generated kernels as one
-    persistent kernel of phases (``codegen/triton/persistent.py``; not chosen by cost yet); other
-    options go to the torch frontend (``example_kwargs``).
+    issue #25's first stage) launches runs of two or more consecutive generated kernels as one
+    persistent kernel of phases (``codegen/triton/persistent.py``): ``"auto"`` the runs its
+    simulated schedule models faster (``cost/persistent.py``), True every run; other options go to
+    the torch frontend (``example_kwargs``).
     """
     _check_options(backend, strategy, time_limit)
     _check_frontend_options("compile", options, ("example_kwargs", "strict"))

@@ -81,8 +81,10 @@ class Report:
     # and the time the model would hide (the smaller of the two; modelled, not subtracted from
     # ``est_total_us``).  Empty without collectives.
     overlap: list[dict[str, Any]] = field(default_factory=list)
-    # Runs of kernels launched as one persistent kernel each (``compile(persistent=True)``,
-    # experimental): their kernels, the first's index, the tasks (the phases' programs) and the grid.
+    # Runs of kernels that can be one persistent kernel (``compile(persistent=...)``, experimental):
+    # their kernels, the first's index, the tasks (the phases' programs), the grid, the modelled
+    # time of the kernels launched one by one and of the persistent kernel (its simulated
+    # schedule: ``cost/persistent.py``), and whether the run is launched as one.
     persistent: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
