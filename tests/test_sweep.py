@@ -30,12 +30,13 @@ sweep = _sweep()
 # whose near-zero normalized vectors once made verify blame rounding; 50 s) run with --runslow, and
 # so do those tests/test_models.py compiles by default already (bert, vit, resnet, segformer,
 # mobilenet_v2, llama: PyTorch and ONNX against eager) or whose family another covers here
-# (whisper: t5 and wav2vec2; albert: bert; gpt_neox: llama's rotary, gpt2) or another test does
+# (whisper: t5 and wav2vec2; albert: bert; gpt_neox: llama's rotary, gpt2; gpt2 itself: bloom's
+# decoder, and tests/test_models.py and tests/test_dynamo_shapes.py compile it) or another test does
 # (mixtral, 24 s: its experts' histc and grouped matmuls in tests/test_moe_ops.py), and mamba
 # (20 s), moved out of the default run for time: state-space layers are then checked by --runslow
 # only.
-SUBSET = ["deberta-v2", "gpt2", "bloom", "t5", "convnext", "wav2vec2"]
-SLOW = ["mixtral", "mamba", "albert", "gpt_neox", "qwen2", "bart", "swin2sr", "bert", "vit", "resnet", "segformer", "mobilenet_v2", "whisper", "llama"]
+SUBSET = ["deberta-v2", "bloom", "t5", "convnext", "wav2vec2"]
+SLOW = ["gpt2", "mixtral", "mamba", "albert", "gpt_neox", "qwen2", "bart", "swin2sr", "bert", "vit", "resnet", "segformer", "mobilenet_v2", "whisper", "llama"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,6 +53,7 @@ def test_architecture_compiles_through_kernels_and_matches_eager(model_type):
     assert rec["kernels"] > 0 and rec["prims"] >= rec["kernels"]
 
 
+@pytest.mark.slow       # (11 s: every architecture's config; the harness's own check)
 def test_shrunk_configs_respect_the_bounds():
     # every architecture's shrunk config and sub-configs: hidden <= 64, layers <= 2, heads <= 4,
     # vocab <= 128, image <= 64 px (the two SAM3 video configs rebuild a prompt encoder at its
