@@ -291,3 +291,17 @@ def test_zoo_models_served_across_a_bucket_match_eager(name):
         generic += tilefuse.compiled_graphs()[-1].report.specialization.get("generic_kernels", 0)
     assert generic > 0, "no size ran a size-generic kernel"
     torch._dynamo.reset()
+
+
+def test_a_plan_that_does_not_carry_to_the_far_end_narrows_the_bucket_and_skips_samples():
+    """A carry that raises PlanMismatch at the checked end narrows the bucket as a bound missed by
+    far would; at a sample size it leaves the sample out."""
+    from types import SimpleNamespace
+
+    def compile_at(at, template):
+        if template is not None and at["seq"] in (9, 11):
+            raise PlanMismatch(f"no kernel at {at['seq']}")
+        return SimpleNamespace(template=SimpleNamespace(plan="plan", merged=False, strategy="optimal"), kernels=(),
+                               report=SimpleNamespace(est_total_us=100.0))
+    b, _ = plan_bucket({"seq": (9, 16)}, compile_at)
+    assert b.ranges == {"seq": (12, 16)} and b.checked_at == {"seq": 12} and b.slower == 0.0

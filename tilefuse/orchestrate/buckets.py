@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from ..log import logger
-from .instantiate import PlanTemplate
+from .instantiate import PlanMismatch, PlanTemplate
 
 TOLERANCE = 0.10
 SAMPLES = 4          # sizes a bucket's kernels are generated at to make their sources size-generic
@@ -165,7 +165,13 @@ def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *,
         if first == at:
             break
         own = compile_at(first, None).report.est_total_us
-        carried = made[tuple(first.items())] = compile_at(first, template)
+        try:
+            carried = made[tuple(first.items())] = compile_at(first, template)
+        except PlanMismatch as e:        # the plan does not carry there at all: as if far slower
+            _log.info("the plan for sizes %s does not carry to %s (%s): narrowed to %s", describe_ranges(ranges),
+                      first, e, describe_ranges(_narrow(ranges, at)))
+            ranges = _narrow(ranges, at)
+            continue
         bound = (dict(first), own, carried.report.est_total_us)
         slower = carried.report.est_total_us / own - 1.0 if own > 0 else 0.0
         if slower <= TOLERANCE:
@@ -182,9 +188,11 @@ def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *,
         samples = {}
         for t in ts:
             where = {**at, **{s: t for s in over}}
-            model = made.get(tuple(where.items())) or compile_at(where, template)
-            samples[t] = model.kernels
-        generics = kernel_generics(samples)
+            try:
+                samples[t] = (made.get(tuple(where.items())) or compile_at(where, template)).kernels
+            except PlanMismatch:
+                continue                 # (that size will be planned on its own when it comes)
+        generics = kernel_generics(samples) if len(samples) >= 2 else ()
         if any(generics):
             template = replace(template, generics=generics, generic_over=over,
                                generic_fixed={s: n for s, n in at.items() if s not in over})
