@@ -40,6 +40,8 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     assert all(r["launched_as_one"] == (r["persistent_us"] < r["apart_us"]) for r in rows), rows
     assert [(r["first"], r["first"] + len(r["kernels"])) for r in rows if r["launched_as_one"]] == list(compiled.persistent)
     assert compiled.persistent, rows          # (launch-bound tiny kernels: one launch saves the others)
+    saved = sum(r["apart_us"] - r["persistent_us"] for r in rows if r["launched_as_one"])
+    assert compiled.report.est_total_us == pytest.approx(compiled.plan.cost * 1e6 - saved, abs=1e-2)
     with torch.no_grad():
         torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
     for i, j in compiled.persistent:

@@ -84,7 +84,8 @@ class Report:
     # Runs of kernels that can be one persistent kernel (``compile(persistent=...)``, experimental):
     # their kernels, the first's index, the tasks (the phases' programs), the grid, the modelled
     # time of the kernels launched one by one and of the persistent kernel (its simulated
-    # schedule: ``cost/persistent.py``), and whether the run is launched as one.
+    # schedule: ``cost/persistent.py``), and whether the run is launched as one (``est_total_us``
+    # then counts its simulated time; ``strategies`` do not).
     persistent: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
