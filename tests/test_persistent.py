@@ -58,7 +58,7 @@ def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_fo
     from tilefuse.runtime.executor import persistent_runs
 
     def kernel(language="triton", scratch=(), parts=1):
-        k = SimpleNamespace(empty=False, tma=False)
+        k = SimpleNamespace(empty=False)
         return SimpleNamespace(language=language, kernels=(k,) * parts, scratch=scratch, start=None)
     ks = [kernel(), kernel(), kernel("torch"), kernel(), kernel(), kernel(), kernel(scratch=("w",)), kernel(),
           kernel(parts=2), kernel(), kernel()]

@@ -302,7 +302,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     _log_plan(report)
     runs = []
     if persistent and backend == "triton":
-        runs, report.persistent = _persistent(plan, kernels, coster, tgt, cuda_graph, persistent)
+        runs, report.persistent = _persistent(plan, kernels, coster, tgt, cuda_graph, persistent, primgraph.types)
         # the modelled total with the runs launched as one at their simulated time
         report.est_total_us = round(report.est_total_us - sum(r["apart_us"] - r["persistent_us"]
                                                               for r in report.persistent if r["launched_as_one"]), 3)
@@ -312,24 +312,44 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     return compiled
 
 
-def _persistent(plan: Plan, kernels, coster: Coster, tgt: Target, cuda_graph: bool, mode) -> tuple[list, list]:
+def _persistent(plan: Plan, kernels, coster: Coster, tgt: Target, cuda_graph: bool, mode,
+                types) -> tuple[list, list]:
     """(the runs launched as persistent kernels, a report row per candidate run): every run
     (``mode`` True), or those the simulated schedule models faster than their kernels launched
     one by one (``"auto"``; ``cost/persistent.py``)."""
     from .cost.persistent import phase_of, simulate
     launch = tgt.launch(cuda_graph)
     chosen, rows = [], []
-    for i, j in persistent_runs(kernels, {w for _, w in plan.deferred}):
+    todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
+    while todo:
+        i, j = todo.pop(0)
         costs = [_scheduled(coster, k)[0] for k in plan.kernels[i:j]]
         apart = sum(c.seconds for c in costs)
         merged = launch + simulate([phase_of(c, launch) for c in costs], tgt.sm_count, 2 * tgt.l2_latency_s)
         take = mode is True or merged < apart
+        if take and tgt.arch and _spills(kernels[i:j], types, tgt.arch):
+            # compiled for the GPU, the run spills (or does not compile): its halves, each on its own
+            todo[:0] = [r for r in ((i, (i + j) // 2), ((i + j) // 2, j)) if r[1] - r[0] >= 2]
+            continue
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
                      "tasks": sum(max(int(c.blocks), 1) for c in costs), "apart_us": round(apart * 1e6, 3),
                      "persistent_us": round(merged * 1e6, 3), "launched_as_one": take})
         if take:
             chosen.append((i, j))
     return chosen, rows
+
+
+def _spills(steps, types, arch: int) -> bool:
+    """Whether the persistent kernel of ``steps`` spills registers compiled for ``arch`` (or cannot
+    be compiled there): a run is launched as one only where its binary is clean (no GPU needed)."""
+    from .codegen.triton.native import NativeCompileError, compile_native_persistent
+    try:
+        binary = compile_native_persistent("persistent", [b.kernels[0] for b in steps], [b.inputs for b in steps],
+                                           [b.outputs for b in steps], types, arch)
+    except NativeCompileError as e:
+        _log.info("persistent kernel of %s: %s", [b.name for b in steps], e)
+        return True
+    return binary.spills
 
 
 def _instantiated(pg: PrimGraph, template: PlanTemplate, tgt: Target, cuda_graph: bool):

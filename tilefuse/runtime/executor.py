@@ -77,13 +77,13 @@ class Program:
 
 def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2) -> list[tuple[int, int]]:
     """The maximal runs (first, past the last) of at least ``least`` consecutive kernels that can
-    be phases of one persistent kernel: each one generated kernel, no scratch, not empty, no tensor
-    descriptors (their global scratch is not set up inside a persistent launch yet); a run starts
-    anew at each index in ``breaks`` (where a collective is waited for)."""
+    be phases of one persistent kernel: each one generated kernel, no scratch (its wiring is the
+    family's launcher's), not empty; a run starts anew at each index in ``breaks`` (where a
+    collective is waited for)."""
     runs, start = [], None
     for k, b in enumerate(list(kernels) + [None]):
         ok = b is not None and b.language == "triton" and len(b.kernels) == 1 and not b.scratch \
-            and not b.kernels[0].empty and b.start is None and not b.kernels[0].tma
+            and not b.kernels[0].empty and b.start is None
         if start is not None and (not ok or k in breaks):
             if k - start >= least:
                 runs.append((start, k))

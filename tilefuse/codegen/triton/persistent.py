@@ -116,13 +116,14 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     """(launcher, source, its tensors in parameter order) of the persistent kernel running
     ``kernels`` as phases (their tensors named by ``reads``/``writes``, inputs-then-outputs order);
     the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs."""
-    from .launch import load_kernel
+    from .launch import _descriptor_scratch, load_kernel
     source, params = persistent_module(name, kernels, reads, writes)
     fn = load_kernel(source, name)
     phases = len(kernels)
     grid = (max(1, min(programs, sum(_tasks(k) for k in kernels))),)
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
     written = {n for outs in writes for n in outs}
+    tma = any(k.tma for k in kernels) and "make_tensor_descriptor" in source
     counters: dict = {}
 
     def launch(buffers) -> None:
@@ -133,6 +134,10 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
         else:
             c.zero_()
         ts = [buffers[n] if n in written else buffers[n].contiguous() for n in params]
+        if tma:         # a tensor descriptor's base must be 16-byte aligned (a view may not be)
+            ts = [t if n in written or t.data_ptr() % 16 == 0 else t.clone() for n, t in zip(params, ts)]
+            if not interpreted():
+                _descriptor_scratch()
         with interpreting() if interpreted() else contextlib.nullcontext():
             fn[grid](*ts, c, num_warps=warps, num_stages=stages)
 
