@@ -31,7 +31,7 @@ sweep = _sweep()
 # so do those tests/test_models.py compiles by default already (bert, vit, resnet, segformer,
 # mobilenet_v2, llama: PyTorch and ONNX against eager) or whose family another covers here
 # (whisper: t5 and wav2vec2; albert: bert; gpt_neox: llama's rotary, gpt2; gpt2 itself: bloom's
-# decoder, and tests/test_models.py and tests/test_dynamo_shapes.py compile it) or another test does
+# decoder, and tests/test_models.py compiles it) or another test does
 # (mixtral, 24 s: its experts' histc and grouped matmuls in tests/test_moe_ops.py), and mamba
 # (20 s), moved out of the default run for time: state-space layers are then checked by --runslow
 # only.

@@ -139,17 +139,39 @@ def compile_native_generic(kernel: Kernel, generic, arch: int) -> Binary:
 
 def compile_native_persistent(name: str, kernels, reads, writes, types, arch: int) -> Binary:
     """A persistent kernel of ``kernels`` as phases (``persistent.py``; tensors named by ``reads``
-    and ``writes``, typed by ``types``) compiled for ``arch`` (not cached: a check)."""
+    and ``writes``, typed by ``types``) compiled for ``arch``; cached like ``compile_native`` (under
+    one name: the binary does not depend on it)."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from .persistent import COUNTERS, persistent_module
-    source, params = persistent_module(name, kernels, reads, writes)
-    fn = _jit_function(source, name)
+    source, params = persistent_module(_NAME, kernels, reads, writes)
     signature = {f"p{k}": _POINTER[types[n].dtype] for k, n in enumerate(params)}
     signature[COUNTERS] = "*i32"
     warps = max(k.num_warps for k in kernels)
+    key = hashlib.sha256(json.dumps([_VERSION, "persistent", triton.__version__, arch, source, signature, warps,
+                                     max(k.num_stages for k in kernels)]).encode()).hexdigest()[:24]
+    path = cache_root() / "native" / f"{key}.json"
+    try:
+        return replace(Binary.from_dict(json.loads(path.read_text())), kernel=name)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    binary = _compile_persistent(_NAME, source, signature, warps, kernels, arch)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(binary.as_dict(), sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return replace(binary, kernel=name)
+
+
+def _compile_persistent(name: str, source: str, signature: dict, warps: int, kernels, arch: int) -> Binary:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    params = [n for n in signature]
+    fn = _jit_function(source, name)
     try:
         compiled = triton.compile(ASTSource(fn, signature, {}, {(j,): [["tt.divisibility", 16]] for j in range(len(params))}),
                                   target=GPUTarget("cuda", arch, 32),
