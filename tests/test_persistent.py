@@ -59,7 +59,8 @@ def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_fo
 
     def kernel(language="triton", scratch=(), parts=1):
         k = SimpleNamespace(empty=False)
-        return SimpleNamespace(language=language, kernels=(k,) * parts, scratch=scratch, start=None)
+        return SimpleNamespace(language=language, kernels=(k,) * parts, scratch=scratch, start=None,
+                               plain=language == "triton" and parts == 1 and not scratch)
     ks = [kernel(), kernel(), kernel("torch"), kernel(), kernel(), kernel(), kernel(scratch=("w",)), kernel(),
           kernel(parts=2), kernel(), kernel()]
     assert persistent_runs(ks) == [(0, 2), (3, 6), (9, 11)]
@@ -94,3 +95,9 @@ def test_the_simulated_schedule():
     assert simulate([Phase(4, 1.0), Phase(4, 2.0)], 4, 0.0) == 3.0        # barrier: 1, then 2
     assert simulate([Phase(3, 1.0), Phase(1, 1.0)], 4, 0.0) == 2.0        # a free worker still waits
     assert simulate([Phase(1, 1.0), Phase(1, 1.0)], 1, 0.1) == pytest.approx(2.4)
+
+
+def test_the_persistent_option_takes_false_true_or_auto():
+    from tilefuse.errors import OptionError
+    with pytest.raises(OptionError, match="persistent must be False, True or 'auto', got 'yes'"):
+        tilefuse.compile(torch.nn.ReLU(), (torch.randn(4),), target="cpu", persistent="yes")

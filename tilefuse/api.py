@@ -298,14 +298,14 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                            if row["waited_before"] < len(report.kernels) else None,
                            "between": [report.kernels[j].name for j in row["between"]]}
                           for row in hidden(plan, lambda k: _scheduled(coster, k)[0].seconds)]
-    report.compile_seconds = round(time.perf_counter() - t0, 4)
-    _log_plan(report)
     runs = []
     if persistent and backend == "triton":
         runs, report.persistent = _persistent(plan, kernels, coster, tgt, cuda_graph, persistent, primgraph.types)
         # the modelled total with the runs launched as one at their simulated time
         report.est_total_us = round(report.est_total_us - sum(r["apart_us"] - r["persistent_us"]
                                                               for r in report.persistent if r["launched_as_one"]), 3)
+    report.compile_seconds = round(time.perf_counter() - t0, 4)
+    _log_plan(report)
     compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                              memory=memory, persistent=runs)
     compiled.template = template or PlanTemplate(plan, merged, strategy)
@@ -451,6 +451,8 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     """
     _check_options(backend, strategy, time_limit)
     _check_frontend_options("compile", options, ("example_kwargs", "strict"))
+    if persistent not in (False, True, "auto"):
+        raise OptionError(f"persistent must be False, True or 'auto', got {persistent!r}")
     from .frontend.torch import import_torch
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):

@@ -138,6 +138,12 @@ class Built:
     # waits and writes the outputs (``orchestrate/overlap.py``); None: ``run`` waits
     start: Callable | None = None
 
+    @property
+    def plain(self) -> bool:
+        """One generated kernel launched as it is: no second kernel, no scratch (what a size-generic
+        source can replace and a persistent kernel can take as a phase)."""
+        return self.language == "triton" and len(self.kernels) == 1 and not self.scratch
+
 
 
 

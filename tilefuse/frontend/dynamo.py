@@ -145,7 +145,8 @@ def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict, *, t
     except VerifyError:
         raise       # asked to verify: a stage that changed the program is not hidden by a fallback
     except TilefuseError as e:
-        if not fallback or type(e).__name__ == "PlanMismatch":
+        from ..orchestrate.instantiate import PlanMismatch
+        if not fallback or isinstance(e, PlanMismatch):
             raise
         warnings.warn(f"tilefuse could not compile a graph of {len(gm.graph.nodes)} nodes and runs it "
                       f"eagerly: {e}", TilefuseFallbackWarning, stacklevel=3)
@@ -354,7 +355,8 @@ class _Specializing:
             fn = _compile_static(self._with_scalars(args), args, self.options, template=template, sink=sink,
                                  keep=keep, fallback=fallback, sizes=sizes)
         except Exception as e:      # made-up sizes the graph cannot take (not fallback)
-            if fallback or isinstance(e, VerifyError) or type(e).__name__ == "PlanMismatch":
+            from ..orchestrate.instantiate import PlanMismatch
+            if fallback or isinstance(e, (VerifyError, PlanMismatch)):
                 raise
             raise _Unplanned(str(e)) from e
         finally:
@@ -446,14 +448,10 @@ def _sym(name: str):
 
 
 def _stride_order(t: torch.Tensor) -> tuple:
-    """The dims from outermost to innermost by stride (size-1 dims last), and whether it is dense."""
+    """The dims from outermost to innermost by stride (size-1 dims last), and whether it is
+    contiguous."""
     order = sorted(range(t.dim()), key=lambda d: (t.shape[d] == 1, -t.stride(d), d))
-    return tuple(order), t.is_contiguous() or _dense(t)
-
-
-def _dense(t: torch.Tensor) -> bool:
-    return t.numel() == 0 or t.untyped_storage().nbytes() // max(t.element_size(), 1) >= t.numel() and all(
-        t.stride(d) > 0 or t.shape[d] == 1 for d in range(t.dim()))
+    return tuple(order), t.is_contiguous()
 
 
 def _like(t: torch.Tensor, shape: list[int]) -> torch.Tensor:

@@ -42,7 +42,7 @@ class Program:
         # runs of kernels launched as one persistent kernel (``codegen/triton/persistent.py``):
         # first kernel -> (the launcher, the kernel after the run)
         # ``programs``: the persistent kernels' grid (at most what the GPU holds at once)
-        self._persistent = {i: (_persistent(kernels[i:j], programs), j) for i, j in persistent}
+        self._persistent = {i: (_persistent_launch(kernels[i:j], programs), j) for i, j in persistent}
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Graph outputs in order; outputs are new tensors, intermediates live in the arena."""
@@ -82,8 +82,7 @@ def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2
     collective is waited for)."""
     runs, start = [], None
     for k, b in enumerate(list(kernels) + [None]):
-        ok = b is not None and b.language == "triton" and len(b.kernels) == 1 and not b.scratch \
-            and not b.kernels[0].empty and b.start is None
+        ok = b is not None and b.plain and not b.kernels[0].empty and b.start is None
         if start is not None and (not ok or k in breaks):
             if k - start >= least:
                 runs.append((start, k))
@@ -93,7 +92,7 @@ def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2
     return runs
 
 
-def _persistent(steps: Sequence[Built], programs: int):
+def _persistent_launch(steps: Sequence[Built], programs: int):
     from ..codegen.triton.persistent import compile_persistent
     launch, _, _ = compile_persistent("persistent_" + steps[0].name, [b.kernels[0] for b in steps],
                                       [b.inputs for b in steps], [b.outputs for b in steps], programs)

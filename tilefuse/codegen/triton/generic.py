@@ -178,14 +178,14 @@ def kernel_generics(samples: Mapping[int, Sequence]) -> tuple:
     for i in range(count):
         built = [samples[t][i] for t in ts]
         out.append(generalize({t: b.source for t, b in zip(ts, built)}, built[0].name)
-                   if all(_plain(b) for b in built) else None)
+                   if all(b.plain for b in built) else None)
     return tuple(out)
 
 
 def serve(built, generic: "Generic | None", size: int | None):
     """``built`` (a kernel generated for ``size``) running ``generic`` where that is its own source
     with the size an argument; else ``built`` as it is."""
-    if generic is None or size is None or not _plain(built) or built.name != generic.name \
+    if generic is None or size is None or not built.plain or built.name != generic.name \
             or not generic.matches(built.source, size):
         return built
     from dataclasses import replace
@@ -193,11 +193,6 @@ def serve(built, generic: "Generic | None", size: int | None):
     from .launch import compile_generic
     return replace(built, run=compile_generic(built.kernels[0], generic, size), source=generic.source,
                    size_arg=size)
-
-
-def _plain(built) -> bool:
-    """A built kernel that is one generated kernel launched as it is (no scratch, no second kernel)."""
-    return built.language == "triton" and len(built.kernels) == 1 and not built.scratch
 
 
 def _tokens(source: str) -> list | None:
@@ -211,10 +206,9 @@ def _tokens(source: str) -> list | None:
 
 def _int(text: str) -> int | None:
     try:
-        value = int(text, 0)
+        return int(text, 0)
     except ValueError:
         return None
-    return value
 
 
 def _in_constant_call(toks: list, k: int) -> bool:

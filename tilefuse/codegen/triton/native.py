@@ -103,30 +103,12 @@ def compile_native(kernel: Kernel, arch: int) -> Binary:
     next layer's, named and commented apart, and one compile serves them all).  Below sm_90 a
     kernel reads through pointers, not tensor descriptors (Triton lowers those to plain loads
     there, without async copies)."""
-    import triton
     plain = replace(kernel, name=_NAME, comments=(), tma=kernel.tma and arch >= TMA_ARCH)
     source = triton_source(plain)
     blocks = {a.block_name: a.block for a in kernel.axes}
-    key = hashlib.sha256(json.dumps([_VERSION, triton.__version__, arch, source, sorted(blocks.items()),
-                                     [_POINTER[t.dtype] for t in kernel.inputs + kernel.outputs],
-                                     kernel.num_warps, kernel.num_stages]).encode()).hexdigest()[:24]
-    path = cache_root() / "native" / f"{key}.json"
-    try:
-        return replace(Binary.from_dict(json.loads(path.read_text())), kernel=kernel.name)
-    except (OSError, ValueError, TypeError, AttributeError):
-        pass
-    try:
-        binary = _compile(plain, source, blocks, arch)
-    except NativeCompileError as e:          # named as the caller knows the kernel
-        raise NativeCompileError(str(e).replace(f"kernel {_NAME}:", f"kernel {kernel.name}:", 1)) from e.__cause__
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(binary.as_dict(), sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass                       # an unusable cache costs a recompile, not the answer
-    return replace(binary, kernel=kernel.name)
+    key = [arch, source, sorted(blocks.items()), [_POINTER[t.dtype] for t in kernel.inputs + kernel.outputs],
+           kernel.num_warps, kernel.num_stages]
+    return _cached(key, kernel.name, lambda: _compile(plain, source, blocks, arch))
 
 
 def compile_native_generic(kernel: Kernel, generic, arch: int) -> Binary:
@@ -141,73 +123,69 @@ def compile_native_persistent(name: str, kernels, reads, writes, types, arch: in
     """A persistent kernel of ``kernels`` as phases (``persistent.py``; tensors named by ``reads``
     and ``writes``, typed by ``types``) compiled for ``arch``; cached like ``compile_native`` (under
     one name: the binary does not depend on it)."""
-    import triton
-
     from .persistent import COUNTERS, persistent_module
     source, params = persistent_module(_NAME, kernels, reads, writes)
     signature = {f"p{k}": _POINTER[types[n].dtype] for k, n in enumerate(params)}
     signature[COUNTERS] = "*i32"
-    warps = max(k.num_warps for k in kernels)
-    key = hashlib.sha256(json.dumps([_VERSION, "persistent", triton.__version__, arch, source, signature, warps,
-                                     max(k.num_stages for k in kernels)]).encode()).hexdigest()[:24]
-    path = cache_root() / "native" / f"{key}.json"
+    warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
+    return _cached(["persistent", arch, source, signature, warps, stages], name,
+                   lambda: _build(_jit_function(source, _NAME), signature, {}, len(signature), warps, stages,
+                                  _NAME, arch))
+
+
+def _cached(key: list, name: str, build) -> Binary:
+    """The binary ``build()`` makes, from the cache by ``key`` (with this Triton's version) when it
+    was made before, named ``name``; a compile error is named as the caller knows the kernel."""
+    import triton
+    digest = hashlib.sha256(json.dumps([_VERSION, triton.__version__, *key]).encode()).hexdigest()[:24]
+    path = cache_root() / "native" / f"{digest}.json"
     try:
         return replace(Binary.from_dict(json.loads(path.read_text())), kernel=name)
     except (OSError, ValueError, TypeError, AttributeError):
         pass
-    binary = _compile_persistent(_NAME, source, signature, warps, kernels, arch)
+    try:
+        binary = build()
+    except NativeCompileError as e:
+        raise NativeCompileError(str(e).replace(f"kernel {_NAME}:", f"kernel {name}:", 1)) from e.__cause__
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(binary.as_dict(), sort_keys=True))
         os.replace(tmp, path)
     except OSError:
-        pass
+        pass                       # an unusable cache costs a recompile, not the answer
     return replace(binary, kernel=name)
 
 
-def _compile_persistent(name: str, source: str, signature: dict, warps: int, kernels, arch: int) -> Binary:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    params = [n for n in signature]
-    fn = _jit_function(source, name)
-    try:
-        compiled = triton.compile(ASTSource(fn, signature, {}, {(j,): [["tt.divisibility", 16]] for j in range(len(params))}),
-                                  target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": warps, "num_stages": max(k.num_stages for k in kernels),
-                                           "enable_fp_fusion": True})
-    except Exception as e:
-        last = (str(e).strip().splitlines() or [""])[-1]
-        raise NativeCompileError(f"kernel {name}: Triton {triton.__version__} cannot compile it for sm_{arch}: "
-                                 f"{type(e).__name__}: {last}") from e
-    usage, sass = _objdump(compiled.asm["cubin"], name, arch)
-    return read_binary(name, arch, warps, usage, sass, int(compiled.metadata.shared), triton.__version__)
-
-
 def _compile(kernel: Kernel, source: str, blocks: dict, arch: int, scalars: dict | None = None) -> Binary:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     fn = _jit_function(source, kernel.name)
-    types = list(kernel.inputs) + list(kernel.outputs)
     signature = {f"in{j}": _POINTER[t.dtype] for j, t in enumerate(kernel.inputs)}
     signature.update({f"out{j}": _POINTER[t.dtype] for j, t in enumerate(kernel.outputs)})
     signature.update(scalars or {})
     signature.update({b: "constexpr" for b in blocks})
     signature = {name: signature[name] for name in fn.arg_names}     # in the parameters' order
-    aligned = {(j,): [["tt.divisibility", 16]] for j in range(len(types))}
-    options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": True}
+    return _build(fn, signature, blocks, len(kernel.inputs) + len(kernel.outputs), kernel.num_warps,
+                  kernel.num_stages, kernel.name, arch)
+
+
+def _build(fn, signature: dict, constexprs: dict, pointers: int, warps: int, stages: int, name: str,
+           arch: int) -> Binary:
+    """``fn`` compiled for ``arch`` with its first ``pointers`` arguments 16-byte aligned (as the
+    runtime passes them) and Triton's launch-time default of fused multiply-adds; its binary read."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    aligned = {(j,): [["tt.divisibility", 16]] for j in range(pointers)}
+    options = {"num_warps": warps, "num_stages": stages, "enable_fp_fusion": True}
     try:
-        compiled = triton.compile(ASTSource(fn, signature, blocks, aligned), target=GPUTarget("cuda", arch, 32),
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, aligned), target=GPUTarget("cuda", arch, 32),
                                   options=options)
     except Exception as e:          # Triton raises its own compilation errors and plain ones alike
         last = (str(e).strip().splitlines() or [""])[-1]
-        raise NativeCompileError(f"kernel {kernel.name}: Triton {triton.__version__} cannot compile it for "
+        raise NativeCompileError(f"kernel {name}: Triton {triton.__version__} cannot compile it for "
                                  f"sm_{arch}: {type(e).__name__}: {last}") from e
-    usage, sass = _objdump(compiled.asm["cubin"], kernel.name, arch)
-    return read_binary(kernel.name, arch, kernel.num_warps, usage, sass, int(compiled.metadata.shared),
-                       triton.__version__)
+    usage, sass = _objdump(compiled.asm["cubin"], name, arch)
+    return read_binary(name, arch, warps, usage, sass, int(compiled.metadata.shared), triton.__version__)
 
 
 def _jit_function(source: str, name: str):
