@@ -10,6 +10,7 @@ import torch
 
 import tilefuse
 from tilefuse import zoo
+from tilefuse.runtime.executor import run_phases
 
 
 def _outputs(x):
@@ -45,11 +46,47 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     with torch.no_grad():
         torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
     for i, j in compiled.persistent:
-        steps = compiled.kernels[i:j]
-        binary = compile_native_persistent(f"persistent_{i}", [b.kernels[0] for b in steps],
-                                           [b.inputs for b in steps], [b.outputs for b in steps],
-                                           compiled.primgraph.types, 90)
+        tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
+        binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
+                                           {**compiled.primgraph.types, **scratch}, 90)
         assert not binary.spills, (i, j, binary)
+
+
+class _SplitK(torch.nn.Module):
+    """A softmax (a plain kernel), a long-K projection with a LayerNorm (h100: split-K, its partial
+    products and their reduction two kernels sharing a workspace), a projection with a softmax over
+    its row (a two-phase epilogue: programs that arrive on a counter, the last one finishing the
+    row from a workspace)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down, self.norm, self.up = torch.nn.Linear(4096, 128), torch.nn.LayerNorm(128), torch.nn.Linear(128, 4096)
+
+    def forward(self, x):
+        return torch.softmax(self.up(self.norm(self.down(torch.softmax(x, -1)))), -1)
+
+
+def test_kernels_with_scratch_are_phases_split_k_and_two_phase_epilogues():
+    from tilefuse.codegen.triton.native import compile_native_persistent
+    torch.manual_seed(0)
+    model, x = _SplitK().eval().half(), torch.randn(4, 4096).half()
+    compiled = tilefuse.compile(model, (x,), target="h100", time_limit=1.0, persistent=True)
+    shapes = [(len(b.kernels), len(b.scratch)) for b in compiled.kernels]
+    assert shapes == [(1, 0), (2, 1), (1, 2)], shapes     # plain, split-K, arriving (workspace + counters)
+    assert compiled.persistent == ((0, 3),)
+    assert compiled.report.persistent[0]["phases"] == 4
+    tiles, reads, writes, scratch = run_phases(compiled.kernels, 0, 3)
+    for tile, ins, outs in zip(tiles, reads, writes):           # the declared wiring fits each kernel
+        types = {**compiled.primgraph.types, **scratch}
+        assert [types[n] for n in ins] == list(tile.inputs) and [types[n] for n in outs] == list(tile.outputs)
+    # split-K's partials: written by phase 1, read back by phase 2 (past L1); the arriving kernel
+    # reads its own workspace back
+    assert writes[1] == ["scratch:1:0"] and "scratch:1:0" in reads[2] and "scratch:2:0" in reads[3]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=1e-3, atol=1e-4)   # counters left at zero
+    binary = compile_native_persistent("persistent_0", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90)
+    assert not binary.spills and binary.mma != "none", binary
 
 
 def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_for():
@@ -57,14 +94,18 @@ def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_fo
 
     from tilefuse.runtime.executor import persistent_runs
 
-    def kernel(language="triton", scratch=(), parts=1):
-        k = SimpleNamespace(empty=False)
-        return SimpleNamespace(language=language, kernels=(k,) * parts, scratch=scratch, start=None,
-                               plain=language == "triton" and parts == 1 and not scratch)
+    from tilefuse.families.base import Built
+
+    def kernel(language="triton", scratch=(), parts=1, wired=False, empty=False, start=None):
+        k = SimpleNamespace(empty=empty)
+        wiring = ((("x",), ("y",)),) * parts if wired else ()
+        return Built("k", "f", ("x",), ("y",), None, "", language, scratch, (k,) * parts, start=start, wiring=wiring)
     ks = [kernel(), kernel(), kernel("torch"), kernel(), kernel(), kernel(), kernel(scratch=("w",)), kernel(),
-          kernel(parts=2), kernel(), kernel()]
-    assert persistent_runs(ks) == [(0, 2), (3, 6), (9, 11)]
-    assert persistent_runs(ks, breaks={4}) == [(0, 2), (4, 6), (9, 11)]
+          kernel(parts=2), kernel(), kernel(), kernel(parts=2, scratch=("w",), wired=True), kernel(empty=True),
+          kernel(), kernel(start=print), kernel()]
+    # undeclared scratch, two kernels unwired, an empty kernel, a collective: each ends a run
+    assert persistent_runs(ks) == [(0, 2), (3, 6), (9, 12)]
+    assert persistent_runs(ks, breaks={4}) == [(0, 2), (4, 6), (9, 12)]
 
 
 def test_a_phase_waits_for_the_whole_phase_before_it_and_counts_itself_done():
@@ -76,8 +117,7 @@ def test_a_phase_waits_for_the_whole_phase_before_it_and_counts_itself_done():
     compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
     i, j = max(compiled.persistent, key=lambda r: r[1] - r[0])
     steps = compiled.kernels[i:j]
-    source, _ = persistent_module("pk", [b.kernels[0] for b in steps], [b.inputs for b in steps],
-                                  [b.outputs for b in steps])
+    source, _ = persistent_module("pk", *run_phases(compiled.kernels, i, j)[:3])
     driver = source.split("def pk(")[1]
     tasks = [int(torch.tensor(b.kernels[0].grid).prod()) for b in steps]
     assert driver.count("tl.atomic_add(tf_counters, 1)") == 2

@@ -33,13 +33,13 @@ from .log import logger
 from .orchestrate.costing import Coster
 from .orchestrate.instantiate import PlanTemplate, instantiate
 from .orchestrate.overlap import hidden, overlap
+from .orchestrate.persistence import persistent_plan
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .progress import step
 from .report.report import KernelInfo, Report
 from .runtime.compiled import CompiledModel
 from .runtime.dynamic import DynamicModel
-from .runtime.executor import persistent_runs
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
 from .transform.channels_last import channels_last
@@ -300,7 +300,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                           for row in hidden(plan, lambda k: _scheduled(coster, k)[0].seconds)]
     runs = []
     if persistent and backend == "triton":
-        runs, report.persistent = _persistent(plan, kernels, coster, tgt, cuda_graph, persistent, primgraph.types)
+        runs, report.persistent = persistent_plan(plan, kernels, lambda k: _scheduled(coster, k), tgt, cuda_graph,
+                                                  persistent, primgraph.types)
         # the modelled total with the runs launched as one at their simulated time
         report.est_total_us = round(report.est_total_us - sum(r["apart_us"] - r["persistent_us"]
                                                               for r in report.persistent if r["launched_as_one"]), 3)
@@ -310,46 +311,6 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                              memory=memory, persistent=runs)
     compiled.template = template or PlanTemplate(plan, merged, strategy)
     return compiled
-
-
-def _persistent(plan: Plan, kernels, coster: Coster, tgt: Target, cuda_graph: bool, mode,
-                types) -> tuple[list, list]:
-    """(the runs launched as persistent kernels, a report row per candidate run): every run
-    (``mode`` True), or those the simulated schedule models faster than their kernels launched
-    one by one (``"auto"``; ``cost/persistent.py``)."""
-    from .cost.persistent import phase_of, simulate
-    launch = tgt.launch(cuda_graph)
-    chosen, rows = [], []
-    todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
-    while todo:
-        i, j = todo.pop(0)
-        costs = [_scheduled(coster, k)[0] for k in plan.kernels[i:j]]
-        apart = sum(c.seconds for c in costs)
-        merged = launch + simulate([phase_of(c, launch) for c in costs], tgt.sm_count, 2 * tgt.l2_latency_s)
-        take = mode is True or merged < apart
-        if take and tgt.arch and _spills(kernels[i:j], types, tgt.arch):
-            # compiled for the GPU, the run spills (or does not compile): its halves, each on its own
-            todo[:0] = [r for r in ((i, (i + j) // 2), ((i + j) // 2, j)) if r[1] - r[0] >= 2]
-            continue
-        rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
-                     "tasks": sum(max(int(c.blocks), 1) for c in costs), "apart_us": round(apart * 1e6, 3),
-                     "persistent_us": round(merged * 1e6, 3), "launched_as_one": take})
-        if take:
-            chosen.append((i, j))
-    return chosen, rows
-
-
-def _spills(steps, types, arch: int) -> bool:
-    """Whether the persistent kernel of ``steps`` spills registers compiled for ``arch`` (or cannot
-    be compiled there): a run is launched as one only where its binary is clean (no GPU needed)."""
-    from .codegen.triton.native import NativeCompileError, compile_native_persistent
-    try:
-        binary = compile_native_persistent("persistent", [b.kernels[0] for b in steps], [b.inputs for b in steps],
-                                           [b.outputs for b in steps], types, arch)
-    except NativeCompileError as e:
-        _log.info("persistent kernel of %s: %s", [b.name for b in steps], e)
-        return True
-    return binary.spills
 
 
 def _instantiated(pg: PrimGraph, template: PlanTemplate, tgt: Target, cuda_graph: bool):

@@ -137,12 +137,30 @@ class Built:
     # a collective: ``start(inputs, outputs)`` issues it without waiting and returns a call that
     # waits and writes the outputs (``orchestrate/overlap.py``); None: ``run`` waits
     start: Callable | None = None
+    # what ``run`` passes each of ``kernels`` (its inputs, then its outputs, in parameter order),
+    # by name: the built kernel's inputs' and outputs', and ``SCRATCH.format(j)`` for its scratch
+    # buffer j; () for a plain kernel (its inputs, then its outputs)
+    wiring: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
 
     @property
     def plain(self) -> bool:
         """One generated kernel launched as it is: no second kernel, no scratch (what a size-generic
-        source can replace and a persistent kernel can take as a phase)."""
+        source can replace)."""
         return self.language == "triton" and len(self.kernels) == 1 and not self.scratch
+
+    @property
+    def launches(self) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None:
+        """Each generated kernel's tensors by name, in launch order (``wiring``): what a persistent
+        kernel needs to run them as its phases; None where ``run`` does more than launch them
+        (a library call, a collective, a launcher whose wiring is not declared)."""
+        if self.language != "triton" or not self.kernels or self.start is not None:
+            return None
+        if self.wiring:
+            return self.wiring
+        return ((self.inputs, self.outputs),) if self.plain else None
+
+
+SCRATCH = "#scratch{}"     # a built kernel's scratch buffer in its ``wiring`` (no tensor name has a #)
 
 
 

@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from ..families import Built, build
+from ..families.base import SCRATCH
 from ..ir.prim import PrimGraph
 from ..ir.samples import allocate, sample_io
 from ..orchestrate.plan import Plan
@@ -42,13 +43,17 @@ class Program:
         # runs of kernels launched as one persistent kernel (``codegen/triton/persistent.py``):
         # first kernel -> (the launcher, the kernel after the run)
         # ``programs``: the persistent kernels' grid (at most what the GPU holds at once)
-        self._persistent = {i: (_persistent_launch(kernels[i:j], programs), j) for i, j in persistent}
+        self._persistent = {i: (_persistent_launch(kernels, i, j, programs), j) for i, j in persistent}
+        # the persistent kernels' scratch buffers by the names their phases use
+        self._scratch = {n: t for i, j in persistent for k in range(i, j)
+                         for n, t in zip(scratch_names(k, kernels[k]), self.scratch[k])}
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Graph outputs in order; outputs are new tensors, intermediates live in the arena."""
         buffers = dict(self.constants)
         buffers.update(feeds)
         buffers.update(self.intermediates)
+        buffers.update(self._scratch)
         for n in self._fresh:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
@@ -61,7 +66,14 @@ class Program:
                 continue
             if k in self._persistent:
                 launch, skip = self._persistent[k]
-                launch(buffers)
+                try:
+                    launch(buffers)
+                except BaseException:      # counters a failed launch left behind: zero again
+                    for j in range(k, skip):
+                        for t, s in zip(self.scratch[j], self.steps[j].scratch):
+                            if s.zeroed:
+                                t.zero_()
+                    raise
                 report("running kernels", skip, len(self.steps))
                 continue
             ins, outs = [buffers[n] for n in step.inputs], [buffers[n] for n in step.outputs] + self.scratch[k]
@@ -77,12 +89,12 @@ class Program:
 
 def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2) -> list[tuple[int, int]]:
     """The maximal runs (first, past the last) of at least ``least`` consecutive kernels that can
-    be phases of one persistent kernel: each one generated kernel, no scratch (its wiring is the
-    family's launcher's), not empty; a run starts anew at each index in ``breaks`` (where a
-    collective is waited for)."""
+    be phases of one persistent kernel: generated kernels whose launches are declared
+    (``Built.launches``: plain ones, and split-K and two-phase GEMMs with their scratch), none
+    empty; a run starts anew at each index in ``breaks`` (where a collective is waited for)."""
     runs, start = [], None
     for k, b in enumerate(list(kernels) + [None]):
-        ok = b is not None and b.plain and not b.kernels[0].empty and b.start is None
+        ok = b is not None and b.launches is not None and not any(t.empty for t in b.kernels)
         if start is not None and (not ok or k in breaks):
             if k - start >= least:
                 runs.append((start, k))
@@ -92,10 +104,27 @@ def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2
     return runs
 
 
-def _persistent_launch(steps: Sequence[Built], programs: int):
+def run_phases(kernels: Sequence[Built], first: int, last: int) -> tuple[list, list, list, dict]:
+    """The phases of the persistent kernel running ``kernels[first:last]``: (tile-level kernels,
+    each one's input names, each one's output names, the types of the scratch buffers they name),
+    a built kernel's scratch named as the memory plan names it (``scratch_names``)."""
+    tiles, reads, writes, types = [], [], [], {}
+    for k in range(first, last):
+        b = kernels[k]
+        names = scratch_names(k, b)
+        types.update((n, s.type) for n, s in zip(names, b.scratch))
+        slot = {SCRATCH.format(j): n for j, n in enumerate(names)}
+        for kernel, (ins, outs) in zip(b.kernels, b.launches):
+            tiles.append(kernel)
+            reads.append([slot.get(n, n) for n in ins])
+            writes.append([slot.get(n, n) for n in outs])
+    return tiles, reads, writes, types
+
+
+def _persistent_launch(steps: Sequence[Built], first: int, last: int, programs: int):
     from ..codegen.triton.persistent import compile_persistent
-    launch, _, _ = compile_persistent("persistent_" + steps[0].name, [b.kernels[0] for b in steps],
-                                      [b.inputs for b in steps], [b.outputs for b in steps], programs)
+    tiles, reads, writes, _ = run_phases(steps, first, last)
+    launch, _, _ = compile_persistent("persistent_" + steps[first].name, tiles, reads, writes, programs)
     return launch
 
 

@@ -48,7 +48,7 @@ from ...cost.work import kernel_seconds, work
 from ...ir.dtypes import TensorType
 from ...ir.expr import Load, Var
 from ...ir.prim import Prim, Reduction
-from ..base import Built, Cost, Family, Group, Schedule, Scratch
+from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
 from .body import GemmBody, TwoPhase, gemm_body
 from .space import GemmShape, GemmTile, tile_space
 from .template import gemm_kernels
@@ -100,8 +100,9 @@ class GemmFamily(Family):
             partials(ins, [outs[n]])
             reduce(list(ins) + [outs[n]], outs[:n])
 
+        work = SCRATCH.format(0)
         return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton", scratch,
-                     kernels=kernels)
+                     kernels=kernels, wiring=((b.inputs, (work,)), ((*b.inputs, work), outputs)))
 
     def _arriving(self, kernel, inputs, source_out: int, outputs, name: str, scratch) -> Built:
         """The launcher of a kernel whose programs ``Arrive`` (two phases, split-K in one launch):
@@ -121,7 +122,10 @@ class GemmFamily(Family):
                 outs[-1].zero_()
                 raise
 
-        return Built(name, self.name, inputs, outputs, run, source, "triton", scratch, kernels=(kernel,))
+        slots = tuple(SCRATCH.format(j) for j in range(len(scratch)))
+        pre_name = slots[0] if source_out < 0 else outputs[source_out]
+        return Built(name, self.name, inputs, outputs, run, source, "triton", scratch, kernels=(kernel,),
+                     wiring=(((*inputs, pre_name), (*outputs, *slots)),))
 
 
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
