@@ -5,6 +5,8 @@ PyTorch through Triton's interpreter (its programs run one after another: the fi
 task in order), and compiled for sm_90."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -31,8 +33,9 @@ def test_persistent_runs_equal_eager(name):
         torch.testing.assert_close(_outputs(compiled(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
 
 
-def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills():
+def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills(tmp_path):
     from tilefuse.codegen.triton.native import compile_native_persistent
+    from tilefuse.report.gantt import timeline
     model, (inputs,) = zoo.build("gpt2", "tiny")
     compiled = tilefuse.compile(model, inputs, target="h100", time_limit=1.0, persistent="auto")
     rows = compiled.report.persistent
@@ -45,6 +48,18 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     assert compiled.report.est_total_us == pytest.approx(compiled.plan.cost * 1e6 - saved, abs=1e-2)
     with torch.no_grad():
         torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
+    # the report's page draws each persistent kernel's simulated schedule: its tasks per SM, the
+    # makespan the row's modelled time has (one launch besides)
+    launch_us = compiled.target.launch(False) * 1e6
+    page = compiled.report.to_html(tmp_path / "r.html").read_text()
+    assert '<section id="persistent-section">' in page
+    assert page.count('<svg class="gantt"') == len(compiled.persistent)
+    for r in rows:
+        tasks = timeline(r)
+        assert len(tasks) == r["tasks"] and {t.worker for t in tasks} <= set(range(r["programs"]))
+        assert all(a.phase <= b.phase for a, b in zip(tasks, tasks[1:]))             # taken in order
+        assert max(t.end for t in tasks) * 1e6 + launch_us == pytest.approx(r["persistent_us"], abs=0.01)
+        assert [e["kind"] for e in r["edges"]] == ["phase barrier"] * (len(r["phases"]) - 1)
     for i, j in compiled.persistent:
         tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
@@ -74,8 +89,9 @@ def test_kernels_with_scratch_are_phases_split_k_and_two_phase_epilogues():
     shapes = [(len(b.kernels), len(b.scratch)) for b in compiled.kernels]
     assert shapes == [(1, 0), (2, 1), (1, 2)], shapes     # plain, split-K, arriving (workspace + counters)
     assert compiled.persistent == ((0, 3),)
-    assert compiled.report.persistent[0]["phases"] == 4
     tiles, reads, writes, scratch = run_phases(compiled.kernels, 0, 3)
+    # the simulated schedule has the tasks the persistent kernel runs: each phase's programs
+    assert [p["tasks"] for p in compiled.report.persistent[0]["phases"]] == [math.prod(t.grid) for t in tiles]
     for tile, ins, outs in zip(tiles, reads, writes):           # the declared wiring fits each kernel
         types = {**compiled.primgraph.types, **scratch}
         assert [types[n] for n in ins] == list(tile.inputs) and [types[n] for n in outs] == list(tile.outputs)

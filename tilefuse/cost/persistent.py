@@ -22,27 +22,45 @@ class Phase:
     task_s: float              # one task's modelled time
 
 
-def phase_of(cost, launch_s: float) -> Phase:
-    """A kernel of the plan as a phase, from its modelled ``Cost`` (which includes a launch)."""
+def phase_of(cost, launch_s: float, tasks: int) -> Phase:
+    """A kernel launching ``tasks`` programs as a phase, from its modelled ``Cost`` (which
+    includes a launch)."""
     body = max(cost.seconds - launch_s, 0.0)
-    return Phase(max(int(cost.blocks), 1), body / max(int(cost.waves), 1))
+    return Phase(max(tasks, 1), body / max(int(cost.waves), 1))
 
 
-def simulate(phases: Sequence[Phase], programs: int, atomic_s: float) -> float:
-    """The makespan (seconds) of the phases' tasks on ``programs`` workers, each phase after the
+@dataclass(frozen=True)
+class Task:
+    phase: int
+    worker: int
+    start: float               # when it starts running (after the queue's atomic and its wait)
+    end: float                 # when it is counted done
+
+
+def schedule(phases: Sequence[Phase], programs: int, atomic_s: float) -> list[Task]:
+    """The phases' tasks on ``programs`` workers, in the order they are taken: each phase after the
     whole phase before it (a barrier), every task paying two atomics (take, done) and a waiting
-    task the acquire that sees the barrier open."""
-    free = [0.0] * max(programs, 1)          # the workers' free times (a heap)
+    task the acquire that sees the barrier open.  A free worker takes the next task (the earliest
+    free first, the lowest-numbered among equals: deterministic)."""
+    free = [(0.0, w) for w in range(max(programs, 1))]     # (free time, worker): a heap
     heapq.heapify(free)
     barrier = 0.0                            # when the phase before is done
+    out = []
     for p, phase in enumerate(phases):
         done = barrier
         for _ in range(phase.tasks):
-            start = heapq.heappop(free) + atomic_s          # the queue's atomic
+            at, w = heapq.heappop(free)
+            start = at + atomic_s                           # the queue's atomic
             if p and start < barrier:
                 start = barrier + atomic_s                   # the acquire that sees it open
             end = start + phase.task_s + atomic_s           # the task, then counted done
             done = max(done, end)
-            heapq.heappush(free, end)
+            out.append(Task(p, w, start, end))
+            heapq.heappush(free, (end, w))
         barrier = done
-    return barrier
+    return out
+
+
+def simulate(phases: Sequence[Phase], programs: int, atomic_s: float) -> float:
+    """The makespan (seconds) of ``schedule``."""
+    return max((t.end for t in schedule(phases, programs, atomic_s)), default=0.0)

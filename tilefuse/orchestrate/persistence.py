@@ -11,6 +11,7 @@ except the spill check, which reads the compiled binary.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -28,22 +29,29 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
                     types) -> tuple[list[tuple[int, int]], list[dict]]:
     """(the runs launched as persistent kernels, a report row per candidate run); ``scheduled(k)``:
     (Cost, schedule) of the plan's kernel ``k``."""
-    launch = tgt.launch(cuda_graph)
+    launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
     chosen, rows = [], []
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
     while todo:
         i, j = todo.pop(0)
         costs = [scheduled(k)[0] for k in plan.kernels[i:j]]
-        phases = [p for k, c in zip(plan.kernels[i:j], costs) for p in _phases(c, scheduled(k)[1], launch, tgt, cuda_graph)]
+        tiles = run_phases(kernels, i, j)[0]
+        tasks = iter(math.prod(t.grid) for t in tiles)          # the programs each phase launches
+        phases = [p for k, c in zip(plan.kernels[i:j], costs)
+                  for p in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
         apart = sum(c.seconds for c in costs)
-        merged = launch + simulate(phases, tgt.sm_count, 2 * tgt.l2_latency_s)
+        merged = launch + simulate(phases, tgt.sm_count, atomic)
         take = mode is True or merged < apart
         if take and tgt.arch and spills(kernels, i, j, types, tgt.arch):
             # compiled for the GPU, the run spills (or does not compile): its halves, each on its own
             todo[:0] = [r for r in ((i, (i + j) // 2), ((i + j) // 2, j)) if r[1] - r[0] >= 2]
             continue
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
-                     "phases": len(phases), "tasks": sum(p.tasks for p in phases),
+                     "phases": [{"kernel": n, "tasks": p.tasks, "task_us": round(p.task_s * 1e6, 4)}
+                                for n, p in zip([t.name for t in tiles], phases)],
+                     # how each phase waits for the one before (the only hand-off this stage has)
+                     "edges": [{"from": p - 1, "to": p, "kind": "phase barrier"} for p in range(1, len(phases))],
+                     "tasks": sum(p.tasks for p in phases), "atomic_us": round(atomic * 1e6, 4),
                      "apart_us": round(apart * 1e6, 3), "persistent_us": round(merged * 1e6, 3),
                      "launched_as_one": take})
         if take:
@@ -51,16 +59,16 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     return chosen, rows
 
 
-def _phases(cost: Cost, schedule, launch_s: float, tgt: Target, cuda_graph: bool) -> list[Phase]:
+def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_graph: bool) -> list[Phase]:
     """A planned kernel's phases: one per kernel it launches (a split-K GEMM's partial products,
     then their reduction), their modelled times in the proportions of their own costs."""
     works = (schedule.work, *schedule.then)
     if len(works) == 1:
-        return [phase_of(cost, launch_s)]
+        return [phase_of(cost, launch_s, next(tasks))]
     parts = [Cost.modelled(w, tgt, cuda_graph) for w in works]
     bodies = [max(c.seconds - launch_s, 0.0) for c in parts]
     scale = max(cost.seconds - len(works) * launch_s, 0.0) / max(sum(bodies), 1e-30)
-    return [phase_of(replace(c, seconds=launch_s + b * scale), launch_s) for c, b in zip(parts, bodies)]
+    return [phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)) for c, b in zip(parts, bodies)]
 
 
 def spills(kernels: Sequence, first: int, last: int, types, arch: int) -> bool:

@@ -4,7 +4,8 @@ layout engine inline; nothing loaded over the network).
 The page shows the primitive graph with each kernel as a coloured cluster (laid out in the
 browser by Viz.js, Graphviz compiled to WebAssembly, vendored in ``vendor/``), a panel with the
 clicked kernel's prims, source operators, schedule, costs and generated source, a table of kernels
-sortable by any column, the three strategies side by side and a roofline chart (inline SVG).
+sortable by any column, the three strategies side by side, the persistent kernels with their
+simulated timelines (``gantt.py``) and a roofline chart (inline SVG).
 Output is deterministic: the same plan gives byte-identical HTML (compile times are left out).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from .gantt import persistent_section
 from .graph import MAX_PRIM_NODES, expanded_count, family_colours, plan_dot
 from .roofchart import Point, plottable, roofline_svg, si
 from .snapshot import PlanSnapshot
@@ -199,6 +201,8 @@ def render_html(report, snap: PlanSnapshot) -> str:
         "SHOW_ALL": "" if collapsed else " hidden",
         "LEGEND": _legend(families, colours),
         "TABLE": _table(report, colours),
+        "PERSISTENT": persistent_section(report),
+        "PERSISTENT_HIDDEN": "" if report.persistent else " hidden",
         "ROOFLINE": roofline_svg(_points(report), snap.roofs, colours),
         "ROOFLINE_NOTE": _e(_roofline_note(report)),
         "VIZ_NOTICE": _e(VIZ_NOTICE),
