@@ -6,6 +6,7 @@ task in order), and compiled for sm_90."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -64,7 +65,7 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
                                            {**compiled.primgraph.types, **scratch}, 90)
-        assert not binary.spills, (i, j, binary)
+        assert not binary.spills and binary.shared_bytes <= compiled.target.smem_per_block, (i, j, binary)
 
 
 class _SplitK(torch.nn.Module):
@@ -102,7 +103,7 @@ def test_kernels_with_scratch_are_phases_split_k_and_two_phase_epilogues():
         torch.testing.assert_close(compiled.emulate(x), model(x), rtol=1e-3, atol=1e-4)
         torch.testing.assert_close(compiled.emulate(x), model(x), rtol=1e-3, atol=1e-4)   # counters left at zero
     binary = compile_native_persistent("persistent_0", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90)
-    assert not binary.spills and binary.mma != "none", binary
+    assert not binary.spills and binary.mma != "none" and binary.shared_bytes <= 227 * 1024, binary
 
 
 def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_for():
@@ -141,6 +142,14 @@ def test_a_phase_waits_for_the_whole_phase_before_it_and_counts_itself_done():
         assert f"tl.atomic_add(tf_counters + {p}, 0, sem=\"acquire\") < {tasks[p - 1]}:" in driver
     assert driver.count("sem=\"release\")") == len(steps) and driver.count("tl.debug_barrier()") == len(steps)
     assert 'cache_modifier=".cg"' in source
+    # each phase is a function of its own (its registers and shared memory not added to the
+    # others'), its loops pipelined as deep as its own kernel's
+    for b in steps:
+        assert f"@triton.jit(noinline=True)\ndef {b.kernels[0].name}_phase(" in source
+    assert not re.search(r"(?<![\w.])range\(", source)
+    for b in steps:
+        body = source.split(f"def {b.kernels[0].name}_phase(")[1].split("\n\n\n")[0]
+        assert set(re.findall(r"num_stages=(\d+)\)", body)) <= {str(b.kernels[0].num_stages)}
 
 
 def test_the_simulated_schedule():

@@ -6,7 +6,8 @@ A run is a maximal sequence of consecutive kernels whose launches are declared
 named like any tensor).  Under ``"auto"`` a run is taken where its simulated schedule
 (``cost/persistent.py``) models faster than its kernels launched one by one; under True every run.
 For a GPU target a taken run is compiled for its architecture and split in halves while its binary
-spills (or does not compile): no GPU is needed for that check.  Everything here is MODELLED,
+spills, needs more shared memory than a block has, or does not compile: no GPU is needed for that
+check.  Everything here is MODELLED,
 except the spill check, which reads the compiled binary.
 """
 from __future__ import annotations
@@ -42,8 +43,9 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         apart = sum(c.seconds for c in costs)
         merged = launch + simulate(phases, tgt.sm_count, atomic)
         take = mode is True or merged < apart
-        if take and tgt.arch and spills(kernels, i, j, types, tgt.arch):
-            # compiled for the GPU, the run spills (or does not compile): its halves, each on its own
+        if take and tgt.arch and unfit(kernels, i, j, types, tgt):
+            # compiled for the GPU, the run spills, overflows shared memory or does not compile:
+            # its halves, each on its own
             todo[:0] = [r for r in ((i, (i + j) // 2), ((i + j) // 2, j)) if r[1] - r[0] >= 2]
             continue
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
@@ -71,14 +73,15 @@ def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_grap
     return [phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)) for c, b in zip(parts, bodies)]
 
 
-def spills(kernels: Sequence, first: int, last: int, types, arch: int) -> bool:
-    """Whether the persistent kernel of ``kernels[first:last]`` spills registers compiled for
-    ``arch`` (or cannot be compiled there): a run is launched as one only where its binary is clean."""
+def unfit(kernels: Sequence, first: int, last: int, types, tgt: Target) -> bool:
+    """Whether the persistent kernel of ``kernels[first:last]`` compiled for ``tgt``'s GPU spills
+    registers, needs more shared memory than a block may have there, or does not compile: a run is
+    launched as one only where its binary is clean (no GPU needed)."""
     from ..codegen.triton.native import NativeCompileError, compile_native_persistent
     tiles, reads, writes, scratch = run_phases(kernels, first, last)
     try:
-        binary = compile_native_persistent("persistent", tiles, reads, writes, {**types, **scratch}, arch)
+        binary = compile_native_persistent("persistent", tiles, reads, writes, {**types, **scratch}, tgt.arch)
     except NativeCompileError as e:
         _log.info("persistent kernel of %s: %s", [b.name for b in kernels[first:last]], e)
         return True
-    return binary.spills
+    return binary.spills or binary.shared_bytes > tgt.smem_per_block

@@ -530,8 +530,13 @@ class _Printer:
                 end = f"{a.name}_split"
                 outer.lines.append(f"{outer.indent}{end} = tl.maximum(tl.minimum({a.reach}, {self._pid(p)} * "
                                    f"{p.block_name} + {until[1] + 1}) // {a.block_name} * {a.block_name}, {first})")
-            loop = "tl.static_range" if unroll else "range"
-            outer.lines.append(f"{outer.indent}for {a.name}_start in {loop}({first}, {end}, {a.block_name}):")
+            if unroll:
+                head = f"tl.static_range({first}, {end}, {a.block_name})"
+            elif self.k.phase:   # a persistent kernel's phases each keep their own pipeline depth
+                head = f"tl.range({first}, {end}, {a.block_name}, num_stages={self.k.num_stages})"
+            else:
+                head = f"range({first}, {end}, {a.block_name})"
+            outer.lines.append(f"{outer.indent}for {a.name}_start in {head}:")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
             self.results[st.slot] = _Value(name, frozenset(st.axes), outer.depth)
