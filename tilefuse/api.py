@@ -33,7 +33,7 @@ from .log import logger
 from .orchestrate.costing import Coster
 from .orchestrate.instantiate import PlanTemplate, instantiate
 from .orchestrate.overlap import hidden, overlap
-from .orchestrate.persistence import persistent_plan
+from .orchestrate.persistence import persistent_plan, settle, with_phases
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .progress import step
@@ -272,10 +272,18 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
             tuning = _measure(primgraph, tgt, measure, time_limit=time_limit, cuda_graph=cuda_graph)
         plans, coster = tuning.plans, tuning.coster
     plan = overlap(plans[strategy])          # collectives issued early, waited for late
-    plans = {**plans, strategy: plan}
+    persistent = persistent if backend == "triton" else False
+    phased = with_phases(plan, coster, tgt, cuda_graph) if persistent and template is None else plan
     with _stage("generating kernels"):
-        kernels = build_kernels(plan, primgraph) if template is None else \
-            build_kernels(plan, primgraph, template.generics, template.generic_size(sizes))
+        kernels = build_kernels(phased, primgraph) if template is None else \
+            build_kernels(phased, primgraph, template.generics, template.generic_size(sizes))
+    runs, rows = [], []
+    if persistent:
+        with _stage("choosing persistent kernels"):
+            runs, rows = persistent_plan(phased, kernels, lambda k: _scheduled(coster, k), tgt, cuda_graph,
+                                         persistent, primgraph.types)
+            plan, kernels = settle(plan, phased, kernels, runs, primgraph.prims)
+    plans = {**plans, strategy: plan}
     if check is not None:
         with _stage("verifying the plan and its kernels"):
             _verify_plan(check, plan, primgraph, kernels if backend == "triton" else None, tgt)
@@ -298,10 +306,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
                            if row["waited_before"] < len(report.kernels) else None,
                            "between": [report.kernels[j].name for j in row["between"]]}
                           for row in hidden(plan, lambda k: _scheduled(coster, k)[0].seconds)]
-    runs = []
-    if persistent and backend == "triton":
-        runs, report.persistent = persistent_plan(plan, kernels, lambda k: _scheduled(coster, k), tgt, cuda_graph,
-                                                  persistent, primgraph.types)
+    if persistent:
+        report.persistent = rows
         # the modelled total with the runs launched as one at their simulated time
         report.est_total_us = round(report.est_total_us - sum(r["apart_us"] - r["persistent_us"]
                                                               for r in report.persistent if r["launched_as_one"]), 3)

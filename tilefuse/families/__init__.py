@@ -25,9 +25,15 @@ def family(name: str) -> KernelFamily:
         raise KeyError(f"no kernel family {name!r}; registered: {sorted(_BY_NAME)}") from None
 
 
+def generated(schedule: Schedule) -> bool:
+    """Whether the schedule's family generates its kernels (Triton source: ``kernels(schedule,
+    name)``) rather than calling a library, torch or a collective."""
+    return hasattr(family(schedule.family), "kernels")
+
+
 def build(schedule: Schedule, name: str) -> Built:
     """The runnable kernel of a schedule, built by its family."""
     return family(schedule.family).build(schedule, name)
 
 
-__all__ = ["FAMILIES", "family", "build", "Built", "Cost", "Family", "Group", "KernelFamily", "Schedule"]
+__all__ = ["FAMILIES", "family", "generated", "build", "Built", "Cost", "Family", "Group", "KernelFamily", "Schedule"]

@@ -26,6 +26,73 @@ from .plan import Plan
 _log = logger("plan")
 
 
+def with_phases(plan: Plan, coster, tgt: Target, cuda_graph: bool) -> Plan:
+    """The plan with a kernel that is not generated (a library call) replaced by its group's
+    fastest generated schedule where the kernels around it, then one persistent kernel with it,
+    model faster than they do with the call between them (each run at its simulated time or its
+    kernels' apart, whichever is less: ``"auto"``'s choice).  Where a launch boundary stays is the
+    cost model's decision, not a rule.  MODELLED; task counts are the schedules' grids."""
+    from ..families import generated
+    launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s
+    breaks = {w for _, w in plan.deferred}
+    kernels = list(plan.kernels)
+    swapped = False
+
+    def phases(k: int) -> list[Phase]:
+        s = kernels[k].schedule
+        cost = next(c for c, o in coster.options(kernels[k].candidate) if o is s)
+        tasks = iter(max(int(w.programs), 1) for w in (s.work, *s.then))
+        return _phases(cost, s, tasks, launch, tgt, cuda_graph)
+
+    def run_time(ks: list[int]) -> float:
+        apart = sum(kernels[k].cost for k in ks)
+        if len(ks) < 2:
+            return apart
+        return min(apart, launch + simulate([p for k in ks for p in phases(k)], tgt.sm_count, atomic))
+
+    def side(k: int, step: int) -> list[int]:
+        out, j = [], k + step
+        while 0 <= j < len(kernels) and generated(kernels[j].schedule) and (j if step > 0 else j + 1) not in breaks:
+            out.append(j)
+            j += step
+        return out[::step]
+
+    for k, pk in enumerate(kernels):
+        if generated(pk.schedule):
+            continue
+        alt = next(((c, s) for c, s in coster.options(pk.candidate) if generated(s)), None)
+        left = side(k, -1) if k not in breaks else []
+        right = side(k, 1) if k + 1 not in breaks else []
+        if alt is None or not (left or right):
+            continue
+        before = run_time(left) + pk.cost + run_time(right)
+        kernels[k] = replace(pk, schedule=alt[1], cost=alt[0].seconds)
+        if run_time(left + [k] + right) < before:
+            swapped = True
+            _log.info("persistent: %s as a generated kernel (%s) joins the kernels around it",
+                      pk.candidate.names[0], alt[1].family)
+        else:
+            kernels[k] = pk
+    return replace(plan, kernels=tuple(kernels)) if swapped else plan     # (a schedule is not compared)
+
+
+def settle(plan: Plan, phased: Plan, kernels: Sequence, runs, prims) -> tuple[Plan, list]:
+    """(the plan, its built kernels) once the runs are chosen: a kernel ``with_phases`` made
+    generated that no run launched as one is the library call it was (rebuilt in its place, named
+    as the plan names it)."""
+    from ..codegen import kernel_names
+    from ..families import build
+    inside = {k for i, j in runs for k in range(i, j)}
+    back = [k for k, (was, now) in enumerate(zip(plan.kernels, phased.kernels))
+            if was.schedule is not now.schedule and k not in inside]
+    if not back:
+        return phased, list(kernels)
+    chosen = [plan.kernels[k] if k in back else pk for k, pk in enumerate(phased.kernels)]
+    names = kernel_names([pk.schedule for pk in chosen], prims)
+    out = [build(chosen[k].schedule, names[k]) if k in back else b for k, b in enumerate(kernels)]
+    return replace(phased, kernels=tuple(chosen)), out
+
+
 def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Target, cuda_graph: bool, mode,
                     types) -> tuple[list[tuple[int, int]], list[dict]]:
     """(the runs launched as persistent kernels, a report row per candidate run); ``scheduled(k)``:
@@ -45,8 +112,9 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         take = mode is True or merged < apart
         if take and tgt.arch and unfit(kernels, i, j, types, tgt):
             # compiled for the GPU, the run spills, overflows shared memory or does not compile:
-            # its halves, each on its own
-            todo[:0] = [r for r in ((i, (i + j) // 2), ((i + j) // 2, j)) if r[1] - r[0] >= 2]
+            # its longest first part that does not, then the rest
+            m = _longest_fit(kernels, i, j, types, tgt)
+            todo[:0] = [r for r in ((i, m), (m if m > i else i + 1, j)) if r[1] - r[0] >= 2]
             continue
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
                      "phases": [{"kernel": n, "tasks": p.tasks, "task_us": round(p.task_s * 1e6, 4)}
@@ -71,6 +139,20 @@ def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_grap
     bodies = [max(c.seconds - launch_s, 0.0) for c in parts]
     scale = max(cost.seconds - len(works) * launch_s, 0.0) / max(sum(bodies), 1e-30)
     return [phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)) for c, b in zip(parts, bodies)]
+
+
+def _longest_fit(kernels: Sequence, i: int, j: int, types, tgt: Target) -> int:
+    """The largest ``m`` in ``(i + 2, j)`` where the run ``kernels[i:m]`` fits (``unfit`` is
+    false), found by bisection (a longer prefix needs at least what a shorter one does); ``i``
+    where none does."""
+    lo, hi = i + 1, j              # kernels[i:lo] fits (one kernel: launched alone), kernels[i:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if unfit(kernels, i, mid, types, tgt):
+            hi = mid
+        else:
+            lo = mid
+    return lo if lo >= i + 2 else i
 
 
 def unfit(kernels: Sequence, first: int, last: int, types, tgt: Target) -> bool:
