@@ -6,7 +6,8 @@ hold 1s, odd sizes and zeros, and NaN and infinities in float inputs and weights
 through the pipeline as ``tilefuse.compile`` runs it (``api._pipeline``), planned for the ``cpu``
 and the ``h100`` target (h100 plans pick gemm and chain kernels the CPU plan may not), with each of
 the ``unfused``, ``greedy`` and ``optimal`` strategies; the plan's kernels run on the CPU (the
-generated Triton kernels in the interpreter) and must equal the reference executor on the
+generated Triton kernels in the interpreter; the unfused plan's also as persistent kernels, every
+run of them one launch) and must equal the reference executor on the
 graph's prims: NaN where it is NaN, infinities exactly, integers and bools exactly, floats within
 the tolerance of the least precise float type in the graph.
 
@@ -30,7 +31,7 @@ from tilefuse.ir.dtypes import TensorType
 from tilefuse.ir.evaluate import run_reference
 from tilefuse.orchestrate.plan import execute_reference
 from tilefuse.orchestrate.strategies import STRATEGIES
-from tilefuse.runtime.executor import Program
+from tilefuse.runtime.executor import Program, persistent_runs
 
 TARGETS = ("cpu", "h100")
 CPU = torch.device("cpu")
@@ -80,6 +81,11 @@ def check(case: OpGraph, target: str, feeds: dict | None = None, tol: dict | Non
                        t0=time.perf_counter(), dump=None)
         got = Program(cm.plan, cm.primgraph, CPU, cm.kernels, cm.memory).run(feeds)
         bad = mismatch(got, want, graph.outputs, tol)
+        runs = persistent_runs(cm.kernels) if strategy == "unfused" else []
+        if not bad and runs:     # its kernels launched as persistent kernels: phases one after another
+            got = Program(cm.plan, cm.primgraph, CPU, cm.kernels, cm.memory, persistent=runs, programs=3).run(feeds)
+            bad = mismatch(got, want, graph.outputs, tol)
+            bad = bad and f"{bad} (as persistent kernels {runs})"
         if bad:
             # tell a wrong kernel from a wrong graph transform: the plan's prims by the reference
             planned = mismatch(execute_reference(cm.plan, cm.primgraph, feeds), want, graph.outputs, tol)

@@ -4,7 +4,8 @@
 arithmetic, reductions, normalization, contractions and scatters (fp32 and fp16, int64 indices,
 opsets 11 to 21), each checked by ``onnx.checker`` and run by onnxruntime while drawing.  Each
 goes through ``tilefuse.compile_onnx`` with ``verify=True`` three ways — the reference backend and
-the generated Triton kernels for a ``cpu`` plan (``.run``), and an ``h100`` plan's kernels run
+the generated Triton kernels for a ``cpu`` plan (``.run``; for half the programs launched as
+persistent kernels), and an ``h100`` plan's kernels run
 here with ``.emulate`` — and every output must equal onnxruntime's: NaN where it is NaN,
 infinities exactly, integers and bools exactly, floats within the tolerance of their type
 (``tilefuse.verify.difference``).  A failure prints the graph as ONNX text and, from ``verify``,
@@ -24,6 +25,7 @@ from onnx import helper, numpy_helper
 
 import tilefuse
 from onnx_programs import OnnxProgram, program, programs
+from test_fuzz_torch import persistent
 from tilefuse.verify import difference, floor
 
 CONFIGS = (("reference", "cpu"), ("triton", "cpu"), ("triton", "h100"))
@@ -46,7 +48,8 @@ def check(program: OnnxProgram, configs=CONFIGS) -> None:
     for backend, target in configs:
         where = f"backend={backend!r}, target={target!r}"
         try:
-            cm = tilefuse.compile_onnx(program.model, backend=backend, target=target, verify=True, time_limit=1.0)
+            cm = tilefuse.compile_onnx(program.model, backend=backend, target=target, verify=True, time_limit=1.0,
+                                       persistent=persistent(program.source(), backend, target))
             if target == "cpu":
                 got = cm.run(feeds)
             else:

@@ -3,8 +3,8 @@
 ``torch_programs.programs`` draws programs of PyTorch view and layout operations mixed with
 elementwise arithmetic, reductions, contractions and in-place updates of slices (fp32, fp16,
 bf16).  Each goes through ``tilefuse.compile`` with ``verify=True`` three ways — the reference
-backend and the generated Triton kernels for a ``cpu`` plan, and an ``h100`` plan's kernels run
-here with ``emulate`` — and every output must equal eager PyTorch's: NaN where it is NaN,
+backend and the generated Triton kernels for a ``cpu`` plan (for half the programs launched as
+persistent kernels), and an ``h100`` plan's kernels run here with ``emulate`` — and every output must equal eager PyTorch's: NaN where it is NaN,
 infinities exactly, integers and bools exactly, floats within the tolerance of their type
 (``tilefuse.verify.mismatch``: a 16-bit program that differs is held, with eager, to the program
 run in float64).  A failure prints the program as Python and, from ``verify``,
@@ -13,6 +13,8 @@ the stage that changed it.
 The default run is a derandomized batch; ``--runslow`` draws 5,000 programs.
 """
 from __future__ import annotations
+
+import zlib
 
 import pytest
 import torch
@@ -37,7 +39,7 @@ def _leaves(out) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
-def check(program: Program, configs=CONFIGS) -> None:
+def check(program: Program, configs=CONFIGS, **options) -> None:
     model = program.module().eval()
     args = program.example_inputs()
     with torch.no_grad():
@@ -47,7 +49,9 @@ def check(program: Program, configs=CONFIGS) -> None:
     for backend, target in configs:
         where = f"backend={backend!r}, target={target!r}"
         try:
-            cm = tilefuse.compile(model, args, backend=backend, target=target, verify=True, time_limit=1.0)
+            given_ = {"persistent": persistent(program.source(), backend, target), **options}
+            cm = tilefuse.compile(model, args, backend=backend, target=target, verify=True, time_limit=1.0,
+                                  **given_)
             got = _leaves(cm(*args) if target == "cpu" else cm.emulate(*args))
         except Exception as e:
             raise AssertionError(f"{where}: {type(e).__name__}: {e}\n{program.source()}") from e
@@ -56,6 +60,12 @@ def check(program: Program, configs=CONFIGS) -> None:
         for k, (g, w) in enumerate(zip(got, want)):
             bad = mismatch(g, w, lo, lambda k=k: _nth(exact, wide, k))
             assert bad is None, f"{where}: output {k} {bad}\n{program.source()}"
+
+
+def persistent(source: str, backend: str, target: str) -> bool:
+    """Whether a fuzzed program's ``cpu`` plan runs its kernels as persistent kernels (every run of
+    them, ``persistent=True``): half the programs, chosen by their text (deterministic)."""
+    return backend == "triton" and target == "cpu" and zlib.crc32(source.encode()) % 2 == 1
 
 
 def _nth(exact: list, wide, k: int):
@@ -72,6 +82,14 @@ FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
 @given(programs())
 def test_programs_match_eager(program):
     check(program)
+
+
+@settings(FUZZ, max_examples=10, derandomize=True, database=None)
+@given(programs())
+def test_unfused_programs_as_persistent_kernels_match_eager(program):
+    """Every prim its own kernel, the kernels launched as persistent kernels: many phases, each
+    reading what earlier ones wrote and the arena's bytes reused from phase to phase."""
+    check(program, (("triton", "cpu"),), strategy="unfused", persistent=True)
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ def _outputs(x):
 
 @pytest.mark.parametrize("name", ["resnet", pytest.param("bert", marks=pytest.mark.slow),
                                   pytest.param("llama", marks=pytest.mark.slow)])
-def test_persistent_runs_equal_eager(name):
+def test_persistent_runs_equal_eager(name, tmp_path):
     model, (inputs,) = zoo.build(name, "tiny")
     compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
     runs = compiled.report.persistent
@@ -32,6 +32,11 @@ def test_persistent_runs_equal_eager(name):
     assert sum(len(r["kernels"]) for r in runs) > len(compiled.kernels) // 2
     with torch.no_grad():
         torch.testing.assert_close(_outputs(compiled(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
+    # a saved model keeps its persistent kernels
+    loaded = tilefuse.load(compiled.save(tmp_path / "m.tfz"))
+    assert loaded.persistent == compiled.persistent and loaded.program._persistent
+    with torch.no_grad():
+        torch.testing.assert_close(_outputs(loaded(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
 
 
 def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills(tmp_path):

@@ -65,13 +65,15 @@ def _stage(what: str):
     _log.info("%s: %.2f s", what, time.perf_counter() - t0)
 
 
-def _check_options(backend: str, strategy: str, time_limit=10.0) -> None:
+def _check_options(backend: str, strategy: str, time_limit=10.0, persistent=False) -> None:
     if backend not in BACKENDS:
         raise OptionError(f"backend {backend!r} is not available; choose one of {BACKENDS}")
     if strategy not in STRATEGIES:
         raise OptionError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
         raise OptionError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    if persistent not in (False, True, "auto") or isinstance(persistent, int) and not isinstance(persistent, bool):
+        raise OptionError(f"persistent must be False, True or 'auto', got {persistent!r}")
 
 
 def _check_frontend_options(fn: str, options: dict, frontend: tuple[str, ...]) -> None:
@@ -416,10 +418,8 @@ def compile(model, example_inputs, *, target: str | Target = "auto", backend: st
     simulated schedule models faster (``cost/persistent.py``), True every run; other options go to
     the torch frontend (``example_kwargs``).
     """
-    _check_options(backend, strategy, time_limit)
+    _check_options(backend, strategy, time_limit, persistent)
     _check_frontend_options("compile", options, ("example_kwargs", "strict"))
-    if persistent not in (False, True, "auto"):
-        raise OptionError(f"persistent must be False, True or 'auto', got {persistent!r}")
     from .frontend.torch import import_torch
     t0 = time.perf_counter()
     if not isinstance(example_inputs, (tuple, list)):
@@ -456,10 +456,12 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
                  strategy: str = "optimal", dump: str | Path | None = None, time_limit: float = 10.0,
                  cuda_graph: bool = False, measure=False, native: bool = False, progress=None,
                  verify: bool | None = None, dynamic: bool = True, max_plans: int = 8,
-                 check_buckets: bool = True, **options: Any) -> CompiledModel | DynamicModel:
+                 check_buckets: bool = True, persistent: bool | str = False,
+                 **options: Any) -> CompiledModel | DynamicModel:
     """Compile an ONNX model (a path, bytes or ``onnx.ModelProto``).
 
-    ``time_limit``, ``cuda_graph``, ``measure``, ``native`` and ``verify`` as for ``compile`` (``verify`` runs
+    ``time_limit``, ``cuda_graph``, ``measure``, ``native``, ``persistent`` and ``verify`` as for
+    ``compile`` (``verify`` runs
     on random inputs, and checks the import against onnxruntime where it is installed);
     ``progress(done, total)`` is called as segments are planned; other options go to the ONNX
     frontend (``input_shapes``, ``dims``, ``initializers_as_inputs``).  A model whose inputs keep
@@ -469,12 +471,13 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
     each bucket's smallest sizes too, to report its bound); ``dynamic=False`` asks for one static
     plan and names the dims to bind instead.
     """
-    _check_options(backend, strategy, time_limit)
+    _check_options(backend, strategy, time_limit, persistent)
     _check_frontend_options("compile_onnx", options, ("input_shapes", "dims", "initializers_as_inputs"))
     from .frontend.onnx import open_inputs
     from .frontend.onnx_load import load_model
     rest = dict(target=target, backend=backend, strategy=strategy, dump=dump, time_limit=time_limit,
-                cuda_graph=cuda_graph, measure=measure, native=native, progress=progress, verify=verify)
+                cuda_graph=cuda_graph, measure=measure, native=native, progress=progress, verify=verify,
+                persistent=persistent)
     if dynamic:
         model, _ = load_model(model_or_path)
         free = open_inputs(model, **options)
@@ -496,8 +499,8 @@ def compile_onnx(model_or_path, *, target: str | Target = "auto", backend: str =
 
 
 def _compile_onnx(model, source, *, target, backend, strategy, dump, time_limit, cuda_graph, measure, native,
-                  progress, verify, template: PlanTemplate | None = None, sizes: dict | None = None,
-                  **options) -> CompiledModel:
+                  progress, verify, persistent=False, template: PlanTemplate | None = None,
+                  sizes: dict | None = None, **options) -> CompiledModel:
     """One static plan of an ONNX model (``source``: what the user gave, kept for checking); with
     ``template``, that plan carried to these sizes."""
     from .frontend.onnx import import_onnx
@@ -510,7 +513,7 @@ def _compile_onnx(model, source, *, target, backend, strategy, dump, time_limit,
         check = Verifier(feeds, onnx_oracle(source, feeds))
     compiled = _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                          time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
-                         native=native, check=check, template=template, sizes=sizes)
+                         native=native, check=check, template=template, sizes=sizes, persistent=persistent)
     compiled.source_onnx = source               # (CompiledModel.save keeps it, for checking)
     return compiled
 

@@ -74,6 +74,8 @@ OPTIONS = {"target": "a target name (default: the CUDA device the inputs are on)
            "max_specializations": "plans (buckets of sizes) per graph with symbolic shapes",
            "check_buckets": "plan each bucket's smallest sizes too, to report how much slower (modelled) the "
                             "bucket's plan is there (default True)",
+           "persistent": "launch runs of consecutive generated kernels as one persistent kernel: 'auto' where "
+                         "modelled faster, True every run (experimental)",
            "interpreter": "on a machine without a GPU, run the kernels in Triton's interpreter (checking, "
                           "not speed) instead of handing the graph back to PyTorch"}
 # torch.compile's modes, as tilefuse options
@@ -533,7 +535,7 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
                      sink: list | None = None, keep: bool = True, sizes: dict | None = None):
     from ..api import _check_options, _pipeline  # late: api imports the frontends lazily too
     strategy, backend = options.get("strategy", "optimal"), options.get("backend", "triton")
-    _check_options(backend, strategy)
+    _check_options(backend, strategy, options.get("time_limit", 10.0), options.get("persistent", False))
     t0 = time.perf_counter()
     with unset_fake_temporarily():
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -562,7 +564,7 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
                              strategy=strategy, t0=t0, dump=options.get("dump"),
                              time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
                              measure=options.get("measure", False), check=check, template=template,
-                             sizes=sizes)
+                             sizes=sizes, persistent=options.get("persistent", False))
         if backend == "triton":
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     record = _specializing.get()

@@ -42,7 +42,7 @@ def save(compiled, path, *, onnx_model=None) -> Path:
     path = Path(path)
     parts = {"imported": compiled.imported, "primgraph": compiled.primgraph, "plan": compiled.plan,
              "report": compiled.report, "memory": compiled.memory, "backend": compiled.backend,
-             "target": compiled.target, "cuda_graph": compiled.cuda_graph}
+             "target": compiled.target, "cuda_graph": compiled.cuda_graph, "persistent": compiled.persistent}
     manifest = {"format": FORMAT, "tilefuse": __version__, "torch": torch.__version__, "triton": triton.__version__,
                 "target": compiled.target.name, "arch": compiled.target.arch, "backend": compiled.backend,
                 "strategy": compiled.report.strategy, "kernels": [b.name for b in compiled.kernels],
@@ -97,7 +97,8 @@ def load(path):
         raise PackageError(f"{path}: the kernels generated from its plan differ from the ones it holds; the "
                            f"package is damaged or was edited: compile the model again")
     return CompiledModel(parts["imported"], parts["primgraph"], parts["plan"], parts["report"], parts["backend"],
-                         parts["target"], kernels, cuda_graph=parts["cuda_graph"], memory=parts["memory"])
+                         parts["target"], kernels, cuda_graph=parts["cuda_graph"], memory=parts["memory"],
+                         persistent=parts.get("persistent", ()))
 
 
 def onnx_model(path) -> bytes | None:
