@@ -153,3 +153,56 @@ def test_measure_fills_measured_times_and_the_tuning_cache(demo32, tmp_path, mon
     assert_matches(tuned(*inputs), eager(model, inputs), FP32_TOL, "demo fp32, measured plan")
     again = tilefuse.compile(model, inputs, measure=True, time_limit=TIME_LIMIT).report
     assert again.measurement["from_cache"] == again.measurement["schedules_measured"]
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_persistent_kernels_equal_eager_call_after_call(name, request):
+    """Issue #25 on the GPU: the plan's kernels as persistent kernels (every run one launch, one
+    program per SM, phases behind barriers) equal eager; called again and again on new inputs (a
+    race between phases shows as a rare mismatch, a deadlock as a hang: the run has a timeout in
+    bench/gpu_suite.sh).  ``--runslow``: 10,000 calls."""
+    from test_models import MODELS, build
+    model, inputs = to_cuda(*build(name, MODELS[name][1][-1]), torch.float16)
+    compiled = tilefuse.compile(model, inputs, target="auto", time_limit=TIME_LIMIT, persistent=True)
+    assert compiled.persistent and compiled.program._persistent
+    calls = 10_000 if request.config.getoption("--runslow") else 300
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for k in range(calls):
+        if inputs[0].dtype.is_floating_point:
+            args = (torch.randn(inputs[0].shape, generator=g, device="cuda", dtype=inputs[0].dtype), *inputs[1:])
+        else:
+            args = (torch.randint(0, 128, inputs[0].shape, generator=g, device="cuda"), *inputs[1:])
+        if k % 50 == 0 or k == calls - 1:
+            assert_matches(compiled(*args), eager(model, args), FP16_TOL, f"{name} persistent, call {k}")
+        else:
+            compiled(*args)
+    torch.cuda.synchronize()
+
+
+def test_generation_with_cuda_graphs_replays_one_graph_per_size():
+    """Issue #24 on the GPU: under mode="reduce-overhead" every size the dynamic cache gives is
+    served by its bucket's plan carried to it and replayed as its own CUDA graph (a graph fixes
+    sizes and pointers, so one graph per size: what the sizes allow); tokens equal eager."""
+    from test_generation import _llama
+    from tilefuse.runtime.cudagraph import GraphReplay
+    torch.manual_seed(0)
+    model = _llama(positions=64).eval().to("cuda")
+    ids = torch.randint(1, 128, (1, 5), device="cuda")
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=12, do_sample=False)
+    replays = []
+    real = GraphReplay.run
+    GraphReplay.run = lambda self, feeds: replays.append(id(self)) or real(self, feeds)
+    torch._dynamo.reset()
+    try:
+        model.forward = torch.compile(model.forward, backend="tilefuse", mode="reduce-overhead",
+                                      options={"time_limit": TIME_LIMIT})
+        with warnings.catch_warnings(), torch.no_grad():
+            from tilefuse.frontend.dynamo import TilefuseFallbackWarning
+            warnings.simplefilter("error", TilefuseFallbackWarning)
+            got = model.generate(ids, max_new_tokens=12, do_sample=False)
+    finally:
+        GraphReplay.run = real
+        torch._dynamo.reset()
+    assert torch.equal(got, want)
+    assert len(set(replays)) >= 12, "one graph per size (prefill and each decode length)"
