@@ -90,3 +90,24 @@ def test_the_plans_kernels_compile_natively_without_spills_and_pipelined(model, 
     if tgt.arch == 90 and close < within * len(rows):
         broken.append(f"registers within ±25% of the model for {close} of {len(rows)} kernels")
     assert not broken, "\n".join(broken)
+
+
+def test_fp32_dots_read_their_operands_without_tensor_descriptors_and_do_not_spill(tmp_path, monkeypatch):
+    """An fp32 model's GEMMs run off the tensor cores (IEEE fp32: FMA); a tile read through a tensor
+    descriptor would be pulled from shared memory into registers (sm_90: 255 registers and
+    spills at 16x16x128, 40 with plain loads), so fp32 dots load their operands plainly."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down, self.norm = torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256)
+
+        def forward(self, x):
+            return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+    torch.manual_seed(0)
+    cm = tilefuse.compile(Block().eval(), (torch.randn(1, 16, 256),), target="h100", time_limit=2.0)
+    rows = cm.native()
+    assert [r.family for r in rows].count("gemm") == 2
+    for r in rows:
+        assert not r.binary.spills and r.binary.mma == "none" and r.binary.tma_loads == 0, r.binary

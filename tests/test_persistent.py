@@ -41,33 +41,19 @@ def test_persistent_runs_equal_eager(name, tmp_path):
 
 def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills(tmp_path):
     from tilefuse.codegen.triton.native import compile_native_persistent
-    from tilefuse.orchestrate.persistence import settle
     from tilefuse.report.gantt import timeline
-    model, (inputs,) = zoo.build("llama", "tiny")
-    model = model.half()
-    compiled = tilefuse.compile(model, inputs, target="h100", time_limit=10.0, persistent="auto")
+    model, (inputs,) = zoo.build("gpt2", "tiny")
+    compiled = tilefuse.compile(model, inputs, target="h100", time_limit=1.0, persistent="auto")
     rows = compiled.report.persistent
     assert rows and all(r["programs"] == 132 for r in rows)
     # "auto": a run is one launch where its simulated schedule models faster than its kernels apart
     assert all(r["launched_as_one"] == (r["persistent_us"] < r["apart_us"]) for r in rows), rows
     assert [(r["first"], r["first"] + len(r["kernels"])) for r in rows if r["launched_as_one"]] == list(compiled.persistent)
     assert compiled.persistent, rows          # (launch-bound tiny kernels: one launch saves the others)
-    # the plan's library calls are generated kernels where that lets the kernels around them be one
-    # launch (``with_phases``), and are calls again where no run took them (``settle``)
-    plain = tilefuse.compile(model, inputs, target="h100", time_limit=10.0)     # (no candidate cut by time)
-    calls = [k for k, b in enumerate(plain.kernels) if b.family == "library"]
-    inside = {k for i, j in compiled.persistent for k in range(i, j)}
-    assert calls and len(compiled.kernels) == len(plain.kernels)
-    assert all((compiled.kernels[k].family == "library") == (k not in inside) for k in calls), \
-        [(k, compiled.kernels[k].family) for k in calls]
-    assert any(compiled.kernels[k].family == "gemm" for k in calls)
-    again, built = settle(plain.plan, compiled.plan, compiled.kernels, [], compiled.primgraph.prims)
-    assert [b.family for b in built] == [b.family for b in plain.kernels]
-    assert [b.name for b in built] == [b.name for b in plain.kernels]
     saved = sum(r["apart_us"] - r["persistent_us"] for r in rows if r["launched_as_one"])
     assert compiled.report.est_total_us == pytest.approx(compiled.plan.cost * 1e6 - saved, abs=1e-2)
     with torch.no_grad():
-        torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=2e-3, atol=2e-3)
+        torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
     # the report's page draws each persistent kernel's simulated schedule: its tasks per SM, the
     # makespan the row's modelled time has (one launch besides)
     launch_us = compiled.target.launch(False) * 1e6
@@ -85,6 +71,42 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
                                            {**compiled.primgraph.types, **scratch}, 90)
         assert not binary.spills and binary.shared_bytes <= compiled.target.smem_per_block, (i, j, binary)
+
+
+class _Gated(torch.nn.Module):
+    """An RMSNorm, two projections of its output (merged into one matmul: on h100 a cuBLAS call)
+    and a gated projection of theirs."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(32)
+        self.a, self.b = torch.nn.Linear(32, 64, bias=False), torch.nn.Linear(32, 64, bias=False)
+        self.out = torch.nn.Linear(64, 32, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.out(torch.nn.functional.silu(self.a(h)) * self.b(h))
+
+
+def test_a_library_call_between_generated_kernels_becomes_a_phase_where_that_pays():
+    """``with_phases``: the cuBLAS call between two generated kernels is replaced by its group's
+    generated kernel when the one launch it makes possible models faster; ``settle`` makes it a
+    call again where no run took it."""
+    from tilefuse.orchestrate.persistence import settle
+    torch.manual_seed(0)
+    model, x = _Gated().eval().half(), torch.randn(1, 8, 32).half()
+    plain = tilefuse.compile(model, (x,), target="h100", time_limit=10.0)       # (no candidate cut by time)
+    compiled = tilefuse.compile(model, (x,), target="h100", time_limit=10.0, persistent="auto")
+    assert [b.family for b in plain.kernels] == ["fused", "library", "chain"]
+    assert [b.family for b in compiled.kernels] == ["fused", "gemm", "chain"] and compiled.persistent == ((0, 3),)
+    row = compiled.report.persistent[0]
+    assert row["persistent_us"] < row["apart_us"]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=1e-2, atol=1e-2)
+    again, built = settle(plain.plan, compiled.plan, compiled.kernels, [], compiled.primgraph.prims)
+    assert [b.family for b in built] == ["fused", "library", "chain"]
+    assert [b.name for b in built] == [b.name for b in plain.kernels]
+    assert again.kernels[1].schedule is plain.plan.kernels[1].schedule
 
 
 class _SplitK(torch.nn.Module):

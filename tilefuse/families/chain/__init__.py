@@ -39,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ...analysis.classify import Category
-from ...cost.dot import legacy_mma, ranking_seconds
+from ...cost.dot import legacy_mma, ranking_seconds, tensor_cores
 from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.work import work
@@ -114,7 +114,7 @@ def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
             _RANKED.move_to_end(key)
             return got
     forms: dict = {}
-    got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in chain_tiles(chain_shape(b), target)],
+    got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in chain_tiles(chain_shape(b), target, tensor_cores(b.in1, target) and tensor_cores(b.in2, target))],
                                       target))
     with _RANKED_LOCK:
         _RANKED[key] = got

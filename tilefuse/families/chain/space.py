@@ -53,13 +53,16 @@ class ChainTile:
                 + (" TMA" if self.tma else ""))
 
 
-def chain_tiles(s: ChainShape, target: Target) -> list[ChainTile]:
-    """Every tile of the space (module docstring), sizes × warps × stages."""
+def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True) -> list[ChainTile]:
+    """Every tile of the space (module docstring), sizes × warps × stages; through tensor
+    descriptors on sm_90 where the dots run on tensor cores (``tensor_cores``; off them a
+    descriptor tile is pulled from shared memory into registers)."""
     out = []
+    tma = target.arch >= TMA_ARCH and tensor_cores
     for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
         smem = s.itemsize * (bm * bk + bk * bn + bm * bn + bn * bh + bm * bh)
         if smem <= SMEM_SLACK * target.smem_per_block:
-            out += [ChainTile(bm, bn, bk, bh, w, st, target.arch >= TMA_ARCH) for w in WARPS for st in STAGES]
+            out += [ChainTile(bm, bn, bk, bh, w, st, tma) for w in WARPS for st in STAGES]
     return out
 
 

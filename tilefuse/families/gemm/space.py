@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from ...codegen.kernel import TMA_ARCH, pow2
+from ...cost.dot import tensor_cores
 from ...cost.target import Target
 from ...cost.work import DOT_REGISTER_BASE
 from ...ir.dtypes import DType
@@ -96,7 +97,10 @@ def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:
     the K loop."""
     out = []
     m2, n2, k2 = pow2(max(s.m, 16)), pow2(max(s.n, 16)), pow2(max(s.k, 16))
-    tma = target.arch >= TMA_ARCH
+    # tensor descriptors feed tensor cores; a dot off them (fp32 IEEE: FMA) would pull each
+    # descriptor tile from shared memory into registers (sm_90 binaries: 255 registers and spills
+    # at 16x16x128, 40 with plain loads)
+    tma = target.arch >= TMA_ARCH and tensor_cores(s.dtype, target)
     if s.row_reduction:
         whole = (n2,) if n2 <= MAX_ROW else ()
         bns = whole + (tuple(b for b in BNS if b < n2) if n2 <= MAX_FIXUP_ROW else ())
