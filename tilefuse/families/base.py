@@ -141,6 +141,9 @@ class Built:
     # by name: the built kernel's inputs' and outputs', and ``SCRATCH.format(j)`` for its scratch
     # buffer j; () for a plain kernel (its inputs, then its outputs)
     wiring: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    # its output may be its first input's own memory (it then writes only what changes: an
+    # in-place index_put into a KV cache); the runtime decides (``executor.Program``, ``donate``)
+    inplace: bool = False
 
     @property
     def plain(self) -> bool:

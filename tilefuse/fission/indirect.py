@@ -124,6 +124,19 @@ def _scatter_nd(fx, node, ins):
     return fx.opaque("scatter_nd", [data, ind, upd], data.type, reduction=_reduction(node))
 
 
+@rule("IndexPut")
+def _index_put(fx, node, ins):
+    """``data`` with ``values`` written at index tensors along ``dims`` (tilefuse's own operator:
+    the aten frontend's form of an ``index_put`` whose result replaces a model input, e.g. a KV
+    cache's row; opaque, and with ``inplace`` written into the input's own memory at run time)."""
+    data, values, *indices = ins
+    dims = tuple(int(d) for d in node.attrs["dims"])
+    if len(dims) != len(indices):
+        raise UnsupportedAttribute(node, "dims", dims, f"one per index tensor ({len(indices)})")
+    return fx.opaque("index_put", [data, values, *indices], data.type, dims=dims,
+                     inplace=bool(node.attrs.get("inplace", 0)))
+
+
 # ---------------------------------------------------------------- resize
 
 def resized_length(scale: float, n_in: int, n_out: int) -> float:

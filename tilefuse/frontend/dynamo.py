@@ -542,7 +542,8 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
         tensor_pos = [k for k, n in enumerate(placeholders) if isinstance(n.meta.get("val"), torch.Tensor)]
         inputs = {placeholders[k]: placeholders[k].name for k in tensor_pos}
         values = {n: n.meta.get("val") for n in placeholders if n not in inputs}
-        em, outs = fx_to_graph(gm.graph, inputs=inputs, values=values, owner=gm)
+        em, outs = fx_to_graph(gm.graph, inputs=inputs, values=values, owner=gm,
+                               updated=_written_back(placeholders))
         graph = em.graph([o for o in outs if isinstance(o, str)], "torch_compile_graph")
 
         def flatten_inputs(args, kwargs):
@@ -575,6 +576,20 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
     if keep:
         _compiled.append(weakref.ref(compiled))
     return _boxed(compiled)
+
+
+def _written_back(placeholders: list) -> frozenset:
+    """The placeholders of the graph being compiled whose data it updates (AOT autograd's input
+    mutations, e.g. a static KV cache's ``index_copy_``): AOT makes the graph return their new
+    values and copies each back into its input, a copy it skips when the value is the input itself
+    (``aten/scatter.py``: ``IndexPut``)."""
+    from torch._guards import TracingContext
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None or len(meta.input_info) != len(placeholders):
+        return frozenset()
+    return frozenset(p for p, info in zip(placeholders, meta.input_info)
+                     if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata)
 
 
 def _device_target(example_inputs) -> str:

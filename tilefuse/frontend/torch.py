@@ -222,15 +222,18 @@ class _Unflattener:
 # FX (ATen) graph -> canonical Graph, shared with the torch.compile backend.
 
 def fx_to_graph(graph: fx.Graph, *, inputs: Mapping[fx.Node, str], constants: Mapping[fx.Node, tuple] | None = None,
-                values: Mapping[fx.Node, Any] | None = None, owner: torch.nn.Module | None = None):
+                values: Mapping[fx.Node, Any] | None = None, owner: torch.nn.Module | None = None,
+                updated: frozenset = frozenset()):
     """Convert an ATen FX graph.  Placeholders are graph inputs (``inputs``: node -> name),
-    constants (``constants``: node -> (name, tensor)) or specialized Python values (``values``).
+    constants (``constants``: node -> (name, tensor)) or specialized Python values (``values``);
+    ``updated``: the input placeholders whose new values the caller writes back into them.
 
     Returns the Emitter (call ``.graph(outputs, name)``) and the output node's flat values: value
     names for tensors, Python values otherwise.
     """
     constants, values = constants or {}, values or {}
     em = Emitter({n.name for n in graph.nodes})
+    em.updated = frozenset(updated)
     env: dict[fx.Node, Any] = {}
     outs: list = []
     for node in graph.nodes:

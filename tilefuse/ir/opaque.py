@@ -77,6 +77,23 @@ def _scatter_nd(data: torch.Tensor, indices: torch.Tensor, updates: torch.Tensor
     return flat.reshape(data.shape)
 
 
+@opaque_fn("index_put")
+def _index_put(data: torch.Tensor, values: torch.Tensor, *indices: torch.Tensor, dims: tuple,
+               inplace: bool) -> torch.Tensor:
+    """``data`` with ``values`` written where the index tensors (one per dim of ``dims``) point, as
+    torch's ``index_put`` (``inplace``: the caller writes the result back into ``data``, so a
+    kernel may write it there: ``families/opaque.py``)."""
+    return torch.ops.aten.index_put.default(data, index_list(data.dim(), dims, indices), values)
+
+
+def index_list(rank: int, dims: tuple, indices) -> list:
+    """torch's optional-index list: each index tensor at its dim, None elsewhere."""
+    full: list = [None] * rank
+    for d, i in zip(dims, indices):
+        full[d] = i
+    return full
+
+
 # --- collectives (torch.distributed's functional collectives) ---
 # ``ISSUE[fn]`` starts one and returns its result tensor, valid once ``wait`` has been called on it
 # (the runtime issues a collective early and waits just before its result is read:

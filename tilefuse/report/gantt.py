@@ -52,7 +52,8 @@ def gantt_svg(row: dict) -> str:
     out.append(f'<line x1="{LEFT}" y1="{axis}" x2="{W - 10}" y2="{axis}" stroke="#555"/>')
     for k in range(5):
         x, us = LEFT + k * (W - LEFT - 10) / 4, end * 1e6 * k / 4
-        out.append(f'<text x="{x:.1f}" y="{axis + 14}" font-size="10" text-anchor="middle">{us:.1f} µs</text>')
+        anchor = "end" if k == 4 else "middle"
+        out.append(f'<text x="{x:.1f}" y="{axis + 14}" font-size="10" text-anchor="{anchor}">{us:.1f} µs</text>')
     out.append(f'<text x="4" y="{TOP + 10}" font-size="10">SM 0</text>'
                f'<text x="4" y="{axis - 2}" font-size="10">SM {programs - 1}</text>'
                f'<text x="{(W + LEFT) / 2:.0f}" y="{axis + 30}" font-size="10" text-anchor="middle">'

@@ -113,7 +113,7 @@ class CompiledModel:
 
     def _new_program(self) -> Program:
         return Program(self.plan, self.primgraph, self.device, self.kernels, self.memory,
-                       persistent=self.persistent, programs=self.target.sm_count)
+                       persistent=self.persistent, programs=self.target.sm_count, donate=True)
 
     def _run_pooled(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         self.program                       # the first program, made once

@@ -6,6 +6,7 @@ and a memory plan placing every intermediate in one arena allocated once.
 """
 from __future__ import annotations
 
+import collections
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -24,7 +25,7 @@ class Program:
 
     def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device, kernels: Sequence[Built],
                  memory: MemoryPlan | None = None, persistent: Sequence[tuple[int, int]] = (),
-                 programs: int = 1):
+                 programs: int = 1, donate: bool = False):
         if len(kernels) != len(plan.kernels):
             raise ValueError(f"{len(kernels)} built kernels for a plan of {len(plan.kernels)}")
         self.plan, self.device, self.types = plan, device, pg.types
@@ -38,7 +39,15 @@ class Program:
         # leave them at zero, so a CUDA-graph replay needs no memset)
         self.scratch = [[views[n] if n in views else allocate((s,), device)[0]
                          for n, s in zip(scratch_names(k, b), b.scratch)] for k, b in enumerate(kernels)]
-        self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources]
+        # ``donate``: an in-place kernel (``Built.inplace``) writes its output into its input's memory
+        # where that input is a model input no other kernel reads and the output a model output: the
+        # caller overwrites the input with it anyway (a torch.compile'd graph's updated KV cache)
+        readers = collections.Counter(n for b in kernels for n in dict.fromkeys(b.inputs))
+        feeds = {d.name for d in pg.inputs}
+        self._aliases = {b.outputs[0]: b.inputs[0] for b in kernels
+                         if donate and b.inplace and b.inputs[0] in feeds and readers[b.inputs[0]] == 1
+                         and b.outputs[0] in plan.outputs}
+        self._fresh = [n for n in dict.fromkeys(plan.outputs) if n not in plan.sources and n not in self._aliases]
         self._deferred = dict(plan.deferred)     # collective -> the kernel it is waited for before
         # runs of kernels launched as one persistent kernel (``codegen/triton/persistent.py``):
         # first kernel -> (the launcher, the kernel after the run)
@@ -57,6 +66,8 @@ class Program:
         for n in self._fresh:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
+        for n, into in self._aliases.items():
+            buffers[n] = buffers[into]
         waits: dict[int, list] = {}            # kernel index -> collectives to wait for before it
         skip = 0
         for k, step in enumerate(self.steps):

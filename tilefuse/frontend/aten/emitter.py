@@ -41,6 +41,9 @@ class Emitter:
         self.location: str | None = None
         self._k = 0
         self._made_by: dict[str, int] = {}   # value -> index of the node producing it
+        # placeholders whose new value the caller writes back into them (an input a torch.compile'd
+        # graph updates: a KV cache): a converter may write that value into the input's memory
+        self.updated: frozenset = frozenset()
 
     # -- names and values
     def fresh(self, stem: str) -> str:

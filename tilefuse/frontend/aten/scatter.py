@@ -5,7 +5,8 @@
 positions, canonical ``SliceScatter``/``DiagonalScatter``/``AsStridedScatter`` (index arithmetic,
 ``fission/scatter.py``).  ``index_put`` writes through index tensors: ``ScatterND`` (opaque; with
 ``accumulate`` the reduction "add", which sums duplicate indices), or a ``Where`` when the index
-is one boolean mask and the values are the same for every masked element.  Without
+is one boolean mask and the values are the same for every masked element; into a model input the
+caller overwrites with the result (a KV cache), ``IndexPut``: written in place at run time.  Without
 ``accumulate``, duplicate indices keep what torch's CPU ``index_put_`` keeps (the last write);
 torch leaves that order undefined on GPUs.
 """
@@ -126,7 +127,19 @@ def _index_put(em, a):
     expanded = index_tensors(em, idx)
     if all(i is None for i in expanded):
         raise em.unsupported("index_put without an index tensor")
+    if not a.accumulate and not masks and _written_back(em):
+        dims = [d for d, i in enumerate(expanded) if i is not None]
+        return em.op("IndexPut", [x, values, *(expanded[d] for d in dims)], {"dims": dims, "inplace": 1},
+                     TensorType(em.shape(x), em.dtype(x)))
     return _scatter_nd(em, x, expanded, values, bool(a.accumulate))
+
+
+def _written_back(em: Emitter) -> bool:
+    """The tensor written is a model input that the caller overwrites with the result (a KV cache
+    a torch.compile'd graph updates) and nothing else reads: the write may go into its memory,
+    touching only the rows it changes (``IndexPut``, ``fission/indirect.py``)."""
+    target = em.fx.args[0]
+    return target.op == "placeholder" and target in em.updated and len(target.users) == 1
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""A model input that a torch.compile'd graph updates in place (a static KV cache's
+``index_copy_``): AOT autograd makes the graph return the cache's new value and copies it back into
+the cache; tilefuse writes that value into the cache's own memory (``IndexPut``,
+``frontend/aten/scatter.py``), so a decode step writes the new rows, not the whole cache, and
+AOT's copy back is a copy of the cache onto itself (which torch skips).  Checked against eager:
+the outputs and the cache after every step."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilefuse
+
+
+class _Step(torch.nn.Module):
+    """One attention-like step over a cache of 64 positions: the new key written at ``pos``,
+    then read back with the rest."""
+
+    def __init__(self, read_old: bool = False):
+        super().__init__()
+        self.register_buffer("cache", torch.randn(1, 2, 64, 8))
+        self.proj = torch.nn.Linear(16, 16)
+        self.read_old = read_old
+
+    def forward(self, x, pos):
+        old = self.cache.sum() if self.read_old else 0.0
+        k = self.proj(x).view(1, 1, 2, 8).transpose(1, 2)
+        self.cache.index_copy_(2, pos, k)
+        return (self.cache * 2).sum(-1) + old
+
+
+def _steps(read_old: bool):
+    torch.manual_seed(0)
+    model, twin = _Step(read_old).eval(), _Step(read_old).eval()
+    twin.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="tilefuse", options={"interpreter": True, "time_limit": 1.0})
+    with torch.no_grad():
+        for step in range(3):
+            x, pos = torch.randn(1, 1, 16), torch.tensor([5 + 7 * step])
+            torch.testing.assert_close(compiled(x, pos), twin(x, pos), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(model.cache, twin.cache, rtol=1e-6, atol=1e-6)
+    return tilefuse.compiled_graphs()[-1]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_a_cache_row_is_written_in_the_caches_own_memory():
+    cm = _steps(read_old=False)
+    families = [b.family for b in cm.kernels]
+    (put,) = [b for b in cm.kernels if b.inplace]
+    assert put.family == "opaque" and "index_put" in put.source
+    assert cm.program._aliases == {put.outputs[0]: put.inputs[0]}
+    # the whole cache is neither transposed nor copied: one projection, the write, the reader
+    assert len(families) == 3, [b.name for b in cm.kernels]
+    # modelled as the rows written, not the cache copied
+    info = cm.report.kernels[cm.kernels.index(put)]
+    assert info.bytes <= 4 * 16 * 4 + 8, info.bytes
+
+
+def test_a_cache_also_read_before_the_write_is_updated_as_a_new_tensor():
+    """Where something else reads the old cache, writing into it would change what that reads:
+    the update is a scatter into a new tensor (still equal to eager)."""
+    cm = _steps(read_old=True)
+    assert not any(b.inplace for b in cm.kernels) and not cm.program._aliases
