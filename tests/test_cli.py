@@ -88,6 +88,20 @@ def test_compile_for_a_cuda_graph_costs_graph_launches(tmp_path, capsys):
     assert g["launch"] == "cuda_graph" and g["est_total_us"] < e["est_total_us"]
 
 
+def test_compile_with_persistent_kernels_lists_the_runs(tmp_path, capsys):
+    path = _model(tmp_path / "m.onnx")
+    out_json = tmp_path / "r.json"
+    assert main(["compile", path, "--target", "h100", "--strategy", "unfused", "--persistent", "all",
+                 "--json", str(out_json)]) == 0
+    (run,) = json.loads(out_json.read_text())["persistent"]
+    assert run["kernels"] and len(run["phases"]) == 2 and run["launched_as_one"]
+    out = capsys.readouterr().out
+    assert "persistent kernels (times modelled)" in out and "1 launch for 2 kernels" in out
+    with pytest.raises(SystemExit):                                     # argparse: not a choice
+        main(["compile", path, "--persistent", "always"])
+    assert "--persistent: invalid choice: 'always'" in capsys.readouterr().err
+
+
 def test_compile_measure_without_a_gpu_is_one_line_exit_2(tmp_path, capsys):
     import torch
     if torch.cuda.is_available():

@@ -192,6 +192,23 @@ def native_table(rows, arch: int) -> Table:
     return t
 
 
+def persistent_table(report) -> Table:
+    """``report.persistent``: each run of kernels that can be one persistent kernel, its phases and
+    tasks, its kernels' time apart and its simulated time (both modelled), and whether it is one
+    launch."""
+    t = Table(title="persistent kernels (times modelled)")
+    for col, right in (("kernels", False), ("phases", True), ("tasks", True), ("apart µs", True),
+                       ("persistent µs", True), ("one launch", False)):
+        t.add_column(col, justify="right" if right else "left")
+    for r in report.persistent:
+        t.add_row(f"#{r['first']}-#{r['first'] + len(r['kernels']) - 1}", str(len(r["phases"])), str(r["tasks"]),
+                  f"{r['apart_us']:.1f}", f"{r['persistent_us']:.1f}", "yes" if r["launched_as_one"] else "no")
+    launches = report.num_kernels - sum(len(r["kernels"]) - 1 for r in report.persistent if r["launched_as_one"])
+    t.caption = (f"{launches} launch{'es' if launches != 1 else ''} for {report.num_kernels} kernels; a phase waits "
+                 f"for the whole phase before it; programs: one per SM")
+    return t
+
+
 def apart_table(rows) -> Table:
     """``CompiledModel.why_apart()``: each kernel that reads another's output, and why the two are
     not one kernel."""
@@ -245,7 +262,8 @@ def cmd_compile(args, console: Console) -> int:
         compiled = tilefuse.compile_onnx(
             args.model, target=args.target, strategy=args.strategy, measure=args.measure, native=args.native,
             cuda_graph=args.cuda_graph, dump=args.dump, input_shapes=_input_shapes(args), dims=_dims(args),
-            dynamic=False)     # one plan to show: free dims are bound with --dim / --input-shape
+            dynamic=False,     # one plan to show: free dims are bound with --dim / --input-shape
+            persistent={None: False, "auto": "auto", "all": True}[args.persistent])
     if args.save:
         path = compiled.save(args.save)
         console.print(f"saved the compiled model to {path} (tilefuse run {path} [--check] runs it; "
@@ -257,6 +275,8 @@ def cmd_compile(args, console: Console) -> int:
             rows = compiled.native()
         console.print(native_table(rows, compiled.target.arch))
     console.print(strategy_table(r))
+    if r.persistent:
+        console.print(persistent_table(r))
     if args.why_apart:
         with _progress(console):
             rows = compiled.why_apart()
@@ -597,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
                         "what each binary uses beside the model")
     p.add_argument("--cuda-graph", action="store_true",
                    help="plan for replay as one CUDA graph (launch overhead per graph node)")
+    p.add_argument("--persistent", choices=["auto", "all"],
+                   help="launch runs of consecutive generated kernels as one persistent kernel: where modelled "
+                        "faster (auto) or every run (all); experimental")
     p.add_argument("--why-apart", action="store_true",
                    help="for each kernel that reads another's output, say why the two are not one kernel")
     p.add_argument("--save", metavar="FILE.tfz", help="save the compiled model (plan, kernels, weights, the ONNX "
