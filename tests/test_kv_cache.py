@@ -2,8 +2,9 @@
 ``index_copy_``): AOT autograd makes the graph return the cache's new value and copies it back into
 the cache; tilefuse writes that value into the cache's own memory (``IndexPut``,
 ``frontend/aten/scatter.py``), so a decode step writes the new rows, not the whole cache, and
-AOT's copy back is a copy of the cache onto itself (which torch skips).  Checked against eager:
-the outputs and the cache after every step."""
+AOT's copy back is a copy of the cache onto itself (which torch skips).  A row write is a
+generated kernel (``families/scatter.py``: a phase of a persistent kernel like any other), other
+writes an in-place torch call.  Checked against eager: the outputs and the cache after every step."""
 from __future__ import annotations
 
 import pytest
@@ -13,27 +14,31 @@ import tilefuse
 
 
 class _Step(torch.nn.Module):
-    """One attention-like step over a cache of 64 positions: the new key written at ``pos``,
-    then read back with the rest."""
+    """One attention-like step over a cache of 64 positions: the new key written at ``pos`` (or,
+    ``two_indices``, at ``pos`` of batch row 0: two index tensors), then read back with the rest."""
 
-    def __init__(self, read_old: bool = False):
+    def __init__(self, read_old: bool = False, two_indices: bool = False):
         super().__init__()
         self.register_buffer("cache", torch.randn(1, 2, 64, 8))
         self.proj = torch.nn.Linear(16, 16)
-        self.read_old = read_old
+        self.read_old, self.two_indices = read_old, two_indices
 
     def forward(self, x, pos):
         old = self.cache.sum() if self.read_old else 0.0
         k = self.proj(x).view(1, 1, 2, 8).transpose(1, 2)
-        self.cache.index_copy_(2, pos, k)
+        if self.two_indices:
+            self.cache[torch.zeros_like(pos), :, pos] = k[0].transpose(0, 1)
+        else:
+            self.cache.index_copy_(2, pos, k)
         return (self.cache * 2).sum(-1) + old
 
 
-def _steps(read_old: bool):
+def _steps(read_old: bool = False, two_indices: bool = False, **options):
     torch.manual_seed(0)
-    model, twin = _Step(read_old).eval(), _Step(read_old).eval()
+    model, twin = _Step(read_old, two_indices).eval(), _Step(read_old, two_indices).eval()
     twin.load_state_dict(model.state_dict())
-    compiled = torch.compile(model, backend="tilefuse", options={"interpreter": True, "time_limit": 1.0})
+    compiled = torch.compile(model, backend="tilefuse",
+                             options={"interpreter": True, "time_limit": 1.0, **options})
     with torch.no_grad():
         for step in range(3):
             x, pos = torch.randn(1, 1, 16), torch.tensor([5 + 7 * step])
@@ -49,17 +54,32 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def test_a_cache_row_is_written_in_the_caches_own_memory():
-    cm = _steps(read_old=False)
-    families = [b.family for b in cm.kernels]
+def test_a_cache_row_is_written_in_the_caches_own_memory_by_a_generated_kernel():
+    from tilefuse.codegen.triton.native import compile_native
+    cm = _steps()
     (put,) = [b for b in cm.kernels if b.inplace]
-    assert put.family == "opaque" and "index_put" in put.source
+    assert put.family == "scatter" and put.language == "triton" and "tl.store" in put.source
     assert cm.program._aliases == {put.outputs[0]: put.inputs[0]}
     # the whole cache is neither transposed nor copied: one projection, the write, the reader
-    assert len(families) == 3, [b.name for b in cm.kernels]
+    assert len(cm.kernels) == 3, [b.name for b in cm.kernels]
     # modelled as the rows written, not the cache copied
     info = cm.report.kernels[cm.kernels.index(put)]
-    assert info.bytes <= 4 * 16 * 4 + 8, info.bytes
+    assert info.bytes <= 2 * 16 * 4 + 8, info.bytes
+    binary = compile_native(put.kernels[0], 90)
+    assert not binary.spills and binary.stores, binary
+
+
+def test_the_cache_write_is_a_phase_of_a_persistent_kernel():
+    cm = _steps(persistent=True)
+    (k,) = [k for k, b in enumerate(cm.kernels) if b.inplace]
+    launched = [(i, end) for i, (_, end) in cm.program._persistent.items()]      # (first, past the last)
+    assert any(i <= k < j for i, j in launched), (k, launched)
+
+
+def test_a_write_through_two_index_tensors_is_an_in_place_torch_call():
+    cm = _steps(two_indices=True)
+    (put,) = [b for b in cm.kernels if b.inplace]
+    assert put.family == "opaque" and cm.program._aliases == {put.outputs[0]: put.inputs[0]}
 
 
 def test_a_cache_also_read_before_the_write_is_updated_as_a_new_tensor():

@@ -12,9 +12,11 @@ from .fused import FusedFamily
 from .gemm import GemmFamily
 from .library import LibraryFamily
 from .opaque import OpaqueFamily
+from .scatter import ScatterFamily
 
 # In the order the coster consults them (the cheapest rejection first).
-FAMILIES: tuple[KernelFamily, ...] = (CollectiveFamily(), OpaqueFamily(), LibraryFamily(), GemmFamily(), ChainFamily(), FusedFamily())
+FAMILIES: tuple[KernelFamily, ...] = (CollectiveFamily(), ScatterFamily(), OpaqueFamily(), LibraryFamily(), GemmFamily(),
+                                      ChainFamily(), FusedFamily())
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 

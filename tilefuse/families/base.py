@@ -149,7 +149,7 @@ class Built:
     def plain(self) -> bool:
         """One generated kernel launched as it is: no second kernel, no scratch (what a size-generic
         source can replace)."""
-        return self.language == "triton" and len(self.kernels) == 1 and not self.scratch
+        return self.language == "triton" and len(self.kernels) == 1 and not self.scratch and not self.wiring
 
     @property
     def launches(self) -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None:

@@ -52,6 +52,9 @@ class Program:
         # runs of kernels launched as one persistent kernel (``codegen/triton/persistent.py``):
         # first kernel -> (the launcher, the kernel after the run)
         # ``programs``: the persistent kernels' grid (at most what the GPU holds at once)
+        # an in-place kernel not given its input's memory copies it first: not a phase then
+        apart = {k for k, b in enumerate(kernels) if b.inplace and b.outputs[0] not in self._aliases}
+        persistent = [r for i, j in persistent for r in _without(i, j, apart)]
         self._persistent = {i: (_persistent_launch(kernels, i, j, programs), j) for i, j in persistent}
         # the persistent kernels' scratch buffers by the names their phases use
         self._scratch = {n: t for i, j in persistent for k in range(i, j)
@@ -67,6 +70,8 @@ class Program:
             t = self.types[n]
             buffers[n] = torch.empty(t.shape, dtype=t.dtype.to_torch(), device=self.device)
         for n, into in self._aliases.items():
+            if not buffers[into].is_contiguous():     # kernels write contiguous outputs: write a copy
+                buffers[into] = buffers[into].contiguous()
             buffers[n] = buffers[into]
         waits: dict[int, list] = {}            # kernel index -> collectives to wait for before it
         skip = 0
@@ -113,6 +118,12 @@ def persistent_runs(kernels: Sequence[Built], breaks=frozenset(), least: int = 2
         if ok and start is None:
             start = k
     return runs
+
+
+def _without(i: int, j: int, apart: set) -> list[tuple[int, int]]:
+    """The run (i, j) cut at the kernels in ``apart``: its parts of two kernels or more."""
+    cuts = [i - 1] + sorted(k for k in apart if i <= k < j) + [j]
+    return [(a + 1, b) for a, b in zip(cuts, cuts[1:]) if b - (a + 1) >= 2]
 
 
 def run_phases(kernels: Sequence[Built], first: int, last: int) -> tuple[list, list, list, dict]:

@@ -1,0 +1,105 @@
+"""The scatter family: an in-place ``index_put`` of whole rows as a generated kernel.
+
+A model input updated in place under torch.compile (a static KV cache's ``index_copy_``) reaches
+the plan as the opaque ``index_put`` prim with ``inplace`` (``frontend/aten/scatter.py``). Where
+one dim is indexed by a 1-D index tensor and the values have the input's shape with that dim
+replaced by the index's length (one new row per index: the KV-cache update), this family prints a
+kernel over the values — each program stores a tile of them at the rows the index names — so it
+is generated code like any other kernel: a phase of a persistent kernel (a decode step's cache
+updates no longer break the run), compiled for the target's GPU. The kernel writes only the rows:
+it is correct where the runtime gives it the input's own memory as its output (``Built.inplace``,
+``Program(donate=True)``); elsewhere its launcher copies the input first. An index out of range
+(after torch's wrapping of negative ones) writes nothing, never outside the tensor (torch raises).
+
+Cost: the values and the index read, the rows written (MODELLED; the kernel is one pass of
+16-byte-wide stores when a row is contiguous).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..analysis.classify import Category
+from ..codegen.kernel import Kernel, Store, TileAxis, pow2
+from ..cost.model import Resources, Work
+from ..cost.target import Target
+from ..ir.expr import INDEX, Load, Var, binary, cast, select
+from .base import Built, Family, Group, Schedule
+
+MAX_BLOCK = 1024
+WARPS = 4
+
+
+@dataclass(frozen=True, eq=False)
+class ScatterSchedule(Schedule):
+    dim: int = 0                 # the indexed dim
+    block: int = 1               # values per program
+
+    def tile_key(self) -> tuple:
+        return (self.block,)
+
+
+class ScatterFamily(Family):
+    name = "scatter"
+
+    def schedules(self, group: Group, target: Target) -> list[Schedule]:
+        dim = _row_write(group)
+        if dim is None:
+            return []
+        p = group.prims[0]
+        values, index = (group.types[n] for n in p.inputs[1:])
+        block = min(MAX_BLOCK, pow2(max(values.numel, 1)))
+        programs = max(-(-values.numel // block), 1)
+        nbytes = 2 * values.nbytes + index.nbytes
+        work = Work(programs, nbytes, nbytes, 0, 1.0, inflight_bytes=min(nbytes, 16 * 1024), res=Resources(WARPS))
+        return [ScatterSchedule("scatter", group, programs, work, dim=dim, block=block)]
+
+    def kernels(self, schedule: ScatterSchedule, name: str) -> tuple:
+        p = schedule.group.prims[0]
+        types = schedule.group.types
+        values, index = (types[n] for n in p.inputs[1:])
+        out = p.out
+        d = schedule.dim
+        vs = tuple(Var(f"a{k}") for k in range(values.rank))
+        raw = Load(1, (vs[d],), index.dtype)
+        at = cast(select(binary("lt", raw, 0), binary("add", raw, out.shape[d]), raw), INDEX)   # torch wraps
+        inside = binary("and", binary("ge", at, 0), binary("lt", at, out.shape[d]))
+        store = Store(0, tuple(at if k == d else v for k, v in enumerate(vs)), Load(0, vs, values.dtype),
+                      guards=(inside,))
+        axis = TileAxis("x", vs, values.shape, schedule.block, 0, grid=0, block_name="XBLOCK")
+        comments = (f"{name}: scatter kernel (tilefuse): rows of {p.inputs[1]} written into {p.inputs[0]} at "
+                    f"{p.inputs[2]} along dim {d}, in its own memory", f"implements: {p.origin}",
+                    f"inputs:  in0={p.inputs[1]} in1={p.inputs[2]}", f"outputs: out0={p.name} (the memory of "
+                    f"{p.inputs[0]})")
+        return (Kernel(name, (values, index), (out,), (axis,), (store,), WARPS, 1, comments),)
+
+    def build(self, schedule: ScatterSchedule, name: str) -> Built:
+        from ..codegen.triton import compile_kernel
+        p = schedule.group.prims[0]
+        kernels = self.kernels(schedule, name)
+        launch, source = compile_kernel(kernels[0])
+
+        def run(ins, outs):         # ins: the input, the values, the index
+            if outs[0].data_ptr() != ins[0].data_ptr():     # not given the input's memory: copy it first
+                outs[0].copy_(ins[0])
+            launch(list(ins[1:]), outs)
+        return Built(name, self.name, tuple(p.inputs), (p.name,), run, source, "triton", kernels=kernels,
+                     wiring=((tuple(p.inputs[1:]), (p.name,)),), inplace=True)
+
+
+def _row_write(group: Group) -> int | None:
+    """The indexed dim of an in-place ``index_put`` this family prints (module docstring), else None."""
+    if len(group.prims) != 1 or group.categories[0] is not Category.opaque:
+        return None
+    p = group.prims[0]
+    if not p.is_opaque:
+        return None
+    attrs = dict(p.body.attrs)
+    if p.body.fn != "index_put" or not attrs.get("inplace") or len(attrs.get("dims", ())) != 1 or len(p.inputs) != 3:
+        return None
+    (d,) = attrs["dims"]
+    x, values, index = (group.types[n] for n in p.inputs)
+    if index.rank != 1 or not index.dtype.is_int or values.dtype != x.dtype or values.rank != x.rank:
+        return None
+    want = x.shape[:d] + (index.shape[0],) + x.shape[d + 1:]
+    return d if values.shape == want and math.prod(want) > 0 else None
