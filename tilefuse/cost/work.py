@@ -133,6 +133,8 @@ class Profile:
     arrive: tuple = ()                                         # the tail's group axes
     tail: "Profile | None" = None
     unrolled: frozenset = frozenset()                          # axes of unrolled loops (Loop.unroll)
+    scattered: frozenset = frozenset()                         # output slots stored at data-dependent
+                                                               # positions (a scatter: not written whole)
 
 
 def work(kernel: Kernel, target: Target) -> Work:
@@ -390,11 +392,14 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                                                                   if unrolled > 1 else 1)))
     epilogue = sum(math.prod(blk(x) for x in u.varies if x in by) for u in prof.loads if not u.operand) \
         if prof.dots else 0
-    stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters]
+    stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters and k not in prof.scattered]
     scratch_slots = [k for k in prof.stored if k in workspaces]
+    # a scatter writes one value per position of the kernel's iteration space, not its output whole
+    positions = math.prod(a.extent for a in axes if not a.alias and not a.within)
+    scattered = sum(positions * outputs[k].dtype.itemsize for k in prof.scattered)
     return _Phase(programs, tuple(per_input), frozenset(operand),
                   tuple(tuple((a, chunks(a)) for a in sorted(rereads.get(k, ()))) for k in range(len(inputs))),
-                  stored_bytes([outputs[k] for k in sorted(stored_slots)], target),
+                  stored_bytes([outputs[k] for k in sorted(stored_slots)], target) + scattered,
                   sum(outputs[k].nbytes for k in scratch_slots), max(nchunks, 1.0), max(waits, 1.0), loop_bytes,
                   tuple(dot_flops), tuple(dots), cuda, reduce_tile,
                   # a tail holds its own tile (its reductions', else its widest load's: a
@@ -520,12 +525,14 @@ class _Walk:
         self.tail: Profile | None = None
         self.arrive: tuple = ()
         self.unrolled: set = set()
+        self.scattered: set[int] = set()
 
     def run(self, body) -> Profile:
         self.statements(body)
         return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
                        tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
-                       tuple(self.stops), self.arrive, self.tail, frozenset(self.unrolled))
+                       tuple(self.stops), self.arrive, self.tail, frozenset(self.unrolled),
+                       frozenset(self.scattered))
 
     def statements(self, body) -> None:
         for st in body:
@@ -534,6 +541,8 @@ class _Walk:
                     self.loads(e)
                 self.count((st.value, *st.guards))
                 self.stored.add(st.output)
+                if any(isinstance(n, Load) for e in st.index for n in walk(e)):
+                    self.scattered.add(st.output)
             elif isinstance(st, Reduce):
                 axis = self.canon[st.axis]
                 tile = self.axes(st.value) | {axis}

@@ -11,8 +11,8 @@ it is correct where the runtime gives it the input's own memory as its output (`
 ``Program(donate=True)``); elsewhere its launcher copies the input first. An index out of range
 (after torch's wrapping of negative ones) writes nothing, never outside the tensor (torch raises).
 
-Cost: the values and the index read, the rows written (MODELLED; the kernel is one pass of
-16-byte-wide stores when a row is contiguous).
+Cost: ``cost.work.work`` of the kernel it prints (a store at data-dependent positions counts the
+values it writes, not the whole output): the values and the index read, the rows written.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from ..analysis.classify import Category
 from ..codegen.kernel import Kernel, Store, TileAxis, pow2
-from ..cost.model import Resources, Work
 from ..cost.target import Target
+from ..cost.work import work
 from ..ir.expr import INDEX, Load, Var, binary, cast, select
 from .base import Built, Family, Group, Schedule
 
@@ -46,32 +46,13 @@ class ScatterFamily(Family):
         dim = _row_write(group)
         if dim is None:
             return []
-        p = group.prims[0]
-        values, index = (group.types[n] for n in p.inputs[1:])
+        values = group.types[group.prims[0].inputs[1]]
         block = min(MAX_BLOCK, pow2(max(values.numel, 1)))
-        programs = max(-(-values.numel // block), 1)
-        nbytes = 2 * values.nbytes + index.nbytes
-        work = Work(programs, nbytes, nbytes, 0, 1.0, inflight_bytes=min(nbytes, 16 * 1024), res=Resources(WARPS))
-        return [ScatterSchedule("scatter", group, programs, work, dim=dim, block=block)]
+        w = work(_kernel(group, dim, block, "scatter"), target)
+        return [ScatterSchedule("scatter", group, w.programs, w, dim=dim, block=block)]
 
     def kernels(self, schedule: ScatterSchedule, name: str) -> tuple:
-        p = schedule.group.prims[0]
-        types = schedule.group.types
-        values, index = (types[n] for n in p.inputs[1:])
-        out = p.out
-        d = schedule.dim
-        vs = tuple(Var(f"a{k}") for k in range(values.rank))
-        raw = Load(1, (vs[d],), index.dtype)
-        at = cast(select(binary("lt", raw, 0), binary("add", raw, out.shape[d]), raw), INDEX)   # torch wraps
-        inside = binary("and", binary("ge", at, 0), binary("lt", at, out.shape[d]))
-        store = Store(0, tuple(at if k == d else v for k, v in enumerate(vs)), Load(0, vs, values.dtype),
-                      guards=(inside,))
-        axis = TileAxis("x", vs, values.shape, schedule.block, 0, grid=0, block_name="XBLOCK")
-        comments = (f"{name}: scatter kernel (tilefuse): rows of {p.inputs[1]} written into {p.inputs[0]} at "
-                    f"{p.inputs[2]} along dim {d}, in its own memory", f"implements: {p.origin}",
-                    f"inputs:  in0={p.inputs[1]} in1={p.inputs[2]}", f"outputs: out0={p.name} (the memory of "
-                    f"{p.inputs[0]})")
-        return (Kernel(name, (values, index), (out,), (axis,), (store,), WARPS, 1, comments),)
+        return (_kernel(schedule.group, schedule.dim, schedule.block, name),)
 
     def build(self, schedule: ScatterSchedule, name: str) -> Built:
         from ..codegen.triton import compile_kernel
@@ -85,6 +66,26 @@ class ScatterFamily(Family):
             launch(list(ins[1:]), outs)
         return Built(name, self.name, tuple(p.inputs), (p.name,), run, source, "triton", kernels=kernels,
                      wiring=((tuple(p.inputs[1:]), (p.name,)),), inplace=True)
+
+
+def _kernel(group: Group, d: int, block: int, name: str) -> Kernel:
+    """The kernel: one axis over the values (``block`` a program), each stored at its row of the
+    output (the index, wrapped as torch wraps negative ones; out of range: not stored)."""
+    p = group.prims[0]
+    values, index = (group.types[n] for n in p.inputs[1:])
+    out = p.out
+    vs = tuple(Var(f"a{k}") for k in range(values.rank))
+    raw = Load(1, (vs[d],), index.dtype)
+    at = cast(select(binary("lt", raw, 0), binary("add", raw, out.shape[d]), raw), INDEX)
+    inside = binary("and", binary("ge", at, 0), binary("lt", at, out.shape[d]))
+    store = Store(0, tuple(at if k == d else v for k, v in enumerate(vs)), Load(0, vs, values.dtype),
+                  guards=(inside,))
+    axis = TileAxis("x", vs, values.shape, block, 0, grid=0, block_name="XBLOCK")
+    comments = (f"{name}: scatter kernel (tilefuse): rows of {p.inputs[1]} written into {p.inputs[0]} at "
+                f"{p.inputs[2]} along dim {d}, in its own memory", f"implements: {p.origin}",
+                f"inputs:  in0={p.inputs[1]} in1={p.inputs[2]}",
+                f"outputs: out0={p.name} (the memory of {p.inputs[0]})")
+    return Kernel(name, (values, index), (out,), (axis,), (store,), WARPS, 1, comments)
 
 
 def _row_write(group: Group) -> int | None:
