@@ -15,7 +15,8 @@ From that walk, for every family alike:
   (``tiles.site_elems``), times the chunks of the enclosing loops it does not vary along (a query
   tile re-read per key chunk), scaled by the in-range share of the program-split axes it varies
   along (a ragged last tile's masked positions move nothing), times the programs; every output
-  written whole once;
+  written whole once (one stored at data-dependent positions, a scatter: one value per position of
+  the kernel's space);
 - DRAM and L2: a ``Dot`` operand's tensor comes from DRAM once when the operands fit in half of
   L2, else once per band of the grid the resident programs cover (``_window``: the programs
   resident at once, in program-id order — group-M order for a swizzled GEMM — cover a window
