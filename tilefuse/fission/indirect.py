@@ -126,9 +126,11 @@ def _scatter_nd(fx, node, ins):
 
 @rule("IndexPut")
 def _index_put(fx, node, ins):
-    """``data`` with ``values`` written at index tensors along ``dims`` (tilefuse's own operator:
-    the aten frontend's form of an ``index_put`` whose result replaces a model input, e.g. a KV
-    cache's row; opaque, and with ``inplace`` written into the input's own memory at run time)."""
+    """``data`` with ``values`` written at index tensors along ``dims``, in its memory if ``inplace``.
+
+    tilefuse's own operator: the aten frontend's form of an ``index_put`` whose result replaces a
+    model input (a KV cache's new rows); opaque (one prim), a generated kernel in the scatter
+    family where it writes whole rows."""
     data, values, *indices = ins
     dims = tuple(int(d) for d in node.attrs["dims"])
     if len(dims) != len(indices):
