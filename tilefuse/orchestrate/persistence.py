@@ -3,12 +3,14 @@
 A run is a maximal sequence of consecutive kernels whose launches are declared
 (``runtime/executor.persistent_runs``); each of its generated kernels is a phase
 (``runtime/executor.run_phases``: a split-K GEMM's two kernels are two phases, their workspace
-named like any tensor).  Under ``"auto"`` a run is taken where its simulated schedule
-(``cost/persistent.py``) models faster than its kernels launched one by one; under True every run.
-For a GPU target a taken run is compiled for its architecture and split in halves while its binary
-spills, needs more shared memory than a block has, or does not compile: no GPU is needed for that
-check.  Everything here is MODELLED,
-except the spill check, which reads the compiled binary.
+named like any tensor).  Before the kernels are built, ``with_phases`` replaces a library call
+between generated kernels by a generated kernel where the joined run simulates faster; after,
+``persistent_plan`` takes a run where its simulated schedule (``cost/persistent.py``) models
+faster than its kernels launched one by one (``"auto"``; True: every run), and ``settle`` makes a
+replaced call a call again where no run took it.  For a GPU target a taken run is compiled for its
+architecture and, where its binary spills, needs more shared memory than a block has or does not
+compile, cut to its longest first part that does not (the rest tried on its own): no GPU is
+needed for that check.  Everything here is MODELLED, except that check, which reads the binary.
 """
 from __future__ import annotations
 
@@ -142,7 +144,7 @@ def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_grap
 
 
 def _longest_fit(kernels: Sequence, i: int, j: int, types, tgt: Target) -> int:
-    """The largest ``m`` in ``(i + 2, j)`` where the run ``kernels[i:m]`` fits (``unfit`` is
+    """The largest ``m`` in ``[i + 2, j)`` where the run ``kernels[i:m]`` fits (``unfit`` is
     false), found by bisection (a longer prefix needs at least what a shorter one does); ``i``
     where none does."""
     lo, hi = i + 1, j              # kernels[i:lo] fits (one kernel: launched alone), kernels[i:hi] does not
