@@ -80,7 +80,8 @@ def test_the_cache_write_is_a_phase_of_a_persistent_kernel():
 
 
 def test_a_write_through_two_index_tensors_is_an_in_place_torch_call():
-    cm = _steps(two_indices=True)
+    cm = _steps(two_indices=True, verify=True)       # every stage checked on random inputs too
+    assert cm.report.verified[-1] == "kernels"
     (put,) = [b for b in cm.kernels if b.inplace]
     assert put.family == "opaque" and cm.program._aliases == {put.outputs[0]: put.inputs[0]}
 
