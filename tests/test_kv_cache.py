@@ -91,3 +91,59 @@ def test_a_cache_also_read_before_the_write_is_updated_as_a_new_tensor():
     the update is a scatter into a new tensor (still equal to eager)."""
     cm = _steps(read_old=True)
     assert not any(b.inplace for b in cm.kernels) and not cm.program._aliases
+
+
+class _FakeGraph:
+    """A CUDA graph's bookkeeping without a GPU: captured by running the program (as the warm-up
+    and capture runs do), replayed by running it again on the captured inputs and writing the
+    results into the captured outputs (a real replay writes them in place)."""
+
+    def __init__(self, replay):
+        self.replay_of = replay
+
+    def replay(self):
+        cap = next(c for c in self.replay_of.graphs.values() if c.graph is self)
+        for static, out in zip(cap.static_out, self.replay_of.program.run(cap.static_in)):
+            if static.data_ptr() != out.data_ptr():
+                static.copy_(out)
+
+
+def test_cuda_graph_replay_writes_a_donated_cache_in_place_and_captures_per_cache():
+    """``runtime/cudagraph.py`` (its bookkeeping; the GPU's capture is not run here): the cache is
+    not copied into a static buffer nor its output cloned; a call with another cache tensor gets
+    a graph of its own, and the first cache is not written by it."""
+    import contextlib
+
+    from tilefuse.runtime.compiled import CompiledModel
+    from tilefuse.runtime.cudagraph import GraphReplay
+    torch.manual_seed(0)
+    model = _Step().eval()
+    compiled = torch.compile(model, backend="tilefuse", options={"interpreter": True, "time_limit": 1.0})
+    seen = []
+    real = CompiledModel._execute
+    CompiledModel._execute = lambda self, feeds: seen.append(dict(feeds)) or real(self, feeds)
+    try:
+        with torch.no_grad():
+            compiled(torch.randn(1, 1, 16), torch.tensor([3]))
+    finally:
+        CompiledModel._execute = real
+    cm = tilefuse.compiled_graphs()[-1]
+    (cache,) = set(cm.program._aliases.values())
+    feeds = seen[-1]
+    assert feeds[cache].data_ptr() == model.cache.data_ptr()
+    replay = GraphReplay(cm.program, graph=lambda: _FakeGraph(replay), capture=lambda g: contextlib.nullcontext())
+    before = model.cache.clone()
+    feeds = {**feeds, next(n for n, t in feeds.items() if t.dtype == torch.int64): torch.tensor([9])}
+    outs = replay.run(feeds)
+    written = dict(zip(cm.plan.outputs, outs))[next(iter(cm.program._aliases))]
+    assert written.data_ptr() == model.cache.data_ptr()            # the caller's cache, not a copy
+    assert not torch.equal(model.cache[:, :, 9], before[:, :, 9])
+    torch.testing.assert_close(model.cache[:, :, :9], before[:, :, :9])
+    replay.run(feeds)
+    assert len(replay.graphs) == 1
+    first = model.cache.clone()
+    other = {**feeds, cache: before.clone()}
+    replay.run(other)
+    assert len(replay.graphs) == 2                                 # another cache: its own graph
+    assert not torch.equal(other[cache][:, :, 9], before[:, :, 9])
+    assert torch.equal(model.cache, first)                         # the first cache untouched

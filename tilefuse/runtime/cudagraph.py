@@ -4,46 +4,81 @@ The first call runs the program once outside the graph (Triton compiles kernels 
 launch, which must not happen during capture), then captures it reading from static input
 buffers; every later call copies its inputs into those buffers, replays, and returns clones of
 the static outputs (the next replay overwrites them).
+
+A donated input (a KV cache the program writes in place: ``Program._aliases``) is not copied: the
+graph is captured on the caller's own tensor, so a replay writes the new rows straight into it and
+its output is that tensor itself (no clone, and AOT's copy back is a self-copy). A graph is bound
+to the pointers it was captured with, so replays are keyed by the donated tensors' addresses: a
+call with other cache tensors (another ``generate()`` with a new cache) captures a graph of its
+own (the last ``KEEP`` kept), never writing into the tensors of an earlier call.
 """
 from __future__ import annotations
 
-from typing import Mapping
+import collections
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import torch
 
 from .executor import Program
 
 
+@dataclass
+class _Captured:
+    graph: object
+    static_in: dict
+    static_out: list
+
+
 class GraphReplay:
-    def __init__(self, program: Program):
-        if program.device.type != "cuda":
+    KEEP = 4          # graphs kept, one per set of donated tensors (least recently used dropped)
+
+    def __init__(self, program: Program, graph: Callable | None = None, capture: Callable | None = None,
+                 side_stream: bool = True):
+        """``graph``/``capture``: the graph type and its capture context (``torch.cuda.CUDAGraph``,
+        ``torch.cuda.graph``; replaceable to test the bookkeeping without a GPU)."""
+        if graph is None and program.device.type != "cuda":
             raise ValueError(f"CUDA-graph replay needs a CUDA device; this program runs on {program.device}")
         self.program = program
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.static_in: dict[str, torch.Tensor] = {}
-        self.static_out: list[torch.Tensor] = []
+        self._graph = graph or torch.cuda.CUDAGraph
+        self._capture_in = capture or torch.cuda.graph
+        self._side = side_stream and graph is None
+        self.donated = sorted(set(program._aliases.values()))
+        self.graphs: collections.OrderedDict[tuple, _Captured] = collections.OrderedDict()
 
-    def _capture(self, feeds: Mapping[str, torch.Tensor]) -> None:
-        self.static_in = {n: t.clone() for n, t in feeds.items()}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):     # warm-up: compiles every kernel, initializes cuBLAS
-            self.program.run(self.static_in)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
+    def _capture(self, feeds: Mapping[str, torch.Tensor]) -> _Captured:
+        # donated inputs are the caller's tensors (written in place); the others static copies
+        static_in = {n: t if n in self.donated else t.clone() for n, t in feeds.items()}
+        if self._side:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):     # warm-up: compiles every kernel, initializes cuBLAS
+                self.program.run(static_in)
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            self.program.run(static_in)
+        graph = self._graph()
         try:
-            with torch.cuda.graph(graph):
-                self.static_out = self.program.run(self.static_in)
+            with self._capture_in(graph):
+                static_out = self.program.run(static_in)
         except RuntimeError as e:   # a kernel that synchronizes with the host cannot be captured
             raise RuntimeError(f"cuda_graph=True: the plan could not be captured as a CUDA graph "
                                f"({str(e).splitlines()[0]}); compile with cuda_graph=False") from e
-        self.graph = graph
+        return _Captured(graph, static_in, static_out)
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        if self.graph is None:
-            self._capture(feeds)
+        key = tuple(feeds[n].data_ptr() for n in self.donated)
+        got = self.graphs.get(key)
+        if got is None:
+            got = self.graphs[key] = self._capture(feeds)
+            if len(self.graphs) > self.KEEP:
+                self.graphs.popitem(last=False)
         else:
+            self.graphs.move_to_end(key)
             for n, t in feeds.items():
-                self.static_in[n].copy_(t)
-        self.graph.replay()
-        return [t.clone() for t in self.static_out]
+                if n not in self.donated:
+                    got.static_in[n].copy_(t)
+        got.graph.replay()
+        # a donated tensor's output is the caller's own memory (the key matched its address)
+        caller = {got.static_in[n].data_ptr() for n in self.donated}
+        return [t if t.data_ptr() in caller else t.clone() for t in got.static_out]
