@@ -209,3 +209,29 @@ def test_generation_with_cuda_graphs_replays_one_graph_per_size():
         torch._dynamo.reset()
     assert torch.equal(got, want)
     assert len(set(replays)) >= 12, "one graph per size (prefill and each decode length)"
+
+
+@pytest.mark.slow       # (bench/gpu_suite.sh: the "persistent" step)
+def test_generation_with_cuda_graphs_and_a_static_cache_writes_it_in_place():
+    """A static cache under mode="reduce-overhead": each decode step replays one graph that writes
+    the new rows into the cache's own memory (``runtime/cudagraph.py``); tokens equal eager."""
+    from test_generation import _llama
+    torch.manual_seed(0)
+    model = _llama(positions=64).eval().to("cuda")
+    ids = torch.randint(1, 128, (1, 5), device="cuda")
+    kw = dict(max_new_tokens=12, do_sample=False, cache_implementation="static")
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+    torch._dynamo.reset()
+    try:
+        model.forward = torch.compile(model.forward, backend="tilefuse", mode="reduce-overhead",
+                                      options={"time_limit": TIME_LIMIT})
+        with warnings.catch_warnings(), torch.no_grad():
+            from tilefuse.frontend.dynamo import TilefuseFallbackWarning
+            warnings.simplefilter("error", TilefuseFallbackWarning)
+            got = model.generate(ids, **kw)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(got, want)
+    decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
+    assert decode and decode[-1]._replay is not None and decode[-1]._replay.donated
