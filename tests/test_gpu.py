@@ -181,32 +181,42 @@ def test_persistent_kernels_equal_eager_call_after_call(name):
     torch.cuda.synchronize()
 
 
-@pytest.mark.slow       # (bench/gpu_suite.sh: the "persistent" step)
-def test_generation_with_cuda_graphs_replays_one_graph_per_size():
-    """Issue #24 on the GPU: under mode="reduce-overhead" every size the dynamic cache gives is
-    served by its bucket's plan carried to it and replayed as its own CUDA graph (a graph fixes
-    sizes and pointers, so one graph per size: what the sizes allow); tokens equal eager."""
+def _graphed_generation(**kw):
+    """(eager's tokens, tilefuse's under mode="reduce-overhead") of the tiny LLaMA's greedy
+    generation on the GPU, no graph run eagerly."""
     from test_generation import _llama
-    from tilefuse.runtime.cudagraph import GraphReplay
+    from tilefuse.frontend.dynamo import TilefuseFallbackWarning
     torch.manual_seed(0)
     model = _llama(positions=64).eval().to("cuda")
     ids = torch.randint(1, 128, (1, 5), device="cuda")
+    kw = dict(max_new_tokens=12, do_sample=False, **kw)
     with torch.no_grad():
-        want = model.generate(ids, max_new_tokens=12, do_sample=False)
-    replays = []
-    real = GraphReplay.run
-    GraphReplay.run = lambda self, feeds: replays.append(id(self)) or real(self, feeds)
+        want = model.generate(ids, **kw)
     torch._dynamo.reset()
     try:
         model.forward = torch.compile(model.forward, backend="tilefuse", mode="reduce-overhead",
                                       options={"time_limit": TIME_LIMIT})
         with warnings.catch_warnings(), torch.no_grad():
-            from tilefuse.frontend.dynamo import TilefuseFallbackWarning
             warnings.simplefilter("error", TilefuseFallbackWarning)
-            got = model.generate(ids, max_new_tokens=12, do_sample=False)
+            got = model.generate(ids, **kw)
+    finally:
+        torch._dynamo.reset()
+    return want, got
+
+
+@pytest.mark.slow       # (bench/gpu_suite.sh: the "persistent" step)
+def test_generation_with_cuda_graphs_replays_one_graph_per_size():
+    """Issue #24 on the GPU: under mode="reduce-overhead" every size the dynamic cache gives is
+    served by its bucket's plan carried to it and replayed as its own CUDA graph (a graph fixes
+    sizes and pointers, so one graph per size: what the sizes allow); tokens equal eager."""
+    from tilefuse.runtime.cudagraph import GraphReplay
+    replays = []
+    real = GraphReplay.run
+    GraphReplay.run = lambda self, feeds: replays.append(id(self)) or real(self, feeds)
+    try:
+        want, got = _graphed_generation()
     finally:
         GraphReplay.run = real
-        torch._dynamo.reset()
     assert torch.equal(got, want)
     assert len(set(replays)) >= 12, "one graph per size (prefill and each decode length)"
 
@@ -215,23 +225,7 @@ def test_generation_with_cuda_graphs_replays_one_graph_per_size():
 def test_generation_with_cuda_graphs_and_a_static_cache_writes_it_in_place():
     """A static cache under mode="reduce-overhead": each decode step replays one graph that writes
     the new rows into the cache's own memory (``runtime/cudagraph.py``); tokens equal eager."""
-    from test_generation import _llama
-    torch.manual_seed(0)
-    model = _llama(positions=64).eval().to("cuda")
-    ids = torch.randint(1, 128, (1, 5), device="cuda")
-    kw = dict(max_new_tokens=12, do_sample=False, cache_implementation="static")
-    with torch.no_grad():
-        want = model.generate(ids, **kw)
-    torch._dynamo.reset()
-    try:
-        model.forward = torch.compile(model.forward, backend="tilefuse", mode="reduce-overhead",
-                                      options={"time_limit": TIME_LIMIT})
-        with warnings.catch_warnings(), torch.no_grad():
-            from tilefuse.frontend.dynamo import TilefuseFallbackWarning
-            warnings.simplefilter("error", TilefuseFallbackWarning)
-            got = model.generate(ids, **kw)
-    finally:
-        torch._dynamo.reset()
+    want, got = _graphed_generation(cache_implementation="static")
     assert torch.equal(got, want)
     decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
     assert decode and decode[-1]._replay is not None and decode[-1]._replay.donated
