@@ -207,3 +207,26 @@ def test_the_persistent_option_takes_false_true_or_auto():
     from tilefuse.errors import OptionError
     with pytest.raises(OptionError, match="persistent must be False, True or 'auto', got 'yes'"):
         tilefuse.compile(torch.nn.ReLU(), (torch.randn(4),), target="cpu", persistent="yes")
+
+
+def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(monkeypatch):
+    """A bucket's plan carried to another size (``orchestrate/instantiate.py``) takes its template's
+    persistent runs as they are: the same kernels at another size have the same tiles, so their
+    binaries are not compiled and checked again for every size (seconds each on a GPU target)."""
+    import time
+
+    from tilefuse.api import _pipeline
+    from tilefuse.frontend.torch import import_torch
+    from tilefuse.orchestrate import persistence
+    checked = []
+    real = persistence.unfit
+    monkeypatch.setattr(persistence, "unfit", lambda *a: checked.append(a[1:3]) or real(*a))
+    model, (inputs,) = zoo.build("gpt2", "tiny")
+    imported = import_torch(model, inputs)
+    first = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),
+                      dump=None, time_limit=10.0, persistent="auto")
+    assert first.persistent and checked and first.template.persistent == first.persistent
+    checked.clear()
+    carried = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),
+                        dump=None, template=first.template, sizes={}, persistent="auto")
+    assert carried.persistent == first.persistent and not checked

@@ -283,7 +283,8 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     if persistent:
         with _stage("choosing persistent kernels"):
             runs, rows = persistent_plan(phased, kernels, lambda k: _scheduled(coster, k), tgt, cuda_graph,
-                                         persistent, primgraph.types)
+                                         persistent, primgraph.types,
+                                         carried=template.persistent if template is not None else None)
             plan, kernels = settle(plan, phased, kernels, runs, primgraph.prims)
     plans = {**plans, strategy: plan}
     if check is not None:
@@ -317,7 +318,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     _log_plan(report)
     compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                              memory=memory, persistent=runs)
-    compiled.template = template or PlanTemplate(plan, merged, strategy)
+    compiled.template = template or PlanTemplate(plan, merged, strategy, persistent=tuple(runs))
     return compiled
 
 

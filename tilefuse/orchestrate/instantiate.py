@@ -41,6 +41,9 @@ class PlanTemplate:
     generics: tuple = ()                  # per planned kernel: a Generic or None
     generic_over: tuple[str, ...] = ()
     generic_fixed: Mapping[str, int] = field(default_factory=dict)
+    # the runs its plan launched as persistent kernels (their binaries checked on the target when it
+    # was planned): carried to other sizes as they are (``persistence.persistent_plan``)
+    persistent: tuple = ()
 
     def generic_size(self, sizes: Mapping[str, int] | None) -> int | None:
         """The size the generic sources take at ``sizes`` (symbol -> size), or None where they do

@@ -96,12 +96,16 @@ def settle(plan: Plan, phased: Plan, kernels: Sequence, runs, prims) -> tuple[Pl
 
 
 def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Target, cuda_graph: bool, mode,
-                    types) -> tuple[list[tuple[int, int]], list[dict]]:
+                    types, carried: Sequence | None = None) -> tuple[list[tuple[int, int]], list[dict]]:
     """(the runs launched as persistent kernels, a report row per candidate run); ``scheduled(k)``:
-    (Cost, schedule) of the plan's kernel ``k``."""
+    (Cost, schedule) of the plan's kernel ``k``; ``carried``: the runs of the plan this one was
+    carried from (a bucket's): the candidates, their binaries not compiled again (the same kernels
+    at another size: the same tiles, so the same registers and shared memory)."""
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
     chosen, rows = [], []
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
+    if carried is not None:
+        todo = [(i, j) for i, j in carried if any(a <= i and j <= b for a, b in todo)]
     while todo:
         i, j = todo.pop(0)
         costs = [scheduled(k)[0] for k in plan.kernels[i:j]]
@@ -112,7 +116,7 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         apart = sum(c.seconds for c in costs)
         merged = launch + simulate(phases, tgt.sm_count, atomic)
         take = mode is True or merged < apart
-        if take and tgt.arch and unfit(kernels, i, j, types, tgt):
+        if take and tgt.arch and carried is None and unfit(kernels, i, j, types, tgt):
             # compiled for the GPU, the run spills, overflows shared memory or does not compile:
             # its longest first part that does not, then the rest
             m = _longest_fit(kernels, i, j, types, tgt)
