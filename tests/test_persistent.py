@@ -224,7 +224,7 @@ def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(mo
     model, (inputs,) = zoo.build("gpt2", "tiny")
     imported = import_torch(model, inputs)
     first = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),
-                      dump=None, time_limit=10.0, persistent="auto")
+                      dump=None, time_limit=1.0, persistent="auto")
     assert first.persistent and checked and first.template.persistent == first.persistent
     checked.clear()
     carried = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),
