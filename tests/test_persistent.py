@@ -207,6 +207,8 @@ def test_the_persistent_option_takes_false_true_or_auto():
     from tilefuse.errors import OptionError
     with pytest.raises(OptionError, match="persistent must be False, True or 'auto', got 'yes'"):
         tilefuse.compile(torch.nn.ReLU(), (torch.randn(4),), target="cpu", persistent="yes")
+    with pytest.raises(OptionError, match="got 1"):          # 1 == True, but not the option's value
+        tilefuse.compile_onnx(b"", target="cpu", persistent=1)
 
 
 def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(monkeypatch):

@@ -72,7 +72,7 @@ def _check_options(backend: str, strategy: str, time_limit=10.0, persistent=Fals
         raise OptionError(f"strategy {strategy!r} is unknown; choose one of {STRATEGIES}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
         raise OptionError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    if persistent not in (False, True, "auto") or isinstance(persistent, int) and not isinstance(persistent, bool):
+    if not (persistent is False or persistent is True or persistent == "auto"):
         raise OptionError(f"persistent must be False, True or 'auto', got {persistent!r}")
 
 
@@ -275,14 +275,15 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
         plans, coster = tuning.plans, tuning.coster
     plan = overlap(plans[strategy])          # collectives issued early, waited for late
     persistent = persistent if backend == "triton" else False
-    phased = with_phases(plan, coster, tgt, cuda_graph) if persistent and template is None else plan
+    scheduled = lambda k: _scheduled(coster, k)     # noqa: E731  (a planned kernel's cost and schedule)
+    phased = with_phases(plan, coster, scheduled, tgt, cuda_graph) if persistent and template is None else plan
     with _stage("generating kernels"):
         kernels = build_kernels(phased, primgraph) if template is None else \
             build_kernels(phased, primgraph, template.generics, template.generic_size(sizes))
     runs, rows = [], []
     if persistent:
         with _stage("choosing persistent kernels"):
-            runs, rows = persistent_plan(phased, kernels, lambda k: _scheduled(coster, k), tgt, cuda_graph,
+            runs, rows = persistent_plan(phased, kernels, scheduled, tgt, cuda_graph,
                                          persistent, primgraph.types,
                                          carried=template.persistent if template is not None else None)
             plan, kernels = settle(plan, phased, kernels, runs, primgraph.prims)

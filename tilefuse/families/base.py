@@ -166,6 +166,14 @@ class Built:
 SCRATCH = "#scratch{}"     # a built kernel's scratch buffer in its ``wiring`` (no tensor name has a #)
 
 
+def holding(data, out):
+    """``out`` holding ``data``'s values, for an in-place kernel (``Built.inplace``) to write into:
+    nothing to do where the runtime gave it ``data``'s own memory, else a copy."""
+    if out.data_ptr() != data.data_ptr():
+        out.copy_(data)
+    return out
+
+
 
 
 class KernelFamily(Protocol):

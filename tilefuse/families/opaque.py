@@ -5,7 +5,7 @@ from ..analysis.classify import Category
 from ..cost.model import Resources, Work
 from ..cost.target import Target
 from ..ir.opaque import COLLECTIVES
-from .base import Built, Family, Group, Schedule
+from .base import Built, Family, Group, Schedule, holding
 
 SORT_PASSES = 3      # a sort-like torch kernel reads its data a few times (modelling assumption)
 
@@ -33,11 +33,9 @@ class OpaqueFamily(Family):
         programs = target.sm_count * 4
         if _in_place(p):    # written into its input's memory: the values read, their rows written
             nbytes = 2 * sum(group.types[t].nbytes for t in dict.fromkeys(p.inputs[1:]))
-            work = Work(programs, nbytes, nbytes, 0, 1.0, inflight_bytes=16 * 1024, res=Resources(4))
-            return [Schedule("opaque", group, programs, work)]
-        nbytes = sum(group.types[t].nbytes for t in dict.fromkeys(p.inputs)) + p.out.nbytes
-        work = Work(programs, SORT_PASSES * nbytes, SORT_PASSES * nbytes, 0, 1.0,
-                    inflight_bytes=16 * 1024, res=Resources(4))
+        else:
+            nbytes = SORT_PASSES * (sum(group.types[t].nbytes for t in dict.fromkeys(p.inputs)) + p.out.nbytes)
+        work = Work(programs, nbytes, nbytes, 0, 1.0, inflight_bytes=16 * 1024, res=Resources(4))
         return [Schedule("opaque", group, programs, work)]
 
 
@@ -56,8 +54,6 @@ def _index_put_run(prim):
 
     def run(ins, outs):
         data, values, *indices = ins
-        out = outs[0]
-        if out.data_ptr() != data.data_ptr():
-            out.copy_(data)
+        out = holding(data, outs[0])
         torch.ops.aten.index_put_.default(out, index_list(out.dim(), dims, indices), values.to(out.dtype))
     return run

@@ -24,7 +24,7 @@ from ..codegen.kernel import Kernel, Store, TileAxis, pow2
 from ..cost.target import Target
 from ..cost.work import work
 from ..ir.expr import INDEX, Load, Var, binary, cast, select
-from .base import Built, Family, Group, Schedule
+from .base import Built, Family, Group, Schedule, holding
 
 MAX_BLOCK = 1024
 WARPS = 4
@@ -61,8 +61,7 @@ class ScatterFamily(Family):
         launch, source = compile_kernel(kernels[0])
 
         def run(ins, outs):         # ins: the input, the values, the index
-            if outs[0].data_ptr() != ins[0].data_ptr():     # not given the input's memory: copy it first
-                outs[0].copy_(ins[0])
+            holding(ins[0], outs[0])
             launch(list(ins[1:]), outs)
         return Built(name, self.name, tuple(p.inputs), (p.name,), run, source, "triton", kernels=kernels,
                      wiring=((tuple(p.inputs[1:]), (p.name,)),), inplace=True)

@@ -28,12 +28,13 @@ from .plan import Plan
 _log = logger("plan")
 
 
-def with_phases(plan: Plan, coster, tgt: Target, cuda_graph: bool) -> Plan:
+def with_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: bool) -> Plan:
     """The plan with a kernel that is not generated (a library call) replaced by its group's
     fastest generated schedule where the kernels around it, then one persistent kernel with it,
     model faster than they do with the call between them (each run at its simulated time or its
     kernels' apart, whichever is less: ``"auto"``'s choice).  Where a launch boundary stays is the
-    cost model's decision, not a rule.  MODELLED; task counts are the schedules' grids."""
+    cost model's decision, not a rule.  MODELLED; task counts are the schedules' grids.
+    ``scheduled(k)``: (Cost, schedule) of a planned kernel ``k``; ``coster``: the alternatives."""
     from ..families import generated
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s
     breaks = {w for _, w in plan.deferred}
@@ -41,8 +42,7 @@ def with_phases(plan: Plan, coster, tgt: Target, cuda_graph: bool) -> Plan:
     swapped = False
 
     def phases(k: int) -> list[Phase]:
-        s = kernels[k].schedule
-        cost = next(c for c, o in coster.options(kernels[k].candidate) if o is s)
+        cost, s = scheduled(kernels[k])
         tasks = iter(max(int(w.programs), 1) for w in (s.work, *s.then))
         return _phases(cost, s, tasks, launch, tgt, cuda_graph)
 

@@ -33,8 +33,7 @@ class _Captured:
 class GraphReplay:
     KEEP = 4          # graphs kept, one per set of donated tensors (least recently used dropped)
 
-    def __init__(self, program: Program, graph: Callable | None = None, capture: Callable | None = None,
-                 side_stream: bool = True):
+    def __init__(self, program: Program, graph: Callable | None = None, capture: Callable | None = None):
         """``graph``/``capture``: the graph type and its capture context (``torch.cuda.CUDAGraph``,
         ``torch.cuda.graph``; replaceable to test the bookkeeping without a GPU)."""
         if graph is None and program.device.type != "cuda":
@@ -42,14 +41,13 @@ class GraphReplay:
         self.program = program
         self._graph = graph or torch.cuda.CUDAGraph
         self._capture_in = capture or torch.cuda.graph
-        self._side = side_stream and graph is None
         self.donated = sorted(set(program._aliases.values()))
         self.graphs: collections.OrderedDict[tuple, _Captured] = collections.OrderedDict()
 
     def _capture(self, feeds: Mapping[str, torch.Tensor]) -> _Captured:
         # donated inputs are the caller's tensors (written in place); the others static copies
         static_in = {n: t if n in self.donated else t.clone() for n, t in feeds.items()}
-        if self._side:
+        if self.program.device.type == "cuda":
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):     # warm-up: compiles every kernel, initializes cuBLAS
