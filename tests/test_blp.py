@@ -193,3 +193,24 @@ def test_a_mip_start_is_improved_on():
     sel = select(seg, cands)
     assert sel.objective == pytest.approx(2.0)
     assert groups(sel) == [("acd", "acd"), ("b", "b")]
+
+
+def test_the_time_limit_cuts_the_candidates_by_count_not_by_the_clock():
+    """A small time limit stops the enumeration after ``limit × COSTED_PER_SECOND`` kernels of
+    several prims, however slow each is to cost (a loaded machine), and says so."""
+    import time
+    from tilefuse.orchestrate.candidates import COSTED_PER_SECOND
+    seg = segment({"a": [], "b": ["a"], "c": ["b"], "d": ["c"]}, ["d"])
+    full = enumerate_candidates(seg, lambda c: 1.0 + 0.1 * len(c.names))
+    multi = [c for c, _ in full if len(c.names) > 1]
+    assert len(multi) > 3
+
+    def slow(c):
+        time.sleep(0.02)                  # every candidate slower than the whole limit
+        return 1.0 + 0.1 * len(c.names)
+    cut: list = []
+    got = enumerate_candidates(seg, slow, seconds=3 / COSTED_PER_SECOND, cut=cut)
+    assert cut == ["candidates"]
+    assert [c.names for c, _ in got] == [c.names for c, _ in full][:len(full) - len(multi) + 3]
+    assert [c.names for c, _ in enumerate_candidates(seg, slow, seconds=100 / COSTED_PER_SECOND)] == \
+        [c.names for c, _ in full]

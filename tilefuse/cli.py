@@ -314,8 +314,11 @@ def solver_line(solver: dict) -> str:
     line = (f"solver: {solver['status']} over {solver['num_segments']} segment(s) "
             f"({solver['num_candidates']} candidates, {solver['seconds']:.2f} s)")
     cut = solver.get("time_limit_cut")
-    if cut:       # the wall-clock guard, not the work budget, ended the search somewhere
-        line += f"; the time limit cut {len(cut)} segment(s), so the plan may differ from run to run"
+    if cut:       # the time limit ended the search somewhere: as a count of candidates, or the
+                  # solver's wall clock (only that one can make two runs differ)
+        line += f"; the time limit cut {len(cut)} segment(s)"
+        if any("solver" in c for c in cut):
+            line += ", so the plan may differ from run to run"
     return line
 
 

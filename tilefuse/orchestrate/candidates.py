@@ -15,13 +15,17 @@ family can build it; kernel families and the cost model plug in there.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..ir.prim import Prim
 from .segment import Segment
 from .states import DEFAULT_CAPS, Caps, bits
+
+# kernels of several prims costed per second of ``time_limit``: about what this costs on one core
+# (1-3 ms a kernel, the tile searches included), so a limit means what it says on an idle machine
+# and the same on a loaded one
+COSTED_PER_SECOND = 1000
 
 CostFn = Callable[["Candidate"], "float | None"]
 
@@ -80,23 +84,27 @@ def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAP
     """Every buildable candidate of the segment with its cost, in a deterministic order.
 
     Candidates that write no live prim are skipped: no selection needs them.  The work is bounded
-    by ``caps`` (``max_convex`` sets per segment), so the same segment gives the same candidates
-    on a loaded machine or an idle one.  Sets are visited smallest first; ``seconds`` is only an
-    outer guard: when it runs out the enumeration stops, keeping the smaller kernels (single prims
-    always come first, so a plan always exists), and ``"candidates"`` is appended to ``cut``.
+    by ``caps`` (``max_convex`` sets per segment) and by ``seconds``, counted as work, not read off
+    a clock: at most ``seconds × COSTED_PER_SECOND`` kernels of several prims are costed, so the
+    same segment gives the same candidates on a loaded machine or an idle one.  Sets are visited
+    smallest first; when the budget runs out the enumeration stops, keeping the smaller kernels
+    (single prims always come first, so a plan always exists), and ``"candidates"`` is appended to
+    ``cut``.
     """
     _, convex = seg.enumerate(caps)
     live = live_mask(seg)
     out = []
-    deadline = None if seconds is None else time.perf_counter() + seconds
+    budget = math.inf if seconds is None else seconds * COSTED_PER_SECOND
     for members in sorted(convex, key=lambda m: (m.bit_count(), m)):
-        if deadline is not None and members.bit_count() > 1 and time.perf_counter() > deadline:
+        if members.bit_count() > 1 and budget <= 0:
             if cut is not None:
                 cut.append("candidates")
             break
         for out_mask in output_variants(seg, members):
             if not out_mask & live:
                 continue
+            if members.bit_count() > 1:
+                budget -= 1
             cand = make_candidate(seg, members, out_mask)
             cost = cost_fn(cand)
             if cost is None or math.isinf(cost) or math.isnan(cost):

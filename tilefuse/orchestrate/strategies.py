@@ -44,7 +44,7 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
     solved = {} if solved is None else solved
     chosen: dict[str, list[Selection]] = {s: [] for s in STRATEGIES}
     num_candidates = 0
-    time_cuts: list[str] = []      # where the wall-clock guard cut the work-bounded search
+    time_cuts: list[str] = []      # where the time limit cut the search (candidates: counted; solver: its clock)
     mine: dict[tuple, dict[str, Selection]] = {}        # this graph's distinct segments
     for k, seg in enumerate(segments):
         key = seg.canonical_key()
@@ -62,8 +62,8 @@ def plan_strategies(pg: PrimGraph, coster: Coster, *, caps: Caps = DEFAULT_CAPS,
                 cut.append("solver")
             if cut:
                 time_cuts.append(f"segment {k}: {' and '.join(cut)}")
-                _solver.info("segment %d: the time limit (%.3g s) cut the %s; the plan may differ from run "
-                                "to run (raise time_limit)", k, time_limit, " and ".join(cut))
+                _solver.info("segment %d: the time limit (%.3g s) cut the %s (raise time_limit)%s", k, time_limit,
+                             " and ".join(cut), "; the plan may differ from run to run" if "solver" in cut else "")
             if optimal.objective > greedy.objective:
                 optimal = replace(greedy, status=f"{optimal.status}+greedy")
             _log_segment(k, seg, cands, coster, optimal, greedy, unfused)
