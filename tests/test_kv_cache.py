@@ -147,3 +147,50 @@ def test_cuda_graph_replay_writes_a_donated_cache_in_place_and_captures_per_cach
     assert len(replay.graphs) == 2                                 # another cache: its own graph
     assert not torch.equal(other[cache][:, :, 9], before[:, :, 9])
     assert torch.equal(model.cache, first)                         # the first cache untouched
+
+
+class _Decode(torch.nn.Module):
+    """A decode step of grouped-query attention over a static cache of 64 positions (4 query heads
+    over 2 key/value heads), the new key and value written at ``pos``, the cache read through a
+    mask of the positions written so far: what transformers' static cache gives torch.compile."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(32, n, bias=False) for n in (32, 16, 16, 32))
+        self.register_buffer("kc", torch.zeros(1, 2, 64, 8))
+        self.register_buffer("vc", torch.zeros(1, 2, 64, 8))
+
+    def forward(self, x, pos):
+        q = self.q(x).view(1, 1, 4, 8).transpose(1, 2)
+        self.kc.index_copy_(2, pos, self.k(x).view(1, 1, 2, 8).transpose(1, 2))
+        self.vc.index_copy_(2, pos, self.v(x).view(1, 1, 2, 8).transpose(1, 2))
+        mask = (torch.arange(64) <= pos).view(1, 1, 1, 64)
+        a = torch.nn.functional.scaled_dot_product_attention(q, self.kc, self.vc, attn_mask=mask, enable_gqa=True)
+        return x + self.o(a.transpose(1, 2).reshape(1, 1, 32))
+
+
+def test_a_decode_step_keeps_its_attention_whole_and_runs_as_one_persistent_kernel():
+    """On a CPU torch.compile's trace of attention is the CPU's fused kernel, which torch's
+    decompositions would turn into fp32 math (casts of the whole cache, two matmuls); kept whole,
+    it is one attention kernel as on a GPU, and the step — projections, both cache writes (side by
+    side: neither waits for the other), the attention, the output projection — one launch."""
+    torch.manual_seed(0)
+    model, twin = _Decode().eval(), _Decode().eval()
+    twin.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="tilefuse",
+                             options={"interpreter": True, "time_limit": 10.0, "persistent": True})
+    with torch.no_grad():
+        for step in range(3):
+            x, pos = torch.randn(1, 1, 32), torch.tensor([3 + 9 * step])
+            torch.testing.assert_close(compiled(x, pos), twin(x, pos), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(model.kc, twin.kc, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(model.vc, twin.vc, rtol=1e-6, atol=1e-6)
+    cm = tilefuse.compiled_graphs()[-1]
+    families = [b.family for b in cm.kernels]
+    assert families.count("chain") == 1 and families.count("scatter") == 2, [b.name for b in cm.kernels]
+    assert "library" not in families, [b.name for b in cm.kernels]
+    assert [(i, end) for i, (_, end) in cm.program._persistent.items()] == [(0, len(cm.kernels))]
+    (row,) = cm.report.persistent
+    writes = [p for p, ph in enumerate(row["phases"]) if ph["kernel"].startswith("scatter")]
+    assert [row["phases"][p]["after"] for p in writes][0] == [row["phases"][p]["after"] for p in writes][1]
+    assert not set(writes) & {d for p in writes for d in row["phases"][p]["after"]}, row["phases"]

@@ -39,7 +39,7 @@ def test_persistent_runs_equal_eager(name, tmp_path):
         torch.testing.assert_close(_outputs(loaded(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
 
 
-def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills(tmp_path):
+def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_without_spills(tmp_path, monkeypatch):
     from tilefuse.codegen.triton.native import compile_native_persistent
     from tilefuse.report.gantt import timeline
     model, (inputs,) = zoo.build("gpt2", "tiny")
@@ -65,12 +65,23 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         assert len(tasks) == r["tasks"] and {t.worker for t in tasks} <= set(range(r["programs"]))
         assert all(a.phase <= b.phase for a, b in zip(tasks, tasks[1:]))             # taken in order
         assert max(t.end for t in tasks) * 1e6 + launch_us == pytest.approx(r["persistent_us"], abs=0.01)
-        assert [e["kind"] for e in r["edges"]] == ["phase barrier"] * (len(r["phases"]) - 1)
+        assert [e["kind"] for e in r["edges"]] == ["phase barrier"] * sum(len(p["after"]) for p in r["phases"])
     for i, j in compiled.persistent:
         tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
                                            {**compiled.primgraph.types, **scratch}, 90)
         assert not binary.spills and binary.shared_bytes <= compiled.target.smem_per_block, (i, j, binary)
+    # the weights' L2 prefetches (the tiny model's are under the size worth one: asked for here)
+    # are in the binary, one per line a thread asks for; the interpreter's source has none
+    from tilefuse.codegen.triton import persistent as pk
+    monkeypatch.setattr(pk, "PREFETCH_MIN_BYTES", 0)
+    i, j = compiled.persistent[0]
+    tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
+    assert any(pk.prefetches(tiles, reads, writes))
+    binary = compile_native_persistent("prefetching", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90)
+    assert binary.prefetches > 0 and not binary.spills, binary
+    assert "prefetch.global.L2" in pk.persistent_module("pk", tiles, reads, writes)[0]
+    assert "prefetch.global.L2" not in pk.persistent_module("pk", tiles, reads, writes, prefetch=False)[0]
 
 
 class _Gated(torch.nn.Module):
@@ -166,22 +177,38 @@ def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_fo
     assert persistent_runs(ks, breaks={4}) == [(0, 2), (4, 6), (9, 12)]
 
 
-def test_a_phase_waits_for_the_whole_phase_before_it_and_counts_itself_done():
+def test_a_phase_waits_for_the_phases_it_depends_on_and_counts_itself_done():
     """The driver's structure, which the deadlock argument rests on: tasks taken in order from one
-    counter; phase p > 0 waits (acquire) for phase p - 1's task count; each task counted done
-    (release) after a CTA barrier; loads of what an earlier phase wrote bypass L1."""
-    from tilefuse.codegen.triton.persistent import persistent_module
+    counter; a phase waits (acquire) for the task count of each earlier phase it depends on
+    (``dependencies``); each task counted done (release) after a CTA barrier; loads of what an
+    earlier phase wrote bypass L1; and no two tensors the run touches share arena bytes (phases
+    that do not depend on each other may run at once)."""
+    from tilefuse.codegen.triton.persistent import dependencies, persistent_module
+    from tilefuse.runtime.memory import plan_memory
     model, (inputs,) = zoo.build("bert", "tiny")
     compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
     i, j = max(compiled.persistent, key=lambda r: r[1] - r[0])
     steps = compiled.kernels[i:j]
-    source, _ = persistent_module("pk", *run_phases(compiled.kernels, i, j)[:3])
+    tiles, reads, writes, _ = run_phases(compiled.kernels, i, j)
+    source, _ = persistent_module("pk", tiles, reads, writes)
     driver = source.split("def pk(")[1]
     tasks = [int(torch.tensor(b.kernels[0].grid).prod()) for b in steps]
+    after = dependencies(reads, writes)
+    assert after[0] == () and all(a for a in after[1:])
     assert driver.count("tl.atomic_add(tf_counters, 1)") == 2
-    for p in range(1, len(steps)):
-        assert f"tl.atomic_add(tf_counters + {p}, 0, sem=\"acquire\") < {tasks[p - 1]}:" in driver
+    for p, a in enumerate(after):
+        for d in a:
+            assert f"tl.atomic_add(tf_counters + {d + 1}, 0, sem=\"acquire\") < {tasks[d]}:" in driver
+    assert driver.count("sem=\"acquire\")") == sum(map(len, after))
     assert driver.count("sem=\"release\")") == len(steps) and driver.count("tl.debug_barrier()") == len(steps)
+    touched = {n for k in range(i, j) for n in (*compiled.kernels[k].inputs, *compiled.kernels[k].outputs)}
+
+    def shared(memory):
+        spans = sorted((memory.offsets[n], memory.offsets[n] + compiled.primgraph.types[n].nbytes)
+                       for n in touched if n in memory.offsets)
+        return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+    assert not shared(compiled.program.memory)
+    assert shared(plan_memory(compiled.plan, compiled.primgraph, compiled.kernels))     # reused without runs
     assert 'cache_modifier=".cg"' in source
     # each phase is a function of its own (its registers and shared memory not added to the
     # others'), its loops pipelined as deep as its own kernel's
@@ -201,6 +228,64 @@ def test_the_simulated_schedule():
     assert simulate([Phase(4, 1.0), Phase(4, 2.0)], 4, 0.0) == 3.0        # barrier: 1, then 2
     assert simulate([Phase(3, 1.0), Phase(1, 1.0)], 4, 0.0) == 2.0        # a free worker still waits
     assert simulate([Phase(1, 1.0), Phase(1, 1.0)], 1, 0.1) == pytest.approx(2.4)
+    # phases that wait only for the first run side by side; a phase waiting for none starts at once
+    assert simulate([Phase(4, 1.0), Phase(4, 1.0, after=(0,)), Phase(4, 1.0, after=(0,))], 8, 0.0) == 2.0
+    assert simulate([Phase(4, 1.0), Phase(4, 1.0), Phase(4, 1.0)], 8, 0.0) == 3.0
+    assert simulate([Phase(4, 1.0), Phase(4, 1.0, after=())], 8, 0.0) == 1.0
+
+
+def test_the_simulated_dram_queue_and_prefetches():
+    """With a DRAM rate: a task ends no earlier than the queue has delivered its bytes, the run no
+    earlier than all of them; bytes a phase prefetched for a later one make that one warm once
+    they have arrived (its cold time otherwise, whichever ends first)."""
+    from tilefuse.cost.persistent import Phase, simulate
+    rate = 1e3                                                           # bytes per second
+    assert simulate([Phase(2, 0.1, dram_bytes=2000)], 2, 0.0, rate) == pytest.approx(2.0)
+    assert simulate([Phase(2, 0.1, dram_bytes=2000)], 2, 0.0) == pytest.approx(0.1)     # no rate: none
+    cold = Phase(1, 5.0, warm_s=1.0, dram_bytes=500, fetched_bytes=500)
+    early = Phase(1, 1.0, prefetch_bytes=500, prefetch_for=(1,))         # 0.5 s of DRAM, asked at once
+    assert simulate([early, cold], 1, 0.0, rate) == pytest.approx(2.0)   # 1 s, then warm: 1 s
+    assert simulate([early, cold], 1, 0.0) == pytest.approx(6.0)         # not modelled: cold
+    late = Phase(1, 1.0, prefetch_bytes=3000, prefetch_for=(1,))         # arrives at 3 s
+    assert simulate([late, cold], 1, 0.0, rate) == pytest.approx(4.0)    # waits for it: 3 + 1 < 1 + 5
+    slow = Phase(1, 1.0, prefetch_bytes=9000, prefetch_for=(1,))         # arrives at 9 s: cold is sooner,
+    assert simulate([slow, cold], 1, 0.0, rate) == pytest.approx(9.5)    # but its own bytes queue behind
+
+
+def test_phases_wait_for_the_phases_whose_tensors_they_touch():
+    """``dependencies``: a phase waits for the earlier phases that write what it reads or writes or
+    read what it writes, less those implied by another it waits for."""
+    from tilefuse.codegen.triton.persistent import dependencies
+    reads = [["x", "w0"], ["a", "w1"], ["a"], ["b", "c"], ["x"], ["d"], ["e"]]
+    writes = [["a"], ["b"], ["c"], ["d"], ["e"], ["a"], ["f"]]
+    # 1 and 2 both read a (from 0): side by side; 4 touches nothing written before it; 5 rewrites
+    # a (which 0 wrote, 1 and 2 read) and reads d: waiting for 3 implies the rest
+    assert dependencies(reads, writes) == [(), (0,), (0,), (1, 2), (), (3,), (4,)]
+
+
+def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():
+    """``prefetches``: the tensors no phase writes, at the phase first reading them (not the
+    first), in order, each byte asked for once, at most a window ahead of what the phases so far
+    read, and none across a phase reading more than the reach."""
+    from types import SimpleNamespace
+    from tilefuse.codegen.triton import persistent as pk
+    from tilefuse.ir.dtypes import DType, TensorType
+    MB = 1 << 20
+
+    def k(*nbytes):
+        return SimpleNamespace(inputs=tuple(TensorType((n // 2,), DType.float16) for n in nbytes))
+    kernels = [k(1024, MB), k(1024, 4 * MB), k(1024, 6 * MB), k(1024, 40 * MB), k(1024, 2 * MB), k(1024, 1024)]
+    reads = [["x", "w0"], ["a", "w1"], ["b", "w2"], ["c", "big"], ["d", "w4"], ["e", "small"]]
+    writes = [["a"], ["b"], ["c"], ["d"], ["e"], ["f"]]
+    asks = pk.prefetches(kernels, reads, writes)
+    got = [[(f.tensor, f.first * 2 // MB, f.nbytes // MB, f.phase) for f in mine] for mine in asks]
+    assert pk.PREFETCH_WINDOW == 8 * MB and pk.PREFETCH_REACH == 24 * MB
+    assert got == [
+        [("w1", 0, 4, 1), ("w2", 0, 4, 2)],        # 8 MB ahead of nothing read yet
+        [("w2", 4, 2, 2), ("big", 0, 2, 3)],        # w1 read: 4 MB more
+        [("big", 2, 6, 3)],                         # w2 read: up to 8 MB past it
+        [], [], []]                                 # w4 is behind 40 MB of reads: never asked for
+    assert sum(map(len, asks)) == 5 and all(f.phase > p for p, mine in enumerate(asks) for f in mine)
 
 
 def test_the_persistent_option_takes_false_true_or_auto():

@@ -293,7 +293,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
             _verify_plan(check, plan, primgraph, kernels if backend == "triton" else None, tgt)
     if dump is not None:
         _dump(Path(dump), graph, primgraph, plan, kernels)
-    memory = plan_memory(plan, primgraph, kernels)
+    memory = plan_memory(plan, primgraph, kernels, runs)
     report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
     if native:
         report.native_planning = {"rounds": grounding.rounds, "stable": grounding.stable,

@@ -143,7 +143,7 @@ def _compile_static(gm: fx.GraphModule, args: Sequence[Any], options: dict, *, t
                                      fw_compiler=functools.partial(_compile_forward, options=options,
                                                                    template=template, sink=sink, keep=keep,
                                                                    sizes=sizes),
-                                     bw_compiler=_eager, decompositions=_decompositions())
+                                     bw_compiler=_eager, decompositions=_decompositions(_training(gm, args)))
     except VerifyError:
         raise       # asked to verify: a stage that changed the program is not hidden by a fallback
     except TilefuseError as e:
@@ -514,9 +514,21 @@ def _signature(args: Sequence[Any]) -> tuple:
     return tuple(key)
 
 
-@functools.lru_cache(maxsize=1)
-def _decompositions() -> dict:
-    return dict(decomposition_table().items())
+@functools.lru_cache(maxsize=2)
+def _decompositions(training: bool = False) -> dict:
+    """The frontend's table; ``training``: with the CPU's fused attention decomposed as torch
+    does (a graph traced for a backward pass keeps its logsumexp, which tilefuse does not make)."""
+    table = dict(decomposition_table().items())
+    if training:
+        cpu = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+        table[cpu] = torch.export.default_decompositions()[cpu]
+    return table
+
+
+def _training(gm: fx.GraphModule, args: Sequence[Any]) -> bool:
+    """Whether aot_autograd traces ``gm`` for a backward pass too (its own test)."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (*gm.parameters(), *args))
 
 
 def _eager(gm: fx.GraphModule, example_inputs):

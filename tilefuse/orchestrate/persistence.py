@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Sequence
 
+from ..cost.model import Work, estimate
 from ..cost.persistent import Phase, phase_of, simulate
 from ..cost.target import Target
 from ..families.base import Cost
@@ -44,12 +45,14 @@ def with_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph
     def phases(k: int) -> list[Phase]:
         cost, s = scheduled(kernels[k])
         tasks = iter(max(int(w.programs), 1) for w in (s.work, *s.then))
-        return _phases(cost, s, tasks, launch, tgt, cuda_graph)
+        return [p for p, _ in _phases(cost, s, tasks, launch, tgt, cuda_graph)]
 
     def run_time(ks: list[int]) -> float:
         apart = sum(kernels[k].cost for k in ks)
         if len(ks) < 2:
             return apart
+        # without prefetches (what the built kernels would prefetch is not known yet): the run
+        # at its slower figure, so a call is replaced only where that already pays
         return min(apart, launch + simulate([p for k in ks for p in phases(k)], tgt.sm_count, atomic))
 
     def side(k: int, step: int) -> list[int]:
@@ -101,6 +104,7 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     (Cost, schedule) of the plan's kernel ``k``; ``carried``: the runs of the plan this one was
     carried from (a bucket's): the candidates, their binaries not compiled again (the same kernels
     at another size: the same tiles, so the same registers and shared memory)."""
+    from ..codegen.triton.persistent import dependencies, prefetches
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
     chosen, rows = [], []
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
@@ -109,12 +113,16 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     while todo:
         i, j = todo.pop(0)
         costs = [scheduled(k)[0] for k in plan.kernels[i:j]]
-        tiles = run_phases(kernels, i, j)[0]
+        tiles, reads, writes, _ = run_phases(kernels, i, j)
         tasks = iter(math.prod(t.grid) for t in tiles)          # the programs each phase launches
-        phases = [p for k, c in zip(plan.kernels[i:j], costs)
-                  for p in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
+        timed = [pw for k, c in zip(plan.kernels[i:j], costs)
+                 for pw in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
+        phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt) if tgt.arch else [p for p, _ in timed]
+        after = dependencies(reads, writes)
+        phases = [replace(p, after=a) for p, a in zip(phases, after)]
         apart = sum(c.seconds for c in costs)
-        merged = launch + simulate(phases, tgt.sm_count, atomic)
+        rate = tgt.dram_rate if tgt.arch else 0.0
+        merged = launch + simulate(phases, tgt.sm_count, atomic, rate)
         take = mode is True or merged < apart
         if take and tgt.arch and carried is None and unfit(kernels, i, j, types, tgt):
             # compiled for the GPU, the run spills, overflows shared memory or does not compile:
@@ -123,10 +131,11 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
             todo[:0] = [r for r in ((i, m), (m if m > i else i + 1, j)) if r[1] - r[0] >= 2]
             continue
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
-                     "phases": [{"kernel": n, "tasks": p.tasks, "task_us": round(p.task_s * 1e6, 4)}
-                                for n, p in zip([t.name for t in tiles], phases)],
-                     # how each phase waits for the one before (the only hand-off this stage has)
-                     "edges": [{"from": p - 1, "to": p, "kind": "phase barrier"} for p in range(1, len(phases))],
+                     "phases": [_row(n, p) for n, p in zip([t.name for t in tiles], phases)],
+                     "dram_rate": rate,
+                     # what each phase waits for: every task of each phase it depends on (tile-level
+                     # waits do not exist yet)
+                     "edges": [{"from": d, "to": p, "kind": "phase barrier"} for p, a in enumerate(after) for d in a],
                      "tasks": sum(p.tasks for p in phases), "atomic_us": round(atomic * 1e6, 4),
                      "apart_us": round(apart * 1e6, 3), "persistent_us": round(merged * 1e6, 3),
                      "launched_as_one": take})
@@ -135,16 +144,55 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     return chosen, rows
 
 
-def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_graph: bool) -> list[Phase]:
-    """A planned kernel's phases: one per kernel it launches (a split-K GEMM's partial products,
-    then their reduction), their modelled times in the proportions of their own costs."""
+def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_graph: bool) -> list[tuple[Phase, Work]]:
+    """A planned kernel's phases, each with its ``Work``: one per kernel it launches (a split-K
+    GEMM's partial products, then their reduction), their modelled times in the proportions of
+    their own costs."""
     works = (schedule.work, *schedule.then)
     if len(works) == 1:
-        return [phase_of(cost, launch_s, next(tasks))]
+        return [(replace(phase_of(cost, launch_s, next(tasks)), dram_bytes=schedule.work.dram_bytes), schedule.work)]
     parts = [Cost.modelled(w, tgt, cuda_graph) for w in works]
     bodies = [max(c.seconds - launch_s, 0.0) for c in parts]
     scale = max(cost.seconds - len(works) * launch_s, 0.0) / max(sum(bodies), 1e-30)
-    return [phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)) for c, b in zip(parts, bodies)]
+    return [(replace(phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)), dram_bytes=w.dram_bytes), w)
+            for c, b, w in zip(parts, bodies, works)]
+
+
+def _prefetching(timed: list[tuple[Phase, Work]], asks: list, tgt: Target) -> list[Phase]:
+    """The phases with the prefetches the persistent kernel makes (``asks[p]``: what phase ``p``
+    prefetches, ``codegen/triton/persistent.prefetches``): the asking phase pays for the bytes in
+    the DRAM queue, a phase asked for has a warm time, its cold one scaled as its kernel's modelled
+    body is with those bytes read from L2 instead of DRAM.  MODELLED."""
+    out = [p for p, _ in timed]
+    fetched: dict[int, int] = {}
+    for p, mine in enumerate(asks):
+        if mine:
+            out[p] = replace(out[p], prefetch_bytes=float(sum(f.nbytes for f in mine)),
+                             prefetch_for=tuple(sorted({f.phase for f in mine})))
+        for f in mine:
+            fetched[f.phase] = fetched.get(f.phase, 0) + f.nbytes
+    for q, nbytes in fetched.items():
+        phase, work = timed[q]
+        got = min(float(nbytes), work.dram_bytes)
+        cold = estimate(work, tgt).body
+        warm = estimate(replace(work, dram_bytes=work.dram_bytes - got), tgt).body
+        out[q] = replace(out[q], warm_s=phase.task_s * warm / cold if cold > 0 else phase.task_s, fetched_bytes=got)
+    return out
+
+
+def _row(kernel: str, p: Phase) -> dict:
+    """A phase as the report records it (enough to redraw its schedule: ``report/gantt.py``)."""
+    row = {"kernel": kernel, "tasks": p.tasks, "task_us": round(p.task_s * 1e6, 4), "after": list(p.after or ())}
+    if p.warm_s is not None:
+        row["warm_us"] = round(p.warm_s * 1e6, 4)
+    if p.prefetch_bytes:
+        row["prefetch_bytes"] = int(p.prefetch_bytes)
+        row["prefetch_for"] = list(p.prefetch_for)
+    if p.dram_bytes:
+        row["dram_bytes"] = int(p.dram_bytes)
+    if p.fetched_bytes:
+        row["fetched_bytes"] = int(p.fetched_bytes)
+    return row
 
 
 def _longest_fit(kernels: Sequence, i: int, j: int, types, tgt: Target) -> int:

@@ -30,7 +30,7 @@ class Program:
             raise ValueError(f"{len(kernels)} built kernels for a plan of {len(plan.kernels)}")
         self.plan, self.device, self.types = plan, device, pg.types
         self.steps = list(kernels)
-        self.memory: MemoryPlan = memory or plan_memory(plan, pg, kernels)
+        self.memory: MemoryPlan = memory or plan_memory(plan, pg, kernels, persistent)
         self.constants = {c.name: c.data.to(device) for c in pg.constants}
         arena = torch.empty(self.memory.arena_bytes, dtype=torch.uint8, device=device)
         views = self.memory.views(arena, self.types)

@@ -66,16 +66,23 @@ def assign_offsets(tensors: Mapping[str, tuple[int, int, int]]) -> tuple[dict[st
     return dict(sorted(offsets.items())), max((e for _, e, _, _ in placed), default=0)
 
 
-def plan_memory(plan: Plan, pg: PrimGraph, kernels: Sequence = ()) -> MemoryPlan:
+def plan_memory(plan: Plan, pg: PrimGraph, kernels: Sequence = (),
+                runs: Sequence[tuple[int, int]] = ()) -> MemoryPlan:
     """Arena offsets for every tensor a kernel writes that is not a graph output, and for the
     workspaces the built ``kernels`` declare (``Built.scratch``), each live during its kernel
-    only.  Zeroed scratch (counters) is not placed here: it must stay zero between launches."""
+    only.  Zeroed scratch (counters) is not placed here: it must stay zero between launches.
+    A tensor alive during one of the persistent ``runs`` (first, past the last kernel) is kept
+    alive through the whole run: its phases may run side by side, so no two of the tensors they
+    touch may share bytes (``codegen/triton/persistent.dependencies`` orders them by name)."""
     types = pg.types
     keep = set(plan.sources) | set(plan.outputs)
     live = {n: (types[n].nbytes, lt.first, lt.last) for n, lt in plan.lifetimes.items() if n not in keep}
     scratch = {n: s.type for k, b in enumerate(kernels) for n, s in zip(scratch_names(k, b), b.scratch)
                if not s.zeroed}
     live |= {n: (t.nbytes, int(n.split(":")[1]), int(n.split(":")[1])) for n, t in scratch.items()}
+    for i, j in runs:
+        live = {n: (b, min(f, i), max(last, j - 1)) if f <= j - 1 and i <= last else (b, f, last)
+                for n, (b, f, last) in live.items()}
     offsets, arena = assign_offsets(live)
     return MemoryPlan(offsets, arena, sum(b for b, _, _ in live.values()), scratch)
 

@@ -28,7 +28,7 @@ import pickle
 import zipfile
 from pathlib import Path
 
-FORMAT = 1
+FORMAT = 2      # 2: the memory plan keeps a persistent run's tensors apart
 SUFFIX = ".tfz"
 
 

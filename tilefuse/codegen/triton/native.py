@@ -35,7 +35,7 @@ from .interpreter import KERNEL_MODULE
 _POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp16", DType.bfloat16: "*bf16",
             DType.int64: "*i64", DType.int32: "*i32", DType.int16: "*i16", DType.int8: "*i8",
             DType.uint8: "*u8", DType.bool: "*i1"}
-_VERSION = 3          # of what is cached: bump when Binary's fields or their reading change
+_VERSION = 4          # of what is cached: bump when Binary's fields or their reading change
 _NAME = "kernel"      # the name every kernel is compiled under (the binary does not depend on it)
 TMA_BOX_BYTES = 128   # a TMA box: blocks of 16-byte rows at least (counted as wide as a load can be)
 _LOCK = threading.Lock()
@@ -66,6 +66,7 @@ class Binary:
     async_copies: dict = field(default_factory=dict)   # cp.async width in bytes -> LDGSTS instructions
     tma_loads: int = 0             # UTMALDG (bulk tensor copies)
     stores: dict = field(default_factory=dict)    # global store width in bytes -> STG instructions
+    prefetches: int = 0            # CCTL.E.PF2: L2 prefetches (a persistent kernel's, for the next phase)
     triton: str = ""               # the compiler's version
 
     @property
@@ -275,4 +276,5 @@ def read_binary(name: str, arch: int, num_warps: int, usage: str, sass: str, dyn
                   spill_instructions=spill_instructions, shared_bytes=dynamic_shared, static_shared=static_shared,
                   mma="wgmma" if wgmma else "mma.sync" if sync else "none", mma_instructions=wgmma + sync,
                   loads=widths("LDG"), async_copies=widths("LDGSTS"), tma_loads=total("UTMALDG"),
-                  stores=widths("STG"), triton=version)
+                  stores=widths("STG"), prefetches=sum(n for op, n in counts.items() if op.startswith("CCTL") and "PF2" in op),
+                  triton=version)

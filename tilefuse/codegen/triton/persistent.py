@@ -1,12 +1,12 @@
-"""Persistent kernels: consecutive generated kernels as the phases of one launch (issue #25, first
-stage: phase barriers).
+"""Persistent kernels: consecutive generated kernels as the phases of one launch (issue #25).
 
 Each phase is a kernel of the plan printed as a device function taking its program ids
 (``Kernel.phase``); the persistent kernel's programs take *tasks* — one per program of every
 phase, phases in plan order — from an atomic counter, run each through its phase's function, and
-count it done.  A task of phase ``p > 0`` first waits until every task of phase ``p - 1`` is done
-(a phase barrier: the dependencies between phases are not analysed yet, so a phase waits for the
-whole phase before it, and so, transitively, for all of them).
+count it done.  A task first waits until every task of each phase it depends on is done
+(``dependencies``: the earlier phases that write what it reads, or read or write what it writes;
+a whole phase, not the tiles it needs: tile-level waits do not exist yet).  Phases that do not
+depend on one another (a decode step's cache writes and the query's transpose) run side by side.
 
 Why it cannot deadlock: tasks are handed out in order, so a waiting task's predecessors were all
 taken before it, by programs that are running (the grid never exceeds what the GPU holds at once:
@@ -15,17 +15,29 @@ interpreter the programs run one after another: the first takes every task in or
 wait is already met.
 
 Memory ordering: a task's stores are made visible before it is counted done (a CTA barrier, then
-an atomic add with release semantics); a wait reads the count with acquire semantics; a phase's
-loads of tensors an earlier phase of the launch wrote bypass L1 (``Kernel.written``: loaded
-``.cg``), so a program never reads a line its SM cached before another SM rewrote it.  Byte
-ranges the arena gives to two phases' tensors are safe for the same reason: a phase starts after
-every earlier one has finished reading and writing.
+an atomic add with release semantics); a wait reads each count with acquire semantics, and a phase
+implied by another one waited for is not waited for again (that one's tasks acquired it before
+releasing theirs: happens-before is transitive); a phase's loads of tensors an earlier phase of the
+launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never reads a line its
+SM cached before another SM rewrote it.  Dependencies are by tensor name, which is exact only
+because no two tensors a run touches share arena bytes (``runtime/memory.plan_memory`` keeps each
+alive through the runs it meets): two phases that do not depend on each other may run at once.
+
+Prefetch: the weights the phases read (what no phase of the kernel writes) form one stream in the
+order they are first read; each phase's tasks, once taken and before they wait, ask L2 for an equal
+share each of the stream's next part (``prefetches``: up to ``PREFETCH_WINDOW`` bytes past what the
+phases so far have read), one ``prefetch.global.L2`` per 128-byte line, so weights come from DRAM
+while earlier phases run and wait at their barriers.  A part is asked for only where what the
+phases in between read fits beside it in L2 (``PREFETCH_REACH``): a line evicted before its use
+is a wasted DRAM read.  A prefetch is a hint: it changes no value (L2 is the point of coherence,
+and a line fetched early is the line any later load sees), so it needs no ordering argument, and
+Triton's interpreter, which cannot run PTX, runs the kernel without it.
 """
 from __future__ import annotations
 
 import contextlib
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import torch
@@ -35,6 +47,95 @@ from .emit import triton_source
 from .interpreter import interpreted, interpreting
 
 COUNTERS = "tf_counters"     # int32 [1 + phases]: the task counter, then each phase's done count
+PREFETCH_FN = "tf_prefetch_l2"
+LINE_BYTES = 128             # an L2 line: one prefetch each
+PREFETCH_LANES = 128         # lines a program asks for at once (one per thread at 4 warps)
+PREFETCH_MIN_BYTES = 64 << 10    # a smaller tensor is a few lines: not worth a task's instructions
+PREFETCH_WINDOW = 8 << 20        # bytes asked for ahead of what the phases so far have read
+PREFETCH_REACH = 24 << 20        # what may pass through L2 between a line's prefetch and its use:
+                                 # with the window, inside an A100's or H100's L2 (40, 50 MB)
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """Elements ``[first, first + numel)`` of a tensor the phase ``phase`` reads, prefetched by an
+    earlier phase."""
+    tensor: str
+    first: int
+    numel: int
+    itemsize: int
+    phase: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
+               writes: Sequence[Sequence[str]]) -> list[list[Prefetch]]:
+    """Per phase, what its tasks prefetch (the module docstring): the stream is every tensor of
+    ``PREFETCH_MIN_BYTES`` or more that no phase writes, at the phase that first reads it (not the
+    first phase: nothing runs before it); phase ``p`` asks for the stream from where the asks so
+    far end (or what phases up to ``p`` read, if further) to ``PREFETCH_WINDOW`` bytes past the
+    latter, stopping at the first tensor whose reader is more than ``PREFETCH_REACH`` bytes of
+    phase inputs away.  The cost model reads the same list."""
+    written = {n for outs in writes for n in outs}
+    seen: set[str] = set()
+    stream = []                                  # (reader, name, numel, itemsize, stream offset)
+    size = 0
+    reach = []                                   # each phase's input bytes
+    for q, (k, ins) in enumerate(zip(kernels, reads)):
+        types = dict(zip(ins, k.inputs))
+        reach.append(sum(t.nbytes for t in types.values()))
+        for n, t in types.items():
+            if q and n not in written and n not in seen and t.nbytes >= PREFETCH_MIN_BYTES:
+                stream.append((q, n, t.numel, t.dtype.itemsize, size))
+                size += t.nbytes
+        seen.update(ins)
+    out, asked = [], 0
+    for p in range(len(kernels)):
+        read = sum(t[2] * t[3] for t in stream if t[0] <= p)     # the stream up to phase p's own
+        lo, hi, mine = max(asked, read), read + PREFETCH_WINDOW, []
+        for q, n, numel, item, at in stream:
+            if at + numel * item <= lo or q <= p:
+                continue
+            if at >= hi or sum(reach[p:q]) > PREFETCH_REACH:
+                break
+            first = max(lo - at, 0) // item
+            last = min(hi - at, numel * item) // item
+            if last > first:
+                mine.append(Prefetch(n, first, last - first, item, q))
+                asked = at + last * item
+        out.append(mine)
+    return out
+
+
+# one program's share of a tensor: equal shares, each a whole number of lines; out-of-range lanes
+# repeat the share's first line
+_PREFETCH_SOURCE = f"""@triton.jit
+def {PREFETCH_FN}(ptr, first, numel, task, tasks, LINE: tl.constexpr, LANES: tl.constexpr):
+    share = tl.cdiv(tl.cdiv(numel, tasks), LINE) * LINE
+    lo = first + task * share
+    hi = tl.minimum(lo + share, first + numel)
+    for s in range(lo, hi, LANES * LINE):
+        at = s + tl.arange(0, LANES) * LINE
+        at = tl.where(at < hi, at, lo)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\\n\\tmov.u32 $0, 0;", "=r,l", [ptr + at],
+                                  dtype=tl.int32, is_pure=False, pack=1)"""
+
+
+def dependencies(reads: Sequence[Sequence[str]], writes: Sequence[Sequence[str]]) -> list[tuple[int, ...]]:
+    """Per phase, the earlier phases its tasks wait for: those that write a tensor it reads or
+    writes, or read a tensor it writes, less those implied by another it waits for."""
+    out: list[tuple[int, ...]] = []
+    before: list[set[int]] = []              # per phase, every phase done before it starts
+    for p, (ins, outs) in enumerate(zip(reads, writes)):
+        r, w = set(ins), set(outs)
+        direct = {q for q in range(p) if set(writes[q]) & (r | w) or set(reads[q]) & w}
+        implied = set().union(*(before[q] for q in direct)) if direct else set()
+        out.append(tuple(sorted(direct - implied)))
+        before.append(direct | implied)
+    return out
 
 
 def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
@@ -49,10 +150,14 @@ def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
 
 
 def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequence[str]],
-                      params: Sequence[str]) -> str:
+                      params: Sequence[str], prefetch: Sequence[Sequence[Prefetch]] = (),
+                      after: Sequence[Sequence[int]] | None = None) -> str:
     """The module of the persistent kernel ``name``: the phases' functions and the driver, whose
     parameters are ``params`` (tensor names, each a pointer) and the counters; ``args``: each
-    phase's tensors in its inputs-then-outputs order."""
+    phase's tensors in its inputs-then-outputs order; ``prefetch[p]``: what phase ``p``'s tasks
+    prefetch (``prefetches``; none: no prefetch code); ``after[p]``: the phases phase ``p``
+    waits for (``dependencies``; by default each the one before)."""
+    after = [(p - 1,) if p else () for p in range(len(phases))] if after is None else after
     modules = [triton_source(p) for p in phases]
     head, bodies = [], []
     for src in modules:
@@ -68,8 +173,11 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
     for p, (phase, names) in enumerate(zip(phases, args)):
         start, end = end, end + _tasks(phase)
         driver.append(f"        {'if' if p == 0 else 'elif'} t < {end}:")
-        if p:
-            driver.append(f"            while tl.atomic_add({COUNTERS} + {p}, 0, sem=\"acquire\") < {_tasks(phases[p - 1])}:")
+        for f in (prefetch[p] if p < len(prefetch) else ()):
+            driver.append(f"            {PREFETCH_FN}({pointer[f.tensor]}, {f.first}, {f.numel}, t - {start}, {end - start}, "
+                          f"{max(LINE_BYTES // f.itemsize, 1)}, {PREFETCH_LANES})")
+        for d in after[p]:
+            driver.append(f"            while tl.atomic_add({COUNTERS} + {d + 1}, 0, sem=\"acquire\") < {_tasks(phases[d])}:")
             driver.append("                pass")
         ids = _program_ids(phase.grid, f"(t - {start})")
         blocks = [str(a.block) for a in _blocks(phase)]
@@ -83,6 +191,8 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
     # 983 KB of shared memory and spilled; as calls, 209 KB and 166 registers, no spills: sm_90)
     bodies = [_called(b, {p.name for p in phases}) for b in bodies]
     helpers = list(dict.fromkeys(b.rstrip("\n") for b in bodies))
+    if any(prefetch):
+        helpers.append(_PREFETCH_SOURCE)
     return "\n".join(imports) + "\n\n\n" + "\n\n\n".join(helpers + ["\n".join(driver)]) + "\n"
 
 
@@ -113,13 +223,14 @@ def _blocks(k: Kernel):
 
 
 def persistent_module(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                      writes: Sequence[Sequence[str]]) -> tuple[str, list[str]]:
+                      writes: Sequence[Sequence[str]], prefetch: bool = True) -> tuple[str, list[str]]:
     """(the source of the persistent kernel ``name`` of ``kernels`` as phases, its tensors in
-    parameter order)."""
+    parameter order); ``prefetch``: with the phases' L2 prefetches (not for the interpreter)."""
     phases = phase_kernels(kernels, reads, writes)
     params = list(dict.fromkeys(n for ins, outs in zip(reads, writes) for n in (*ins, *outs)))
     args = [list(ins) + list(outs) for ins, outs in zip(reads, writes)]
-    return persistent_source(name, phases, args, params), params
+    ahead = prefetches(kernels, reads, writes) if prefetch else ()
+    return persistent_source(name, phases, args, params, ahead, dependencies(reads, writes)), params
 
 
 def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
@@ -128,7 +239,7 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     ``kernels`` as phases (their tensors named by ``reads``/``writes``, inputs-then-outputs order);
     the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs."""
     from .launch import _descriptor_scratch, load_kernel
-    source, params = persistent_module(name, kernels, reads, writes)
+    source, params = persistent_module(name, kernels, reads, writes, prefetch=not interpreted())
     fn = load_kernel(source, name)
     phases = len(kernels)
     grid = (max(1, min(programs, sum(_tasks(k) for k in kernels))),)

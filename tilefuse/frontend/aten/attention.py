@@ -31,4 +31,6 @@ def _sdpa_fused(em, a):
     if mask is None:
         mask = getattr(a, "attn_bias", None)
     n = len(em.fx.meta["val"])
-    return (_sdpa(em, a.query, a.key, a.value, mask, a.dropout_p, a.is_causal, a.scale),) + (None,) * (n - 1)
+    # the CPU's fused kernel takes grouped-query key/value heads as they are (no enable_gqa flag)
+    gqa = em.rank(a.query) >= 3 and em.shape(a.query)[-3] != em.shape(a.key)[-3]
+    return (_sdpa(em, a.query, a.key, a.value, mask, a.dropout_p, a.is_causal, a.scale, gqa),) + (None,) * (n - 1)

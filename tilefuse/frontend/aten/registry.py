@@ -14,6 +14,9 @@ aten = torch.ops.aten
 # Composite ops kept whole when decomposing (see the package docstring).
 KEEP_WHOLE = (
     aten.scaled_dot_product_attention.default, aten.linear.default, aten.matmul.default,
+    # what torch.compile's trace on a CPU makes of the one above: kept whole, as the GPU's fused
+    # kernels are (decomposed, it is a math path of fp32 casts no GPU trace has)
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.einsum.default, aten.silu.default, aten.hardswish.default, aten.hardsigmoid.default,
     aten.mish.default, aten.softplus.default, aten.rms_norm.default, aten.adaptive_avg_pool2d.default,
     aten.adaptive_avg_pool1d.default, aten.tril.default, aten.triu.default,
