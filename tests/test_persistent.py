@@ -222,12 +222,14 @@ def test_a_phase_waits_for_the_phases_it_depends_on_and_counts_itself_done():
 
 def test_the_simulated_schedule():
     """Equal tasks fill the workers in waves; a phase starts after the whole phase before it;
-    each task pays its two atomics (and a waiting one the acquire that sees the barrier open)."""
+    each task pays the queue's atomic, a waiting one the acquire that sees the barrier open, and
+    its count of done (posted: its worker goes on) reaches L2 half a round trip after it ends."""
     from tilefuse.cost.persistent import Phase, simulate
     assert simulate([Phase(10, 1.0)], 4, 0.0) == 3.0                     # ceil(10 / 4) waves
     assert simulate([Phase(4, 1.0), Phase(4, 2.0)], 4, 0.0) == 3.0        # barrier: 1, then 2
     assert simulate([Phase(3, 1.0), Phase(1, 1.0)], 4, 0.0) == 2.0        # a free worker still waits
-    assert simulate([Phase(1, 1.0), Phase(1, 1.0)], 1, 0.1) == pytest.approx(2.4)
+    assert simulate([Phase(1, 1.0), Phase(1, 1.0)], 1, 0.1) == pytest.approx(2.25)   # 0.1 + 1, 0.1 + 1, 0.05
+    assert simulate([Phase(1, 1.0), Phase(1, 1.0)], 2, 0.1) == pytest.approx(2.3)    # 1.15 seen, + 0.1 + 1 + 0.05
     # phases that wait only for the first run side by side; a phase waiting for none starts at once
     assert simulate([Phase(4, 1.0), Phase(4, 1.0, after=(0,)), Phase(4, 1.0, after=(0,))], 8, 0.0) == 2.0
     assert simulate([Phase(4, 1.0), Phase(4, 1.0), Phase(4, 1.0)], 8, 0.0) == 3.0
@@ -238,7 +240,8 @@ def test_the_simulated_dram_queue_and_prefetches():
     """With a DRAM rate: a task ends no earlier than the queue has delivered its bytes, the run no
     earlier than all of them; bytes a phase prefetched for a later one make that one warm once
     they have arrived (its cold time otherwise, whichever ends first)."""
-    from tilefuse.cost.persistent import Phase, simulate
+    from dataclasses import replace
+    from tilefuse.cost.persistent import Phase, schedule, simulate
     rate = 1e3                                                           # bytes per second
     assert simulate([Phase(2, 0.1, dram_bytes=2000)], 2, 0.0, rate) == pytest.approx(2.0)
     assert simulate([Phase(2, 0.1, dram_bytes=2000)], 2, 0.0) == pytest.approx(0.1)     # no rate: none
@@ -248,8 +251,14 @@ def test_the_simulated_dram_queue_and_prefetches():
     assert simulate([early, cold], 1, 0.0) == pytest.approx(6.0)         # not modelled: cold
     late = Phase(1, 1.0, prefetch_bytes=3000, prefetch_for=(1,))         # arrives at 3 s
     assert simulate([late, cold], 1, 0.0, rate) == pytest.approx(4.0)    # waits for it: 3 + 1 < 1 + 5
-    slow = Phase(1, 1.0, prefetch_bytes=9000, prefetch_for=(1,))         # arrives at 9 s: cold is sooner,
-    assert simulate([slow, cold], 1, 0.0, rate) == pytest.approx(9.5)    # but its own bytes queue behind
+    slow = Phase(1, 1.0, prefetch_bytes=9000, prefetch_for=(1,))         # arrives at 9 s
+    heavy = Phase(1, 12.0, warm_s=1.0, dram_bytes=9000, fetched_bytes=9000)
+    assert simulate([slow, heavy], 1, 0.0, rate) == pytest.approx(10.0)  # warm at 9 + 1 < 1 + 12
+    assert simulate([slow, replace(heavy, task_s=8.0)], 1, 0.0, rate) == pytest.approx(10.0)   # cold: its own
+    # 9000 bytes still take 9 s from its start at 1
+    # a task's own bytes go ahead of prefetches asked for before it: it is not held up by them
+    reads = Phase(1, 0.5, dram_bytes=500, prefetch_bytes=4000, prefetch_for=(1,))
+    assert max(t.end for t in schedule([reads], 1, 0.0, rate)) == pytest.approx(0.5)
 
 
 def test_phases_wait_for_the_phases_whose_tensors_they_touch():

@@ -2,23 +2,26 @@
 
 A persistent kernel's programs take tasks in order from a queue (``codegen/triton/persistent.py``):
 each task is one program of one phase.  The schedule is list-scheduled here, event by event: a
-worker (a program; one per SM) takes the next task when it is free, pays the queue's atomic and
-then waits until the task's dependencies are done — every task of each phase it waits for
-(``Phase.after``; by default the phase before) — runs the task, and pays the atomic that counts it
-done.  A task runs as long as one program of its kernel runs in that kernel's own launch (the kernel's modelled body divided by its
+worker (a program; one per SM) takes the next task when it is free, pays the queue's atomic (a
+round trip to L2) and then waits until the task's dependencies are done — every task of each phase
+it waits for (``Phase.after``; by default the phase before), seen by an acquiring read (another
+round trip) — and runs the task, which is counted done by a posted release (``red``: the worker
+does not wait for it; the count reaches L2 half a round trip later).  A task runs as long as one
+program of its kernel runs in that kernel's own launch (the kernel's modelled body divided by its
 waves: ``Cost.waves``), a conservative figure: one program alone on an SM is no slower than one
 sharing it.  The kernel's time is one launch plus the makespan.  Everything here is MODELLED.
 
-DRAM and prefetch (with a ``dram_rate``): every DRAM byte crosses one queue served at the
-target's DRAM rate in the order it is asked for — a task's own bytes (its share of its kernel's
-DRAM bytes) when it starts, so a task ends no earlier than the queue has delivered them, and
-prefetches (``codegen/triton/persistent.prefetches``): a phase's tasks, when taken and before any
-wait, ask L2 for an equal share of the next weights later phases read (what no phase of the kernel
-writes), so those bytes stream while the phases before them run and wait.  A task of such a phase
-runs at its *warm* time — its kernel's modelled body without the prefetched DRAM bytes — from
+DRAM and prefetch (with a ``dram_rate``, bytes/s): the tasks' own DRAM bytes (each task its share
+of its kernel's, asked for when it starts) are served in order at that rate, so a task ends no
+earlier than its bytes are delivered; prefetches (``codegen/triton/persistent.prefetches``) use
+what is left: a phase's tasks, when taken and before any wait, ask L2 for an equal share of the
+next weights later phases read (what no phase of the kernel writes), and a share arrives once
+every byte asked for before it, demand or prefetch, has crossed the bus.  A task of a phase asked
+for runs at its *warm* time — its kernel's modelled body without the prefetched DRAM bytes — from
 when every share asked for it has arrived, or at its cold time from its start, whichever ends
-first.  (A prefetch waits for no reply, so no bytes-in-flight bound applies to it: an assumption until a GPU measures
-it.)  The makespan is at least every phase's DRAM bytes at the DRAM rate.
+first.  Demand ahead of prefetch, and no bytes-in-flight bound on a prefetch (it waits for no
+reply), are assumptions until a GPU measures them.  The makespan is at least every phase's DRAM
+bytes at the DRAM rate.
 """
 from __future__ import annotations
 
@@ -51,20 +54,22 @@ class Task:
     phase: int
     worker: int
     start: float               # when it starts running (after the queue's atomic and its wait)
-    end: float                 # when it is counted done
+    end: float                 # when its count of done reaches L2 (its worker is free before)
 
 
 def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate: float = 0.0) -> list[Task]:
     """The phases' tasks on ``programs`` workers, in the order they are taken: each phase after the
-    whole of each phase it waits for, every task paying two atomics (take, done) and a waiting
-    task the acquire that sees the last of them open.  A free worker takes the next task (the earliest
+    whole of each phase it waits for, every task paying the queue's atomic (``atomic_s``, a round
+    trip), a waiting task the acquire that sees the last of them open (another), a task's count of
+    done reaching L2 half of one after it ends.  A free worker takes the next task (the earliest
     free first, the lowest-numbered among equals: deterministic).  With ``dram_rate`` (bytes/s),
     prefetches are modelled (the module docstring); without, none."""
     free = [(0.0, w) for w in range(max(programs, 1))]     # (free time, worker): a heap
     heapq.heapify(free)
     finished: list[float] = []               # per phase, when its last task is counted done
     ready: dict[int, float] = {}             # phase -> when the bytes prefetched for it are all in L2
-    queue = 0.0                              # when the DRAM queue drains
+    demand = 0.0                             # when the tasks' own DRAM bytes are delivered
+    total = 0.0                              # when every DRAM byte asked for is delivered
     out = []
     for p, phase in enumerate(phases):
         after = phase.after if phase.after is not None else ((p - 1,) if p else ())
@@ -75,21 +80,22 @@ def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate:
             at, w = heapq.heappop(free)
             start = at + atomic_s                           # the queue's atomic
             if share:                                       # asked for before any wait
-                queue = max(queue, start) + share / dram_rate
-                arrived = queue
+                total = max(total, start) + share / dram_rate
+                arrived = total
             if after and start < barrier:
                 start = barrier + atomic_s                   # the acquire that sees it open
             run, own = start + phase.task_s, phase.dram_bytes
             warm = max(start, ready.get(p, 0.0))
             if phase.warm_s is not None and dram_rate and warm + phase.warm_s < run:
                 run, own = warm + phase.warm_s, phase.dram_bytes - phase.fetched_bytes
-            if dram_rate and own > 0:                       # its own bytes, after what was asked before
-                queue = max(queue, start) + own / phase.tasks / dram_rate
-                run = max(run, queue)
-            end = run + atomic_s                            # the task, then counted done
+            if dram_rate and own > 0:                       # its own bytes: ahead of prefetches
+                demand = max(demand, start) + own / phase.tasks / dram_rate
+                total = max(total, start) + own / phase.tasks / dram_rate
+                run = max(run, demand)
+            end = run + atomic_s / 2                        # counted done: posted, seen in L2 then
             done = max(done, end)
             out.append(Task(p, w, start, end))
-            heapq.heappush(free, (end, w))
+            heapq.heappush(free, (run, w))
         finished.append(done)
         for q in phase.prefetch_for:
             ready[q] = max(ready.get(q, 0.0), arrived)

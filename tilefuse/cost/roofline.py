@@ -2,9 +2,10 @@
 
     bound = max(compulsory bytes / peak DRAM bandwidth, Σ useful flops / peak of their kind)
 
-Compulsory bytes: every graph input and weight read once and every output written once; a table
-read only through data-dependent indices (an embedding) counts the rows gathered (one per element
-of the gathers' outputs), not the whole table.  Useful flops: each prim evaluated once (no
+Compulsory bytes: every graph input and weight read once and every output written once (a model
+input updated in place, a static KV cache, by the values written into it); a table read only
+through data-dependent indices (an embedding) counts the rows gathered (one per element of the
+gathers' outputs), not the whole table.  Useful flops: each prim evaluated once (no
 recomputation): a contraction's 2·M·N·K at the tensor-core peak of its dtype where the target has
 one, everything else at the fp32 CUDA-core peak.  The peaks are the vendor's, not achievable
 fractions, so a plan's modelled time divided by this bound says how far it is from the hardware.
@@ -36,7 +37,7 @@ class Roofline:
 def compulsory_bytes(pg: PrimGraph) -> int:
     types = pg.types
     consumers = pg.consumers
-    total = sum(types[o].nbytes for o in dict.fromkeys(pg.outputs))
+    total = sum(_written(pg, o) for o in dict.fromkeys(pg.outputs))
     for name in [d.name for d in pg.inputs] + [c.name for c in pg.constants]:
         users = consumers.get(name, ())
         if not users:
@@ -47,6 +48,15 @@ def compulsory_bytes(pg: PrimGraph) -> int:
         else:
             total += types[name].nbytes
     return total
+
+
+def _written(pg: PrimGraph, name: str) -> int:
+    """Bytes an output must be written with: all of it, but for a model input updated in place
+    (an ``index_put`` marked ``inplace``: a static KV cache), the values it writes."""
+    p = pg.producers.get(name)
+    if p is not None and p.is_opaque and p.body.fn == "index_put" and dict(p.body.attrs).get("inplace"):
+        return pg.types[p.inputs[1]].nbytes
+    return pg.types[name].nbytes
 
 
 def peak_of(p: Prim, target: Target) -> tuple[float, str]:
