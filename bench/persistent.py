@@ -1,8 +1,8 @@
-"""Persistent kernels in the zoo's plans (issue #25, first stage): launches and modelled time with
-and without them.
+"""Persistent kernels in the zoo's plans and in a decode step (issue #25): launches and modelled time
+with and without them.
 
     python bench/persistent.py [--target h100] [--models bert:base,gpt2:small,llama:small,resnet:small]
-                               [--json bench/results/persistent_h100.json]
+                               [--decode 2] [--json bench/results/persistent_h100.json]
 
 For each model (``tilefuse.zoo``, random weights, fp16, batch 1) and launch mode (per launch; CUDA
 graph) the plan is compiled twice, without persistent kernels and with ``persistent="auto"``
@@ -11,6 +11,13 @@ its simulated schedule models faster, ``cost/persistent.py``).  Recorded: kernel
 the modelled total (``report.est_total_us``), the roofline bound and their ratio, and per run its
 kernels and both modelled times.  Everything is MODELLED for the target: no GPU is used, no kernel
 runs (the kernels are generated, not compiled).
+
+``--decode N``: one decode step of a LLaMA-style model of N layers (hidden 2048, 32 query heads over
+4 key/value heads, FFN 5632: TinyLlama's shape, random weights, fp16) with transformers' static
+cache of 2048 positions, a prompt of 100 tokens already in it, as ``torch.compile`` gives it to
+tilefuse (``options={"target": ..., "plan_only": True}``: planned for the GPU, run through
+PyTorch here).  Its roofline is the weights and the cache read once at the DRAM's peak (the
+cache's new rows written, not the whole cache).
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="h100")
     ap.add_argument("--models", default="bert:base,gpt2:small,llama:small,resnet:small")
     ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--decode", type=int, default=2, help="layers of the decode step (0: none)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -55,6 +63,23 @@ def main(argv=None) -> int:
             print(f"{row['model']:14s} {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
                   f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "
                   f"{p['vs_roofline']}x -> {q['vs_roofline']}x)", flush=True)
+    for graph in (False, True) if args.decode else ():
+        row = {"model": f"llama decode step ({args.decode} layers, static cache 2048)",
+               "launch": "cuda_graph" if graph else "per_launch"}
+        for mode in (False, "auto"):
+            c = _decode_step(args.decode, args.target, mode, graph, args.time_limit)
+            r = c.report
+            launches = len(c.kernels) - sum(j - i - 1 for i, j in c.persistent)
+            row["persistent" if mode else "plain"] = {
+                "kernels": len(c.kernels), "launches": launches, "est_us": r.est_total_us,
+                "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3)}
+            if mode:
+                row["runs"] = r.persistent
+        rows.append(row)
+        p, q = row["plain"], row["persistent"]
+        print(f"decode {args.decode}L    {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
+              f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "
+              f"{p['vs_roofline']}x -> {q['vs_roofline']}x)", flush=True)
     record = {"what": "plans with and without persistent kernels (persistent='auto'); MODELLED times, no GPU",
               "command": "python " + " ".join(sys.argv), "date": datetime.date.today().isoformat(),
               "machine": platform.machine(), "torch": torch.__version__, "tilefuse": tilefuse.__version__,
@@ -63,6 +88,29 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
     return 0
+
+
+def _decode_step(layers: int, target: str, persistent, cuda_graph: bool, time_limit: float):
+    """The CompiledModel of one decode step (the module docstring), planned for ``target``."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel, StaticCache
+
+    import tilefuse
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=layers,
+                      num_attention_heads=32, num_key_value_heads=4, max_position_embeddings=2048,
+                      attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = LlamaModel(cfg).eval().half()
+    cache = StaticCache(config=cfg, max_cache_len=2048)
+    torch._dynamo.reset()
+    step = torch.compile(model.forward, backend="tilefuse",
+                         options={"target": target, "plan_only": True, "persistent": persistent,
+                                  "cuda_graph": cuda_graph, "time_limit": time_limit})
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 32000, (1, 100)), past_key_values=cache, cache_position=torch.arange(100))
+        step(input_ids=torch.randint(0, 32000, (1, 1)), past_key_values=cache, cache_position=torch.tensor([100]),
+             use_cache=True)
+    return tilefuse.compiled_graphs()[-1]
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ waves: ``Cost.waves``), a conservative figure: one program alone on an SM is no 
 sharing it.  The kernel's time is one launch plus the makespan.  Everything here is MODELLED.
 
 DRAM and prefetch (with a ``dram_rate``, bytes/s): the tasks' own DRAM bytes (each task its share
-of its kernel's, asked for when it starts) are served in order at that rate, so a task ends no
-earlier than its bytes are delivered; prefetches (``codegen/triton/persistent.prefetches``) use
+of its kernel's, asked for when it starts) are served in order at that rate, phase by phase (phases
+side by side each at the full rate: the makespan's floor below bounds them together), so a task
+ends no earlier than its phase's bytes up to its own are delivered; prefetches (``codegen/triton/persistent.prefetches``) use
 what is left: a phase's tasks, when taken and before any wait, ask L2 for an equal share of the
 next weights later phases read (what no phase of the kernel writes), and a share arrives once
 every byte asked for before it, demand or prefetch, has crossed the bus.  A task of a phase asked
@@ -68,13 +69,13 @@ def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate:
     heapq.heapify(free)
     finished: list[float] = []               # per phase, when its last task is counted done
     ready: dict[int, float] = {}             # phase -> when the bytes prefetched for it are all in L2
-    demand = 0.0                             # when the tasks' own DRAM bytes are delivered
     total = 0.0                              # when every DRAM byte asked for is delivered
     out = []
     for p, phase in enumerate(phases):
         after = phase.after if phase.after is not None else ((p - 1,) if p else ())
         barrier = max((finished[d] for d in after), default=0.0)
         done, arrived = barrier, 0.0
+        demand = 0.0                         # when this phase's own DRAM bytes so far are delivered
         share = phase.prefetch_bytes / phase.tasks if dram_rate else 0.0
         for _ in range(phase.tasks):
             at, w = heapq.heappop(free)

@@ -54,6 +54,7 @@ KEPT = 64       # the graphs compiled last that ``compiled_graphs()`` lists
 
 # weak references, oldest first: the list keeps no compiled model (nor its buffers) alive
 _compiled: "collections.deque" = collections.deque(maxlen=KEPT)
+_planned: "collections.deque" = collections.deque(maxlen=KEPT)    # plan_only's plans (nothing runs them)
 
 
 def compiled_graphs() -> list:
@@ -77,7 +78,10 @@ OPTIONS = {"target": "a target name (default: the CUDA device the inputs are on)
            "persistent": "launch runs of consecutive generated kernels as one persistent kernel: 'auto' where "
                          "modelled faster, True every run (experimental)",
            "interpreter": "on a machine without a GPU, run the kernels in Triton's interpreter (checking, "
-                          "not speed) instead of handing the graph back to PyTorch"}
+                          "not speed) instead of handing the graph back to PyTorch",
+           "plan_only": "plan each graph for the target and build its kernels, but run the graph through "
+                        "PyTorch: the plans are in tilefuse.compiled_graphs() (a GPU target on a machine "
+                        "without one: what a static KV cache's decode step becomes on an H100)"}
 # torch.compile's modes, as tilefuse options
 MODES = {"default": {}, "reduce-overhead": {"cuda_graph": True},
          "max-autotune": {"measure": True, "cuda_graph": True}, "max-autotune-no-cudagraphs": {"measure": True}}
@@ -94,10 +98,14 @@ def tilefuse_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *, optio
     on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
     options = _checked_options({**(options or {}), **kw}, mode, on_cuda)
     target = options.get("target")
-    if target is not None and Target.get(target).device == "cuda" and not Target.get(target).is_present():
+    if target is not None and Target.get(target).device == "cuda" and not Target.get(target).is_present() \
+            and not options.get("plan_only"):
         raise TargetAbsentError(f"target {target!r} is not attached to this machine, and torch.compile runs what "
-                                f"it compiles; to plan for {target} without one, use tilefuse.compile(model, "
-                                f"args, target={target!r}) and check its kernels with .emulate(...)")
+                                f"it compiles; to plan for {target} without one, pass options={{'plan_only': True}} "
+                                f"(the graph then runs through PyTorch), or use tilefuse.compile(model, args, "
+                                f"target={target!r}) and check its kernels with .emulate(...)")
+    if options.get("plan_only") and options.get("measure"):
+        raise OptionError("plan_only runs no kernel of tilefuse's, so it cannot measure them (measure=True)")
     if target is None and not on_cuda and not options.get("interpreter"):
         _pytorch_notice()
         return gm.forward
@@ -578,7 +586,7 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
                              time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
                              measure=options.get("measure", False), check=check, template=template,
                              sizes=sizes, persistent=options.get("persistent", False))
-        if backend == "triton":
+        if backend == "triton" and not options.get("plan_only"):
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     record = _specializing.get()
     if record is not None:
@@ -587,6 +595,9 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
         sink.append(compiled)
     if keep:
         _compiled.append(weakref.ref(compiled))
+    if options.get("plan_only"):
+        _planned.append(compiled)     # kept alive: nothing else holds a plan that never runs
+        return _boxed(gm.forward)
     return _boxed(compiled)
 
 

@@ -35,7 +35,7 @@ from .interpreter import KERNEL_MODULE
 _POINTER = {DType.float64: "*fp64", DType.float32: "*fp32", DType.float16: "*fp16", DType.bfloat16: "*bf16",
             DType.int64: "*i64", DType.int32: "*i32", DType.int16: "*i16", DType.int8: "*i8",
             DType.uint8: "*u8", DType.bool: "*i1"}
-_VERSION = 4          # of what is cached: bump when Binary's fields or their reading change
+_VERSION = 5          # of what is cached: bump when Binary's fields or their reading change
 _NAME = "kernel"      # the name every kernel is compiled under (the binary does not depend on it)
 TMA_BOX_BYTES = 128   # a TMA box: blocks of 16-byte rows at least (counted as wide as a load can be)
 _LOCK = threading.Lock()
@@ -67,6 +67,8 @@ class Binary:
     tma_loads: int = 0             # UTMALDG (bulk tensor copies)
     stores: dict = field(default_factory=dict)    # global store width in bytes -> STG instructions
     prefetches: int = 0            # CCTL.E.PF2: L2 prefetches (a persistent kernel's, for the next phase)
+    frame_instructions: int = 0    # STL + LDL of a stack frame that ptxas says holds no spill (registers
+                                   # saved across a call to a noinline function: a persistent kernel's phases)
     triton: str = ""               # the compiler's version
 
     @property
@@ -186,7 +188,38 @@ def _build(fn, signature: dict, constexprs: dict, pointers: int, warps: int, sta
         raise NativeCompileError(f"kernel {name}: Triton {triton.__version__} cannot compile it for "
                                  f"sm_{arch}: {type(e).__name__}: {last}") from e
     usage, sass = _objdump(compiled.asm["cubin"], name, arch)
-    return read_binary(name, arch, warps, usage, sass, int(compiled.metadata.shared), triton.__version__)
+    binary = read_binary(name, arch, warps, usage, sass, int(compiled.metadata.shared), triton.__version__)
+    if binary.spill_instructions and _ptxas_spill_bytes(compiled.asm["ptx"], arch) == 0:
+        # local stores and loads, but none a spill: a call's saved registers (a persistent kernel's
+        # phases are noinline functions) or a local array
+        binary = replace(binary, spill_bytes=0, spill_instructions=0, frame_instructions=binary.spill_instructions)
+    return binary
+
+
+_SPILLED = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def _ptxas_spill_bytes(ptx: str, arch: int) -> int | None:
+    """Bytes of spill stores and loads ``ptxas -v`` reports for the PTX, every function summed (the
+    assembler Triton itself uses); None where it cannot be asked."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        try:
+            ptxas = get_ptxas(arch).path
+        except TypeError:                  # a Triton whose get_ptxas takes no architecture
+            ptxas = get_ptxas().path
+        target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
+        with tempfile.TemporaryDirectory(prefix="tilefuse-ptx-") as d:
+            path = Path(d) / "kernel.ptx"
+            path.write_text(ptx)
+            done = subprocess.run([ptxas, "-v", "--gpu-name", target, str(path), "-o", str(Path(d) / "k.cubin")],
+                                  capture_output=True, text=True)
+    except (ImportError, AttributeError, OSError):
+        return None
+    found = _SPILLED.findall(done.stdout + done.stderr)
+    if done.returncode != 0 or not found:
+        return None
+    return sum(int(a) + int(b) for a, b in found)
 
 
 def _jit_function(source: str, name: str):
