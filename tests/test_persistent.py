@@ -54,6 +54,13 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     assert compiled.report.est_total_us == pytest.approx(compiled.plan.cost * 1e6 - saved, abs=1e-2)
     with torch.no_grad():
         torch.testing.assert_close(_outputs(compiled.emulate(*inputs)), _outputs(model(*inputs)), rtol=1e-4, atol=1e-4)
+    # kernels re-tiled for being phases (``as_phases``: no launch to pay) where that models faster,
+    # only inside the runs taken; the report describes the schedule that runs
+    plain = tilefuse.compile(model, inputs, target="h100", time_limit=1.0)
+    moved = [k for k, (a, b) in enumerate(zip(plain.plan.kernels, compiled.plan.kernels))
+             if a.schedule.key() != b.schedule.key()]
+    assert moved and all(any(i <= k < j for i, j in compiled.persistent) for k in moved), moved
+    assert all(compiled.report.kernels[k].schedule == compiled.plan.kernels[k].schedule.key() for k in moved)
     # the report's page draws each persistent kernel's simulated schedule: its tasks per SM, the
     # makespan the row's modelled time has (one launch besides)
     launch_us = compiled.target.launch(False) * 1e6

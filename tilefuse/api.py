@@ -33,7 +33,7 @@ from .log import logger
 from .orchestrate.costing import Coster
 from .orchestrate.instantiate import PlanTemplate, instantiate
 from .orchestrate.overlap import hidden, overlap
-from .orchestrate.persistence import persistent_plan, settle, with_phases
+from .orchestrate.persistence import as_phases, persistent_plan, settle, with_phases
 from .orchestrate.plan import Plan
 from .orchestrate.strategies import STRATEGIES, plan_strategies
 from .progress import step
@@ -120,7 +120,11 @@ def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[s
 
 def _scheduled(coster: Coster, k) -> tuple:
     """(cost, schedule) of a planned kernel: its own schedule among its candidate's options (an
-    instantiated plan keeps its template's family, which need not be the best one here)."""
+    instantiated plan keeps its template's family, which need not be the best one here; a schedule
+    re-tiled as a persistent kernel's phase is the coster's adopted one)."""
+    adopted = coster.adopted(k.schedule)
+    if adopted is not None:
+        return adopted
     for cost, sched in coster.options(k.candidate):
         if sched is k.schedule:
             return cost, sched
@@ -276,7 +280,9 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     plan = overlap(plans[strategy])          # collectives issued early, waited for late
     persistent = persistent if backend == "triton" else False
     scheduled = lambda k: _scheduled(coster, k)     # noqa: E731  (a planned kernel's cost and schedule)
-    phased = with_phases(plan, coster, scheduled, tgt, cuda_graph) if persistent and template is None else plan
+    phased = plan
+    if persistent and template is None:
+        phased = as_phases(with_phases(plan, coster, scheduled, tgt, cuda_graph), coster, scheduled, tgt, cuda_graph)
     with _stage("generating kernels"):
         kernels = build_kernels(phased, primgraph) if template is None else \
             build_kernels(phased, primgraph, template.generics, template.generic_size(sizes))

@@ -111,13 +111,13 @@ def _row_write(group: Group) -> int | None:
     p = group.prims[-1]
     if group.categories[-1] is not Category.opaque or not p.is_opaque or group.outputs != (p.name,):
         return None
+    attrs = dict(p.body.attrs)
+    if p.body.fn != "index_put" or not attrs.get("inplace") or len(attrs.get("dims", ())) != 1 or len(p.inputs) != 3:
+        return None
     producers = group.prims[:-1]
     if any(c not in _PRODUCERS for c in group.categories[:-1]) or \
             any(p.inputs[0] in q.inputs for q in producers) or p.inputs[0] in group.members or \
             p.inputs[2] in group.members or (producers and p.inputs[1] not in group.members):
-        return None
-    attrs = dict(p.body.attrs)
-    if p.body.fn != "index_put" or not attrs.get("inplace") or len(attrs.get("dims", ())) != 1 or len(p.inputs) != 3:
         return None
     (d,) = attrs["dims"]
     x, values, index = (group.types[n] for n in p.inputs)

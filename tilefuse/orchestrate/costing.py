@@ -37,6 +37,7 @@ class Coster:
         self.measured = dict(measured or {})
         self.grounded = grounded or {}        # schedule key -> its cost from its compiled binary
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
+        self._adopted: dict[int, tuple[Cost, Schedule]] = {}
 
     def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
         """Every family's top schedules for the candidate, each costed: the fastest family's
@@ -82,6 +83,16 @@ class Coster:
         cost = self._modelled(sched)
         seconds = self.measured.get(sched.key()) if self.measured else None   # key() hashes the group
         return cost if seconds is None else replace(cost, seconds=seconds, measured=True)
+
+    def adopt(self, sched: Schedule) -> Cost:
+        """Cost a schedule that is not among its candidate's options (one re-tiled as a phase of a
+        persistent kernel) and remember it, so ``adopted`` answers for a kernel planned with it."""
+        cost = self.cost(sched)
+        self._adopted[id(sched)] = (cost, sched)      # (the schedule kept alive: its id stays its own)
+        return cost
+
+    def adopted(self, sched: Schedule) -> tuple[Cost, Schedule] | None:
+        return self._adopted.get(id(sched))
 
     def best(self, cand: Candidate) -> tuple[Cost, Schedule] | None:
         opts = self.options(cand)

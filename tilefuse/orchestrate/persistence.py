@@ -4,7 +4,8 @@ A run is a maximal sequence of consecutive kernels whose launches are declared
 (``runtime/executor.persistent_runs``); each of its generated kernels is a phase
 (``runtime/executor.run_phases``: a split-K GEMM's two kernels are two phases, their workspace
 named like any tensor).  Before the kernels are built, ``with_phases`` replaces a library call
-between generated kernels by a generated kernel where the joined run simulates faster; after,
+between generated kernels by a generated kernel where the joined run simulates faster, and
+``as_phases`` re-tiles generated kernels for being phases (no launch to pay); after,
 ``persistent_plan`` takes a run where its simulated schedule (``cost/persistent.py``) models
 faster than its kernels launched one by one (``"auto"``; True: every run), and ``settle`` makes a
 replaced call a call again where no run took it.  For a GPU target a taken run is compiled for its
@@ -81,10 +82,57 @@ def with_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph
     return replace(plan, kernels=tuple(kernels)) if swapped else plan     # (a schedule is not compared)
 
 
+def as_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: bool) -> Plan:
+    """The plan with each generated kernel next to another re-tiled for being a phase: a phase pays
+    a barrier (a posted release and the acquire that sees it), not a launch, so a schedule of
+    more kernels or more programs (split-K whose reduction is a second kernel) can be the faster
+    phase where it was the slower kernel.  Each kernel's family ranks its schedules on the target
+    with a phase boundary's cost for a launch; one replaces the planned schedule where the kernel
+    with its neighbours simulates faster with it (each one tried is ``coster.adopt``-ed: costed on
+    the target, what ``scheduled`` answers for it).  ``settle`` puts back the planned schedule
+    where no run took the kernel.  MODELLED."""
+    from ..families import generated
+    from .costing import Coster
+    launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s
+    boundary = 1.5 * atomic
+    as_phase = Coster(coster.types, replace(tgt, launch_s=boundary, launch_graph_s=boundary), cuda_graph=cuda_graph)
+    breaks = {w for _, w in plan.deferred}
+    kernels = list(plan.kernels)
+
+    def span(ks: list[int]) -> float:
+        phases = []
+        for k in ks:
+            cost, s = scheduled(kernels[k])
+            phases += [p for p, _ in _phases(cost, s, iter(max(int(w.programs), 1) for w in (s.work, *s.then)),
+                                             launch, tgt, cuda_graph)]
+        return simulate(phases, tgt.sm_count, atomic)
+
+    for k, pk in enumerate(kernels):
+        if not generated(pk.schedule):
+            continue
+        near = ([k - 1] if k and k not in breaks and generated(kernels[k - 1].schedule) else []) + [k] + \
+            ([k + 1] if k + 1 < len(kernels) and k + 1 not in breaks and generated(kernels[k + 1].schedule) else [])
+        if len(near) < 2:
+            continue
+        best, fastest = pk, span(near)
+        for _, s in as_phase.options(pk.candidate):
+            if not generated(s) or s.key() == pk.schedule.key():
+                continue
+            cost = coster.adopt(s)
+            kernels[k] = replace(pk, schedule=s, cost=cost.seconds)
+            t = span(near)
+            if t < fastest:
+                best, fastest = kernels[k], t
+        kernels[k] = best
+        if best is not pk:
+            _log.info("persistent: %s re-tiled as a phase (%s)", pk.candidate.names[0], best.schedule.family)
+    return replace(plan, kernels=tuple(kernels))
+
+
 def settle(plan: Plan, phased: Plan, kernels: Sequence, runs, prims) -> tuple[Plan, list]:
     """(the plan, its built kernels) once the runs are chosen: a kernel ``with_phases`` made
-    generated that no run launched as one is the library call it was (rebuilt in its place, named
-    as the plan names it)."""
+    generated or ``as_phases`` re-tiled that no run launched as one is what it was (the library
+    call, the planned tiles: rebuilt in its place, named as the plan names it)."""
     from ..codegen import kernel_names
     from ..families import build
     inside = {k for i, j in runs for k in range(i, j)}
