@@ -623,3 +623,20 @@ def test_channels_last_depthwise_block_plans_stencils():
     (built,) = [b for b, k in zip(cm.kernels, cm.plan.kernels) if k is stencils[0]]
     assert "_taps" in " ".join(built.inputs) and "bs * 9" not in built.source
     torch.testing.assert_close(run_cpu(cm, x)[0].float(), eager(model, x)[0].float(), **HALF_TOL[torch.float16])
+
+
+def test_a_gemvs_weights_are_streamed_evict_first_and_a_gemms_are_not():
+    """One row block (a decode step's projection): each weight byte is read by one program once,
+    so its loads are evict-first (``Kernel.streamed``: they do not push out of L2 what others will
+    read); with several row blocks the weights are re-read and keep the default policy.  Either
+    way the kernel equals eager."""
+    torch.manual_seed(0)
+    lin = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.GELU()).eval()
+    for rows, streamed in ((1, True), (512, False)):
+        x = torch.randn(rows, 64)
+        c = tilefuse.compile(lin, (x,), target="h100", time_limit=1.0)
+        (b,) = [b for b in c.kernels if b.family == "gemm"]
+        assert ('eviction_policy="evict_first"' in b.source) == streamed, b.source
+        assert bool(b.kernels[0].streamed) == streamed
+        with torch.no_grad():
+            torch.testing.assert_close(c.emulate(x), lin(x), rtol=1e-4, atol=1e-4)

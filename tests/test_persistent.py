@@ -288,8 +288,8 @@ def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():
     from tilefuse.ir.dtypes import DType, TensorType
     MB = 1 << 20
 
-    def k(*nbytes):
-        return SimpleNamespace(inputs=tuple(TensorType((n // 2,), DType.float16) for n in nbytes))
+    def k(*nbytes, streamed=frozenset()):
+        return SimpleNamespace(inputs=tuple(TensorType((n // 2,), DType.float16) for n in nbytes), streamed=streamed)
     kernels = [k(1024, MB), k(1024, 4 * MB), k(1024, 6 * MB), k(1024, 40 * MB), k(1024, 2 * MB), k(1024, 1024)]
     reads = [["x", "w0"], ["a", "w1"], ["b", "w2"], ["c", "big"], ["d", "w4"], ["e", "small"]]
     writes = [["a"], ["b"], ["c"], ["d"], ["e"], ["f"]]
@@ -302,6 +302,10 @@ def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():
         [("big", 2, 6, 3)],                         # w2 read: up to 8 MB past it
         [], [], []]                                 # w4 is behind 40 MB of reads: never asked for
     assert sum(map(len, asks)) == 5 and all(f.phase > p for p, mine in enumerate(asks) for f in mine)
+    # streamed evict-first (a GEMV's weights), the 40 MB push nothing out of L2: w4 is asked for
+    kernels[3] = k(1024, 40 * MB, streamed=frozenset({1}))
+    asks = pk.prefetches(kernels, reads, writes)
+    assert [(f.tensor, f.nbytes // MB, f.phase) for f in asks[3]] == [("w4", 2, 4)]
 
 
 def test_the_persistent_option_takes_false_true_or_auto():

@@ -369,6 +369,10 @@ class Kernel:
                                    # descriptors (``tl.make_tensor_descriptor``: TMA on sm_90)
     phase: bool = False            # printed as a device function taking its program ids as
                                    # arguments (``pid0``...): a phase of a persistent kernel
+    streamed: frozenset[int] = field(default=frozenset())   # input slots each of whose bytes one
+                                   # program reads once (a GEMV's weights): loaded evict-first, so
+                                   # they do not push out of L2 what others will read (a persistent
+                                   # kernel's prefetched weights)
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})

@@ -364,6 +364,8 @@ class _Printer:
             extra += f", mask={' & '.join(c.text for c in conds)}, other=0"
         if e in self.k.reused:
             extra += ', eviction_policy="evict_last"'
+        elif e.tensor in self.k.streamed and e.tensor not in self.k.written:    # (ptxas: not with .cg)
+            extra += ', eviction_policy="evict_first"'
         if e.tensor in self.k.written:      # stored by other programs of this launch: not from L1
             extra += ', cache_modifier=".cg"'
         return self.emit(f"tl.load(in{e.tensor} + {_paren(off.text)}{extra})", deps=[off] + conds)

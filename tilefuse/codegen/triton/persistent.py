@@ -29,7 +29,8 @@ share each of the stream's next part (``prefetches``: up to ``PREFETCH_WINDOW`` 
 phases so far have read), one ``prefetch.global.L2`` per 128-byte line, so weights come from DRAM
 while earlier phases run and wait at their barriers.  A part is asked for only where what the
 phases in between read fits beside it in L2 (``PREFETCH_REACH``): a line evicted before its use
-is a wasted DRAM read.  A prefetch is a hint: it changes no value (L2 is the point of coherence,
+is a wasted DRAM read (a GEMV's weights, read once, are loaded evict-first and do not count).
+A prefetch is a hint: it changes no value (L2 is the point of coherence,
 and a line fetched early is the line any later load sees), so it needs no ordering argument, and
 Triton's interpreter, which cannot run PTX, runs the kernel without it.
 """
@@ -78,15 +79,17 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
     first phase: nothing runs before it); phase ``p`` asks for the stream from where the asks so
     far end (or what phases up to ``p`` read, if further) to ``PREFETCH_WINDOW`` bytes past the
     latter, stopping at the first tensor whose reader is more than ``PREFETCH_REACH`` bytes of
-    phase inputs away.  The cost model reads the same list."""
+    phase inputs away (inputs a phase streams evict-first, ``Kernel.streamed``, do not count: they
+    push nothing out of L2).  The cost model reads the same list."""
     written = {n for outs in writes for n in outs}
     seen: set[str] = set()
     stream = []                                  # (reader, name, numel, itemsize, stream offset)
     size = 0
-    reach = []                                   # each phase's input bytes
+    reach = []                                   # each phase's input bytes L2 keeps
     for q, (k, ins) in enumerate(zip(kernels, reads)):
         types = dict(zip(ins, k.inputs))
-        reach.append(sum(t.nbytes for t in types.values()))
+        kept = {n for j, n in enumerate(ins) if j not in k.streamed}
+        reach.append(sum(t.nbytes for n, t in types.items() if n in kept))
         for n, t in types.items():
             if q and n not in written and n not in seen and t.nbytes >= PREFETCH_MIN_BYTES:
                 stream.append((q, n, t.numel, t.dtype.itemsize, size))

@@ -30,7 +30,7 @@ from ...analysis.index import extent_ranges
 from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
-from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, substitute, transform
+from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, substitute, transform, walk
 from ...transform.simplify import simplify
 from .body import GemmBody
 from .space import GemmTile
@@ -84,7 +84,19 @@ def gemm_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
                          f"B[{shape.k} x {shape.n}] in {b.in_dtype.value}, fp32 accumulation"
                          + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""))
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
-                  tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, tma=t.tma)
+                  tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, tma=t.tma,
+                  streamed=streamed(b, t))
+
+
+def streamed(b: GemmBody, t: GemmTile) -> frozenset[int]:
+    """The B operand's input slots where each of its bytes is read by one program once: one row
+    block (M within a tile; each batch its own B) and the pointer path (a tensor descriptor's
+    copies take no eviction hint)."""
+    if -(-b.shape.m // t.bm) > 1 or (t.tma and t.dot):
+        return frozenset()
+    slots = frozenset(ld.tensor for ld in walk(b.b) if isinstance(ld, Load) and ld.tensor < len(b.inputs))
+    mine = frozenset(ld.tensor for ld in walk(b.a) if isinstance(ld, Load))
+    return slots - mine
 
 
 def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
@@ -234,7 +246,7 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
     first = Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), (ws,), tuple(axes),
                    (dot, Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
-                   swizzle=t.swizzle, workspaces=frozenset({0}), tma=t.tma)
+                   swizzle=t.swizzle, workspaces=frozenset({0}), tma=t.tma, streamed=streamed(b, t))
     # the reduction: the splits summed, then the epilogue; one program per REDUCE_BLOCK outputs,
     # or, when the epilogue reduces rows, per ROWS_BLOCK whole rows (the row reductions after the sum)
     nin = len(b.inputs)
