@@ -47,39 +47,11 @@ def main(argv=None) -> int:
         model, (inputs,) = zoo.build(name, size)
         model = model.half()
         for graph in (False, True):
-            row = {"model": f"{name} {size}", "launch": "cuda_graph" if graph else "per_launch"}
-            for mode in (False, "auto"):
-                c = tilefuse.compile(model, inputs, target=args.target, time_limit=args.time_limit,
-                                     cuda_graph=graph, persistent=mode)
-                r = c.report
-                launches = len(c.kernels) - sum(j - i - 1 for i, j in c.persistent)
-                key = "persistent" if mode else "plain"
-                row[key] = {"kernels": len(c.kernels), "launches": launches, "est_us": r.est_total_us,
-                            "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3)}
-                if mode:
-                    row["runs"] = r.persistent
-            rows.append(row)
-            p, q = row["plain"], row["persistent"]
-            print(f"{row['model']:14s} {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
-                  f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "
-                  f"{p['vs_roofline']}x -> {q['vs_roofline']}x)", flush=True)
+            rows.append(_row(f"{name} {size}", graph, lambda mode: tilefuse.compile(
+                model, inputs, target=args.target, time_limit=args.time_limit, cuda_graph=graph, persistent=mode)))
     for graph in (False, True) if args.decode else ():
-        row = {"model": f"llama decode step ({args.decode} layers, static cache 2048)",
-               "launch": "cuda_graph" if graph else "per_launch"}
-        for mode in (False, "auto"):
-            c = _decode_step(args.decode, args.target, mode, graph, args.time_limit)
-            r = c.report
-            launches = len(c.kernels) - sum(j - i - 1 for i, j in c.persistent)
-            row["persistent" if mode else "plain"] = {
-                "kernels": len(c.kernels), "launches": launches, "est_us": r.est_total_us,
-                "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3)}
-            if mode:
-                row["runs"] = r.persistent
-        rows.append(row)
-        p, q = row["plain"], row["persistent"]
-        print(f"decode {args.decode}L    {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
-              f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "
-              f"{p['vs_roofline']}x -> {q['vs_roofline']}x)", flush=True)
+        rows.append(_row(f"llama decode step ({args.decode} layers, static cache 2048)", graph,
+                         lambda mode: _decode_step(args.decode, args.target, mode, graph, args.time_limit)))
     record = {"what": "plans with and without persistent kernels (persistent='auto'); MODELLED times, no GPU",
               "command": "python " + " ".join(sys.argv), "date": datetime.date.today().isoformat(),
               "machine": platform.machine(), "torch": torch.__version__, "tilefuse": tilefuse.__version__,
@@ -88,6 +60,25 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
     return 0
+
+
+def _row(model: str, graph: bool, compiled) -> dict:
+    """A record of one model and launch mode: ``compiled(persistent)`` without and with "auto"."""
+    row = {"model": model, "launch": "cuda_graph" if graph else "per_launch"}
+    for mode in (False, "auto"):
+        c = compiled(mode)
+        r = c.report
+        launches = len(c.kernels) - sum(j - i - 1 for i, j in c.persistent)
+        row["persistent" if mode else "plain"] = {
+            "kernels": len(c.kernels), "launches": launches, "est_us": r.est_total_us,
+            "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3)}
+        if mode:
+            row["runs"] = r.persistent
+    p, q = row["plain"], row["persistent"]
+    print(f"{model[:24]:24s} {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
+          f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "
+          f"{p['vs_roofline']}x -> {q['vs_roofline']}x)", flush=True)
+    return row
 
 
 def _decode_step(layers: int, target: str, persistent, cuda_graph: bool, time_limit: float):
