@@ -37,7 +37,7 @@ for s in $STEPS; do case $s in
   attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
-  persistent) step ${T_PERSIST:-150} persistent python3 -m pytest tests/test_gpu.py -m gpu --runslow -q -rs -p no:cacheprovider -k "persistent or generation_with_cuda_graphs" ;;
+  persistent) step ${T_PERSIST:-240} persistent python3 -m pytest tests/test_gpu.py -m gpu --runslow -q -rs -p no:cacheprovider -k "persistent or generation_with_cuda_graphs" ;;
   *) echo "unknown step $s" | tee -a "$LOG" ;;
 esac; done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"

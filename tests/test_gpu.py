@@ -181,9 +181,9 @@ def test_persistent_kernels_equal_eager_call_after_call(name):
     torch.cuda.synchronize()
 
 
-def _graphed_generation(**kw):
-    """(eager's tokens, tilefuse's under mode="reduce-overhead") of the tiny LLaMA's greedy
-    generation on the GPU, no graph run eagerly."""
+def _graphed_generation(mode="reduce-overhead", options=None, **kw):
+    """(eager's tokens, tilefuse's under ``mode``) of the tiny LLaMA's greedy generation on the
+    GPU, no graph run eagerly."""
     from test_generation import _llama
     from tilefuse.frontend.dynamo import TilefuseFallbackWarning
     torch.manual_seed(0)
@@ -194,8 +194,8 @@ def _graphed_generation(**kw):
         want = model.generate(ids, **kw)
     torch._dynamo.reset()
     try:
-        model.forward = torch.compile(model.forward, backend="tilefuse", mode="reduce-overhead",
-                                      options={"time_limit": TIME_LIMIT})
+        model.forward = torch.compile(model.forward, backend="tilefuse", mode=mode,
+                                      options={"time_limit": TIME_LIMIT, **(options or {})})
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("error", TilefuseFallbackWarning)
             got = model.generate(ids, **kw)
@@ -229,3 +229,14 @@ def test_generation_with_cuda_graphs_and_a_static_cache_writes_it_in_place():
     assert torch.equal(got, want)
     decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
     assert decode and decode[-1]._replay is not None and decode[-1]._replay.donated
+
+
+@pytest.mark.slow       # (bench/gpu_suite.sh: the "persistent" step)
+def test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager():
+    """Issue #25 item 5 on the GPU: each decode step of a static cache is one persistent kernel
+    (the cache writes side by side, the attention, the projections as phases; the weights'
+    prefetches compiled in) and the greedy tokens equal eager's."""
+    want, got = _graphed_generation(mode=None, options={"persistent": True}, cache_implementation="static")
+    assert torch.equal(got, want)
+    decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
+    assert decode and decode[-1].persistent == ((0, len(decode[-1].kernels)),), decode[-1].persistent
