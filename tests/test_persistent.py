@@ -306,6 +306,12 @@ def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():
     kernels[3] = k(1024, 40 * MB, streamed=frozenset({1}))
     asks = pk.prefetches(kernels, reads, writes)
     assert [(f.tensor, f.nbytes // MB, f.phase) for f in asks[3]] == [("w4", 2, 4)]
+    # what L2 still holds of what earlier phases wrote (``resident``: read from L2 in the model):
+    # a tensor read right after it is written, yes; across 40 MB of reads L2 keeps, no
+    reads[5], kernels[5] = ["e", "a"], k(1024, 1024)
+    assert pk.resident(kernels, reads, writes) == [0, 1024, 1024, 1024, 1024, 2048]
+    kernels[3] = k(1024, 40 * MB)
+    assert pk.resident(kernels, reads, writes) == [0, 1024, 1024, 1024, 1024, 1024]
 
 
 def test_the_persistent_option_takes_false_true_or_auto():

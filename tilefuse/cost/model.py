@@ -14,7 +14,8 @@ bytes one program keeps in flight, per-program resources) and timed on a ``Targe
 * waves: ceil(programs / slots); compute runs wave by wave, a wave of n programs at the peak times
   the fraction of the SMs' warp schedulers its warps occupy, so a partial last wave (or a small
   grid) pays through idle SMs (wave quantization), not through a factor;
-* fill: one memory latency before the first bytes arrive;
+* fill: one memory latency before the first bytes arrive (DRAM's; L2's for work that reads nothing
+  from DRAM: a persistent kernel's phase whose inputs L2 holds);
 * program cost: each program costs ``program_cycles`` of its SM's time (dispatch, prologue), so a
   huge grid of tiny programs pays per program.
 
@@ -156,7 +157,10 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
         # an SM hide one another's waits, the SM's waves run one after another
         comp += waves * w.serial_chunks * target.l2_latency_s / max(min(occ, -(-programs // target.sm_count)), 1)
     body = max(dram, l2, comp)
-    overhead = target.dram_latency_s + -(-programs // target.sm_count) * target.program_cycles / target.clock_hz
+    # the fill: one round trip before the first bytes arrive (from L2 where nothing comes from DRAM:
+    # a persistent kernel's phase reading what an earlier phase wrote)
+    fill = target.dram_latency_s if w.dram_bytes > 0 else target.l2_latency_s
+    overhead = fill + -(-programs // target.sm_count) * target.program_cycles / target.clock_hz
     if target.program_s:      # an interpreting target runs programs and their loop chunks one by one
         overhead += target.program_s * programs * max(w.chunks, 1)
     seconds = launch + body + overhead

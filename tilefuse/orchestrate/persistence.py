@@ -152,7 +152,7 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     (Cost, schedule) of the plan's kernel ``k``; ``carried``: the runs of the plan this one was
     carried from (a bucket's): the candidates, their binaries not compiled again (the same kernels
     at another size: the same tiles, so the same registers and shared memory)."""
-    from ..codegen.triton.persistent import dependencies, prefetches
+    from ..codegen.triton.persistent import dependencies, prefetches, resident
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
     chosen, rows = [], []
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
@@ -165,7 +165,11 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         tasks = iter(math.prod(t.grid) for t in tiles)          # the programs each phase launches
         timed = [pw for k, c in zip(plan.kernels[i:j], costs)
                  for pw in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
-        phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt) if tgt.arch else [p for p, _ in timed]
+        if tgt.arch:        # on a GPU: what L2 holds of the run (written before, prefetched)
+            timed = [_less_dram(p, w, got, tgt) for (p, w), got in zip(timed, resident(tiles, reads, writes))]
+            phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt)
+        else:
+            phases = [p for p, _ in timed]
         after = dependencies(reads, writes)
         phases = [replace(p, after=a) for p, a in zip(phases, after)]
         apart = sum(c.seconds for c in costs)
@@ -206,6 +210,19 @@ def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_grap
             for c, b, w in zip(parts, bodies, works)]
 
 
+def _less_dram(phase: Phase, work: Work, nbytes: float, tgt: Target) -> tuple[Phase, Work]:
+    """A phase (and its work) with ``nbytes`` of its DRAM bytes read from L2 instead: its time
+    scaled as its kernel's modelled body is (the body's fill an L2 round trip once no DRAM byte is
+    left).  MODELLED."""
+    got = min(float(nbytes), work.dram_bytes)
+    if got <= 0:
+        return phase, work
+    less = replace(work, dram_bytes=work.dram_bytes - got)
+    cold, warm = estimate(work, tgt).body, estimate(less, tgt).body
+    return replace(phase, task_s=phase.task_s * warm / cold if cold > 0 else phase.task_s,
+                   dram_bytes=less.dram_bytes), less
+
+
 def _prefetching(timed: list[tuple[Phase, Work]], asks: list, tgt: Target) -> list[Phase]:
     """The phases with the prefetches the persistent kernel makes (``asks[p]``: what phase ``p``
     prefetches, ``codegen/triton/persistent.prefetches``): the asking phase pays for the bytes in
@@ -221,10 +238,8 @@ def _prefetching(timed: list[tuple[Phase, Work]], asks: list, tgt: Target) -> li
             fetched[f.phase] = fetched.get(f.phase, 0) + f.nbytes
     for q, nbytes in fetched.items():
         phase, work = timed[q]
-        got = min(float(nbytes), work.dram_bytes)
-        cold = estimate(work, tgt).body
-        warm = estimate(replace(work, dram_bytes=work.dram_bytes - got), tgt).body
-        out[q] = replace(out[q], warm_s=phase.task_s * warm / cold if cold > 0 else phase.task_s, fetched_bytes=got)
+        warm, _ = _less_dram(phase, work, nbytes, tgt)
+        out[q] = replace(out[q], warm_s=warm.task_s, fetched_bytes=phase.dram_bytes - warm.dram_bytes)
     return out
 
 

@@ -85,11 +85,9 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
     seen: set[str] = set()
     stream = []                                  # (reader, name, numel, itemsize, stream offset)
     size = 0
-    reach = []                                   # each phase's input bytes L2 keeps
+    reach = _kept(kernels, reads)
     for q, (k, ins) in enumerate(zip(kernels, reads)):
         types = dict(zip(ins, k.inputs))
-        kept = {n for j, n in enumerate(ins) if j not in k.streamed}
-        reach.append(sum(t.nbytes for n, t in types.items() if n in kept))
         for n, t in types.items():
             if q and n not in written and n not in seen and t.nbytes >= PREFETCH_MIN_BYTES:
                 stream.append((q, n, t.numel, t.dtype.itemsize, size))
@@ -110,6 +108,31 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                 mine.append(Prefetch(n, first, last - first, item, q))
                 asked = at + last * item
         out.append(mine)
+    return out
+
+
+def resident(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
+             writes: Sequence[Sequence[str]]) -> list[int]:
+    """Per phase, the bytes it reads of tensors an earlier phase of the kernel wrote and L2 still
+    holds: written and read with at most ``PREFETCH_REACH`` bytes of phase inputs L2 keeps in
+    between (the cost model reads them from L2, not DRAM)."""
+    reach = _kept(kernels, reads)
+    writer: dict[str, int] = {}
+    out = []
+    for q, (k, ins, outs) in enumerate(zip(kernels, reads, writes)):
+        types = dict(zip(ins, k.inputs))
+        out.append(sum(t.nbytes for n, t in types.items()
+                       if n in writer and t.nbytes + sum(reach[writer[n] + 1:q]) <= PREFETCH_REACH))
+        writer.update((n, q) for n in outs)
+    return out
+
+
+def _kept(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]]) -> list[int]:
+    """Each phase's input bytes that pass through L2 and stay (not those it streams evict-first)."""
+    out = []
+    for k, ins in zip(kernels, reads):
+        kept = {n for j, n in enumerate(ins) if j not in k.streamed}
+        out.append(sum(t.nbytes for n, t in dict(zip(ins, k.inputs)).items() if n in kept))
     return out
 
 
