@@ -312,6 +312,8 @@ def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():
     assert pk.resident(kernels, reads, writes) == [0, 1024, 1024, 1024, 1024, 2048]
     kernels[3] = k(1024, 40 * MB)
     assert pk.resident(kernels, reads, writes) == [0, 1024, 1024, 1024, 1024, 1024]
+    # a tensor its writer wrote a few rows of (a cache written in place) is not in L2 whole
+    assert pk.resident(kernels, reads, writes, partial={"a"}) == [0, 0, 1024, 1024, 1024, 1024]
 
 
 def test_the_persistent_option_takes_false_true_or_auto():

@@ -166,7 +166,8 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         timed = [pw for k, c in zip(plan.kernels[i:j], costs)
                  for pw in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
         if tgt.arch:        # on a GPU: what L2 holds of the run (written before, prefetched)
-            timed = [_less_dram(p, w, got, tgt) for (p, w), got in zip(timed, resident(tiles, reads, writes))]
+            partial = {b.outputs[0] for b in kernels[i:j] if b.inplace}     # caches: rows written
+            timed = [_less_dram(p, w, got, tgt) for (p, w), got in zip(timed, resident(tiles, reads, writes, partial))]
             phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt)
         else:
             phases = [p for p, _ in timed]

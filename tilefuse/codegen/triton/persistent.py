@@ -112,10 +112,11 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
 
 
 def resident(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-             writes: Sequence[Sequence[str]]) -> list[int]:
+             writes: Sequence[Sequence[str]], partial=frozenset()) -> list[int]:
     """Per phase, the bytes it reads of tensors an earlier phase of the kernel wrote and L2 still
     holds: written and read with at most ``PREFETCH_REACH`` bytes of phase inputs L2 keeps in
-    between (the cost model reads them from L2, not DRAM)."""
+    between (the cost model reads them from L2, not DRAM); not the ``partial`` ones, of which the
+    writer wrote a few rows (a cache written in place)."""
     reach = _kept(kernels, reads)
     writer: dict[str, int] = {}
     out = []
@@ -123,7 +124,7 @@ def resident(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
         types = dict(zip(ins, k.inputs))
         out.append(sum(t.nbytes for n, t in types.items()
                        if n in writer and t.nbytes + sum(reach[writer[n] + 1:q]) <= PREFETCH_REACH))
-        writer.update((n, q) for n in outs)
+        writer.update((n, q) for n in outs if n not in partial)
     return out
 
 
