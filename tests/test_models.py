@@ -121,7 +121,12 @@ def assert_close_relative(got: torch.Tensor, want: torch.Tensor, what: str) -> N
     torch.testing.assert_close(got, want, rtol=RTOL, atol=RTOL * scale, msg=lambda m: f"{what}: {m}")
 
 
-PARAMS = [pytest.param(n, a, id=f"{n}-{a}" if a else n) for n, (_, attns) in MODELS.items() for a in attns]
+# both attention implementations by default for BERT and LLaMA (and SegFormer's sdpa, Swin's eager:
+# their windowed and reduced attention), the other pairs' second under --runslow
+SLOW_PAIRS = {("gpt2", "eager"), ("vit", "eager"), ("swin", "sdpa"), ("segformer", "eager")}
+PARAMS = [pytest.param(n, a, id=f"{n}-{a}" if a else n,
+                       marks=[pytest.mark.slow] if (n, a) in SLOW_PAIRS else [])
+          for n, (_, attns) in MODELS.items() for a in attns]
 
 
 @pytest.mark.parametrize("name, attn", PARAMS)

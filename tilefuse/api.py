@@ -282,7 +282,9 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     scheduled = lambda k: _scheduled(coster, k)     # noqa: E731  (a planned kernel's cost and schedule)
     phased = plan
     if persistent and template is None:
-        phased = as_phases(with_phases(plan, coster, scheduled, tgt, cuda_graph), coster, scheduled, tgt, cuda_graph)
+        phased = with_phases(plan, coster, scheduled, tgt, cuda_graph)
+        if tgt.arch:        # a GPU's phases (the interpreter's tiles are not its speed)
+            phased = as_phases(phased, coster, scheduled, tgt, cuda_graph)
     with _stage("generating kernels"):
         kernels = build_kernels(phased, primgraph) if template is None else \
             build_kernels(phased, primgraph, template.generics, template.generic_size(sizes))
