@@ -201,25 +201,42 @@ _SPILLED = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 def _ptxas_spill_bytes(ptx: str, arch: int) -> int | None:
     """Bytes of spill stores and loads ``ptxas -v`` reports for the PTX, every function summed (the
-    assembler Triton itself uses); None where it cannot be asked."""
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas
-        try:
-            ptxas = get_ptxas(arch).path
-        except TypeError:                  # a Triton whose get_ptxas takes no architecture
-            ptxas = get_ptxas().path
-        target = re.search(r"^\.target\s+(\w+)", ptx, re.M).group(1)
+    assembler Triton itself uses for ``arch``, else a bundled one that takes the PTX); None where
+    none can be asked."""
+    m = re.search(r"^\.target\s+(\w+)", ptx, re.M)
+    if m is None:
+        return None
+    for ptxas in _assemblers(arch):
         with tempfile.TemporaryDirectory(prefix="tilefuse-ptx-") as d:
             path = Path(d) / "kernel.ptx"
             path.write_text(ptx)
-            done = subprocess.run([ptxas, "-v", "--gpu-name", target, str(path), "-o", str(Path(d) / "k.cubin")],
-                                  capture_output=True, text=True)
-    except (ImportError, AttributeError, OSError):
-        return None
-    found = _SPILLED.findall(done.stdout + done.stderr)
-    if done.returncode != 0 or not found:
-        return None
-    return sum(int(a) + int(b) for a, b in found)
+            try:
+                done = subprocess.run([ptxas, "-v", "--gpu-name", m.group(1), str(path), "-o", str(Path(d) / "k.cubin")],
+                                      capture_output=True, text=True)
+            except OSError:
+                continue
+        found = _SPILLED.findall(done.stdout + done.stderr)
+        if done.returncode == 0 and found:
+            return sum(int(a) + int(b) for a, b in found)
+    return None
+
+
+def _assemblers(arch: int) -> list[str]:
+    """ptxas binaries to try: the one Triton picks for ``arch`` (where this Triton says), then the
+    ones its NVIDIA backend bundles (newest name first)."""
+    import triton
+    out = []
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        try:
+            out.append(get_ptxas(arch).path)
+        except TypeError:                  # a Triton whose get_ptxas takes no architecture
+            out.append(get_ptxas().path)
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    out += [str(bundled / n) for n in ("ptxas-blackwell", "ptxas") if (bundled / n).is_file()]
+    return list(dict.fromkeys(out))
 
 
 def _jit_function(source: str, name: str):
