@@ -195,9 +195,9 @@ def _dynamo_export(model, inputs, path) -> None:
     program.save(str(path))
 
 
-# through ONNX by default: BERT, GPT-2, LLaMA, Swin's windowed attention and a ResNet; the others
-# under --runslow (each is checked against eager through torch.export above)
-ONNX_SLOW = ("vit", "segformer", "mobilenet_v2", "efficientnet")
+# through ONNX by default: BERT, GPT-2, LLaMA and a ResNet; the others under --runslow (each is
+# checked against eager through torch.export above)
+ONNX_SLOW = ("vit", "swin", "segformer", "mobilenet_v2", "efficientnet")
 
 
 @pytest.mark.parametrize("name", [n if n not in ONNX_SLOW else pytest.param(n, marks=pytest.mark.slow)
