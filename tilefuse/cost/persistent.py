@@ -12,17 +12,17 @@ waves: ``Cost.waves``), a conservative figure: one program alone on an SM is no 
 sharing it.  The kernel's time is one launch plus the makespan.  Everything here is MODELLED.
 
 DRAM and prefetch (with a ``dram_rate``, bytes/s): the tasks' own DRAM bytes (each task its share
-of its kernel's, asked for when it starts) are served in order at that rate, phase by phase (phases
-side by side each at the full rate: the makespan's floor below bounds them together), so a task
-ends no earlier than its phase's bytes up to its own are delivered; prefetches (``codegen/triton/persistent.prefetches``) use
-what is left: a phase's tasks, when taken and before any wait, ask L2 for an equal share of the
-next weights later phases read (what no phase of the kernel writes), and a share arrives once
-every byte asked for before it, demand or prefetch, has crossed the bus.  A task of a phase asked
-for runs at its *warm* time — its kernel's modelled body without the prefetched DRAM bytes — from
-when every share asked for it has arrived, or at its cold time from its start, whichever ends
-first.  Demand ahead of prefetch, and no bytes-in-flight bound on a prefetch (it waits for no
-reply), are assumptions until a GPU measures them.  The makespan is at least every phase's DRAM
-bytes at the DRAM rate.
+of its kernel's, asked for when it starts) are served in order at that rate, phase by phase
+(phases side by side each at the full rate: the makespan's floor below bounds them together), so a
+task ends no earlier than its phase's bytes up to its own are delivered; prefetches
+(``codegen/triton/persistent.prefetches``) use what is left: a phase's tasks, when taken and
+before any wait, ask L2 for an equal share of the next weights later phases read (what no phase of
+the kernel writes), and a share arrives once every byte asked for before it, demand or prefetch,
+has crossed the bus. A task of a phase asked for runs at its *warm* time — its kernel's modelled
+body without the prefetched DRAM bytes — from when every share asked for it has arrived, or at its
+cold time from its start, whichever ends first. Demand ahead of prefetch, and no bytes-in-flight
+bound on a prefetch (it waits for no reply), are assumptions until a GPU measures them. The
+makespan is at least every phase's DRAM bytes at the DRAM rate.
 """
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ from typing import Sequence
 class Phase:
     tasks: int                 # programs of the phase's kernel
     task_s: float              # one task's modelled time
-    warm_s: float | None = None    # one task's time once what the phase before prefetched is in L2
+    warm_s: float | None = None    # one task's time once what earlier phases prefetched for it is in L2
     prefetch_bytes: float = 0.0    # bytes its tasks ask L2 for, for later phases (an equal share each)
     prefetch_for: tuple[int, ...] = ()     # those phases (indices in the run)
     dram_bytes: float = 0.0        # its kernel's DRAM bytes (with every phase's: a floor on the run)
-    fetched_bytes: float = 0.0     # of those, what the phase before prefetched (not read warm)
+    fetched_bytes: float = 0.0     # of those, what earlier phases prefetched (not read when warm)
     after: tuple[int, ...] | None = None   # the phases it waits for (None: the one before it)
 
 

@@ -43,18 +43,14 @@ def with_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph
     kernels = list(plan.kernels)
     swapped = False
 
-    def phases(k: int) -> list[Phase]:
-        cost, s = scheduled(kernels[k])
-        tasks = iter(max(int(w.programs), 1) for w in (s.work, *s.then))
-        return [p for p, _ in _phases(cost, s, tasks, launch, tgt, cuda_graph)]
-
     def run_time(ks: list[int]) -> float:
         apart = sum(kernels[k].cost for k in ks)
         if len(ks) < 2:
             return apart
         # without prefetches (what the built kernels would prefetch is not known yet): the run
         # at its slower figure, so a call is replaced only where that already pays
-        return min(apart, launch + simulate([p for k in ks for p in phases(k)], tgt.sm_count, atomic))
+        phases = [p for k in ks for p in _planned(kernels[k], scheduled, launch, tgt, cuda_graph)]
+        return min(apart, launch + simulate(phases, tgt.sm_count, atomic))
 
     def side(k: int, step: int) -> list[int]:
         out, j = [], k + step
@@ -100,12 +96,8 @@ def as_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: 
     kernels = list(plan.kernels)
 
     def span(ks: list[int]) -> float:
-        phases = []
-        for k in ks:
-            cost, s = scheduled(kernels[k])
-            phases += [p for p, _ in _phases(cost, s, iter(max(int(w.programs), 1) for w in (s.work, *s.then)),
-                                             launch, tgt, cuda_graph)]
-        return simulate(phases, tgt.sm_count, atomic)
+        return simulate([p for k in ks for p in _planned(kernels[k], scheduled, launch, tgt, cuda_graph)],
+                        tgt.sm_count, atomic)
 
     for k, pk in enumerate(kernels):
         if not generated(pk.schedule):
@@ -207,8 +199,15 @@ def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_grap
     parts = [Cost.modelled(w, tgt, cuda_graph) for w in works]
     bodies = [max(c.seconds - launch_s, 0.0) for c in parts]
     scale = max(cost.seconds - len(works) * launch_s, 0.0) / max(sum(bodies), 1e-30)
-    return [(replace(phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)), dram_bytes=w.dram_bytes), w)
-            for c, b, w in zip(parts, bodies, works)]
+    return [(replace(phase_of(replace(c, seconds=launch_s + b * scale), launch_s, next(tasks)),
+                     dram_bytes=w.dram_bytes), w) for c, b, w in zip(parts, bodies, works)]
+
+
+def _planned(pk, scheduled: Callable, launch_s: float, tgt: Target, cuda_graph: bool) -> list[Phase]:
+    """A planned kernel's phases before it is built: its schedules' grids as task counts."""
+    cost, s = scheduled(pk)
+    tasks = iter(max(int(w.programs), 1) for w in (s.work, *s.then))
+    return [p for p, _ in _phases(cost, s, tasks, launch_s, tgt, cuda_graph)]
 
 
 def _less_dram(phase: Phase, work: Work, nbytes: float, tgt: Target) -> tuple[Phase, Work]:

@@ -326,5 +326,5 @@ def read_binary(name: str, arch: int, num_warps: int, usage: str, sass: str, dyn
                   spill_instructions=spill_instructions, shared_bytes=dynamic_shared, static_shared=static_shared,
                   mma="wgmma" if wgmma else "mma.sync" if sync else "none", mma_instructions=wgmma + sync,
                   loads=widths("LDG"), async_copies=widths("LDGSTS"), tma_loads=total("UTMALDG"),
-                  stores=widths("STG"), prefetches=sum(n for op, n in counts.items() if op.startswith("CCTL") and "PF2" in op),
-                  triton=version)
+                  stores=widths("STG"), triton=version,
+                  prefetches=sum(n for op, n in counts.items() if op.startswith("CCTL") and "PF2" in op))
