@@ -176,6 +176,60 @@ def test_grouped_query_attention_reads_shared_kv_heads():
     assert body.group.types[body.inputs[1]].shape[1] == 2
 
 
+# ---------------------------------------------------------------- flash-decoding (keys split)
+
+def split_tile(split, bm=16, bn=16, bk=16, bh=16):
+    return ChainTile(bm, bn, bk, bh, 4, 2, split=split)
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_decode_attention_with_the_keys_split_matches_eager(split):
+    """Flash-decoding: one query row per head over 64 cached keys, the keys split 2 or 4 ways
+    (several chunks per split), a boolean mask of a static cache that hides whole splits (their
+    running max stays -inf: weight 0 in the combine) and, in one batch row, all but one key; GQA
+    (6 query heads over 2 kv heads), 16-bit: the partials and the combine against eager."""
+    q, k, v = qkv(b=2, h=6, hk=2, lq=1, lk=64, e=16, dtype=torch.float16)
+    keep = torch.zeros(2, 1, 1, 64, dtype=torch.bool)
+    keep[0, ..., :21] = True            # a prompt of 21 tokens in the cache
+    keep[1, ..., 40] = True             # one key, in the third quarter
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    built, body = forced(fn, split_tile(split), q, k, v, keep, tol=HALF_TOL[torch.float16], family="chain")
+    assert [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"]
+    assert len(built.scratch) == 3 and built.scratch[0].type.shape == (split, 2, 6, 1, 16)
+    assert body.causal is None
+
+
+def test_split_keys_with_an_additive_mask_and_several_query_rows():
+    """The split with several query rows (4, in a tile of 16), a float mask added to the scores,
+    the value head dim (32) split across programs, fp32: against eager."""
+    q, k, v = qkv(b=1, h=3, lq=4, lk=96, e=16, ev=32)
+    mask = torch.randn(4, 96)
+    forced(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), split_tile(2),
+           q, k, v, mask, tol=TOL, family="chain")
+
+
+def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_as_two_kernels():
+    """Splits are in the space for a decode-shaped attention (8 programs on 132 SMs), not for a
+    prefill one whose grid fills the SMs (160 heads), nor for a causal loop (bounded per row tile); a split
+    schedule's work is its two kernels' (``then``: the combine)."""
+    from gemm_eval import H100
+    from tilefuse.families.chain import ranked_tiles
+    from tilefuse.families.chain.template import chain_kernels
+    from tilefuse.cost.work import work
+    decode = chain_body(whole(compile_h100(sdpa(), *qkv(b=1, h=8, lq=1, lk=1024, e=64, dtype=torch.float16)).primgraph))
+    splits = {t.split for t in ranked_tiles(decode, H100)}
+    assert {1, 2, 4, 8, 16} <= splits
+    prefill = chain_body(whole(compile_h100(sdpa(), *qkv(b=2, h=80, lq=256, lk=256, e=64, dtype=torch.float16)).primgraph))
+    assert {t.split for t in ranked_tiles(prefill, H100)} == {1}
+    causal = chain_body(whole(compile_h100(sdpa(is_causal=True), *qkv(b=1, h=2, lq=64, lk=1024, e=64)).primgraph))
+    assert {t.split for t in ranked_tiles(causal, H100)} == {1}
+    from tilefuse.families.chain import _schedule
+    t = next(t for t in ranked_tiles(decode, H100) if t.split == 8)
+    s = _schedule(decode, t, H100)
+    assert [s.work, *s.then] == [work(kn, H100) for kn in chain_kernels(decode, t, "k")]
+    assert s.work.programs == 8 * 8 and len(s.then) == 1
+
+
 @pytest.mark.parametrize("e", [24, 40, 80])
 def test_odd_head_dims(e):
     """Head dims that are not powers of two: the head dim is padded to the next power of two in

@@ -7,7 +7,9 @@ segments or are graph outputs.  Tensors crossing a cut are always materialized, 
 is solved on its own and the plans stitch by name.
 
 ``split_segments`` works from the front: the next cut is the position, among the next
-``caps.max_prims``, where the fewest tensors are live (see ``crossing``; a value live over more
+``caps.max_prims``, outside attention's two contractions (a softmax's probabilities and the
+product that reads them on either side would keep the chain family from the pair), where the
+fewest tensors are live (see ``crossing``; a value live over more
 than ``max_prims`` prims, an attention mask every layer reads, is not counted: it crosses every
 cut), then the fewest bytes, then one where the values made in the segment and read after the cut
 feed contractions (``_Readers.fed``), then the latest.  If the piece's execution states or convex sets overflow the caps (``TooManyStates``)
@@ -205,6 +207,19 @@ class _Readers:
                 if name in pos:
                     self.readers[pos[name]].append(k)
         self.gemm = [classify(p) is Category.contraction for p in pg.prims]
+        # attention: the cuts between a contraction and the contraction reading what a softmax (a
+        # row max) made of its value, each as (first, last) of the cut positions
+        source, softmax = [-1] * len(pg.prims), [False] * len(pg.prims)
+        self.attention: list[tuple[int, int]] = []
+        for k, p in enumerate(pg.prims):
+            ins = [pos[n] for n in p.inputs if n in pos]
+            if self.gemm[k]:
+                self.attention += [(source[i] + 1, k) for i in ins if softmax[i] and source[i] >= 0]
+                source[k] = k
+                continue
+            source[k] = max((source[i] for i in ins), default=-1)
+            softmax[k] = any(softmax[i] for i in ins) or (p.reduce is not None and p.reduce.combiner == "max"
+                                                          and source[k] >= 0)
 
     def fed(self, lo: int, k: int, hi: int) -> bool:
         """Whether every value made in [lo, k) and read after cut k is read there by a
@@ -219,9 +234,15 @@ class _Readers:
                 return False
         return True
 
+    def inside_attention(self, k: int) -> bool:
+        """Whether cut ``k`` falls between attention's two contractions (the first before it,
+        the one reading the softmax of its value after it): the chain family's kernel needs both."""
+        return any(a <= k <= b for a, b in self.attention)
+
 
 def _best_cut(lo: int, hi: int, count: list[int], nbytes: list[int], readers: _Readers) -> int:
-    """The cut in (lo, hi] with the fewest live tensors, then the fewest bytes, then one whose
-    values made in the segment all feed contractions after it (``_Readers.fed``), then the
-    latest."""
-    return min(range(lo + 1, hi + 1), key=lambda k: (count[k], nbytes[k], not readers.fed(lo, k, hi), -k))
+    """The cut in (lo, hi] outside attention's contractions (``_Readers.inside_attention``) with
+    the fewest live tensors, then the fewest bytes, then one whose values made in the segment all
+    feed contractions after it (``_Readers.fed``), then the latest."""
+    return min(range(lo + 1, hi + 1), key=lambda k: (readers.inside_attention(k), count[k], nbytes[k],
+                                                     not readers.fed(lo, k, hi), -k))

@@ -43,10 +43,10 @@ from ...cost.dot import legacy_mma, ranking_seconds, tensor_cores
 from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.work import work
-from ..base import Built, Family, Group, Schedule
+from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
 from .body import ChainBody, OnlineSoftmax, chain_body
 from .space import ChainShape, ChainTile, chain_tiles
-from .template import chain_kernel
+from .template import chain_kernels
 
 TOP_K = 3
 RANKED = 8                 # tiles of the cached ranking costed with a group's own prologue/epilogue
@@ -79,15 +79,27 @@ class ChainFamily(Family):
         return _best([_schedule(body, t, target) for t in ranked[:RANKED] + tuple(legacy)], target)[:TOP_K]
 
     def kernels(self, schedule: ChainSchedule, name: str) -> tuple:
-        return (chain_kernel(schedule.body, schedule.tile, name),)
+        return chain_kernels(schedule.body, schedule.tile, name)
 
     def build(self, schedule: ChainSchedule, name: str) -> Built:
         from ...codegen.triton import compile_kernel
         b = schedule.body
+        outputs = tuple(st.tensor for st in b.stores)
         kernels = self.kernels(schedule, name)
-        run, source = compile_kernel(kernels[0])
-        return Built(name, self.name, b.inputs, tuple(st.tensor for st in b.stores), run, source, "triton",
-                     kernels=kernels)
+        if len(kernels) == 1:
+            run, source = compile_kernel(kernels[0])
+            return Built(name, self.name, b.inputs, outputs, run, source, "triton", kernels=kernels)
+        (partials, psrc), (combine, csrc) = (compile_kernel(k) for k in kernels)
+        n = len(outputs)
+
+        def run(ins, outs):                 # outs: the outputs, then the splits' three workspaces
+            partials(ins, list(outs[n:n + 3]))
+            combine(list(ins) + list(outs[n:n + 3]), outs[:n])
+
+        scratch = tuple(Scratch(t, False) for t in kernels[0].outputs)
+        ws = tuple(SCRATCH.format(j) for j in range(3))
+        return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + csrc, "triton", scratch,
+                     kernels=kernels, wiring=((b.inputs, ws), ((*b.inputs, *ws), outputs)))
 
 
 
@@ -107,15 +119,16 @@ def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
     """Every tile of the space, fastest first as the cost model times it on this body; cached by
     value per chain shape, operand types, softmax and target (a group's other members change its
     prologue's and epilogue's traffic, not the ranking of the tiles)."""
-    key = (chain_shape(b), b.in1, b.in2, b.softmax is not None, target)
+    key = (chain_shape(b), b.in1, b.in2, b.softmax is not None, splittable(b), target)
     with _RANKED_LOCK:
         got = _RANKED.get(key)
         if got is not None:
             _RANKED.move_to_end(key)
             return got
     forms: dict = {}
-    got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in chain_tiles(chain_shape(b), target, tensor_cores(b.in1, target) and tensor_cores(b.in2, target))],
-                                      target))
+    tiles = chain_tiles(chain_shape(b), target, tensor_cores(b.in1, target) and tensor_cores(b.in2, target),
+                        splittable(b))
+    got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in tiles], target))
     with _RANKED_LOCK:
         _RANKED[key] = got
         if len(_RANKED) > RANKED_CACHE:
@@ -129,30 +142,39 @@ def _best(scheds: list["ChainSchedule"], target: Target) -> list["ChainSchedule"
     tiles, fewer warps and stages."""
     scored = []
     for s in scheds:
-        sec = estimate(s.work, target).seconds
+        sec = Cost.of((s.work, *s.then), target).seconds if s.then else estimate(s.work, target).seconds
         t = s.tile
         if math.isfinite(sec):
-            sec = ranking_seconds(sec, t.bm, t.warps, s.body.in1, target)
+            sec = ranking_seconds(sec, t.bm, t.warps, s.body.in1, target, 1 + len(s.then))
             kc, ht = -(-s.body.extent(s.body.kvars) // t.bk), -(-s.body.extent(s.body.hvars) // t.bh)
-            scored.append(((sec, kc, ht, -t.bm * t.bn, t.warps, t.stages), s))
+            scored.append(((sec, t.split, kc, ht, -t.bm * t.bn, t.warps, t.stages), s))
     scored.sort(key=lambda kv: kv[0])
     return [s for _, s in scored]
 
 
-def _schedule(b: ChainBody, t: ChainTile, target: Target, kernel=None) -> ChainSchedule:
-    """The schedule of one tile: the work of the kernel the template prints for it."""
-    w = work(kernel or chain_kernel(b, t, "chain"), target)
-    return ChainSchedule("chain", b.group, w.programs, w, b, t)
+def _schedule(b: ChainBody, t: ChainTile, target: Target, kernels=None) -> ChainSchedule:
+    """The schedule of one tile: the work of the kernels the template prints for it (with the
+    keys split, the partials' then the combine's)."""
+    first, *then = (work(k, target) for k in (kernels or chain_kernels(b, t, "chain")))
+    return ChainSchedule("chain", b.group, first.programs, first, b, t, then=tuple(then))
 
 
-def _bound(b: ChainBody, t: ChainTile, forms: dict):
-    """The body's kernel for tile ``t``: lowered once per form (H split across programs or
-    whole) and bound to the tile's blocks, warps and stages."""
-    split = (t.bh < b.extent(b.hvars), t.tma)
-    if split not in forms:
-        forms[split] = chain_kernel(b, t, "chain")
-    return forms[split].bound({"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "BLOCK_H": t.bh}, t.warps,
-                              t.stages)
+def splittable(b: ChainBody) -> bool:
+    """Whether the keys may be split across programs (flash-decoding): an online softmax whose key
+    loop has no index bounds (a causal or sliding-window loop is bounded per row tile instead)."""
+    return b.softmax is not None and b.causal is None and b.window is None
+
+
+def _bound(b: ChainBody, t: ChainTile, forms: dict) -> tuple:
+    """The body's kernels for tile ``t``: lowered once per form (H split across programs or
+    whole, descriptors, the key split) and bound to the tile's blocks, warps and stages (the
+    combine's own)."""
+    form = (t.bh < b.extent(b.hvars), t.tma, t.split)
+    if form not in forms:
+        forms[form] = chain_kernels(b, t, "chain")
+    first, *rest = forms[form]
+    return (first.bound({"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "BLOCK_H": t.bh}, t.warps, t.stages),
+            *rest)
 
 
 __all__ = ["ChainFamily", "ChainSchedule", "ChainBody", "ChainShape", "ChainTile", "OnlineSoftmax",

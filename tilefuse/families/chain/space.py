@@ -23,6 +23,8 @@ MAX_PADDING = 0.05
 SMEM_SLACK = 1.2
 WARPS = (4, 8)
 STAGES = (1, 2, 3)
+MIN_SPLIT_KEYS = 64     # keys per split at least (fewer: the combine's traffic outweighs the split)
+SPLIT_WAVES = 4         # splits stop once the grid holds this many waves of the SMs
 
 
 @dataclass(frozen=True)
@@ -44,26 +46,44 @@ class ChainTile:
     warps: int
     stages: int
     tma: bool = False                    # whole input tiles through tensor descriptors (sm_90 on)
+    split: int = 1                       # key ranges across programs (flash-decoding), then a combine
 
     def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma)
+        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma, self.split)
 
     def __str__(self) -> str:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
-                + (" TMA" if self.tma else ""))
+                + (" TMA" if self.tma else "") + (f" split={self.split}" if self.split > 1 else ""))
 
 
-def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True) -> list[ChainTile]:
+def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splittable: bool = False) -> list[ChainTile]:
     """Every tile of the space (module docstring), sizes × warps × stages; through tensor
     descriptors on sm_90 where the dots run on tensor cores (``tensor_cores``; off them a
-    descriptor tile is pulled from shared memory into registers)."""
+    descriptor tile is pulled from shared memory into registers); with ``splittable`` (an online
+    softmax without key bounds), the tiles whose grid leaves SMs idle also with the keys split
+    (``split_counts``)."""
     out = []
     tma = target.arch >= TMA_ARCH and tensor_cores
     for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
         smem = s.itemsize * (bm * bk + bk * bn + bm * bn + bn * bh + bm * bh)
         if smem <= SMEM_SLACK * target.smem_per_block:
-            out += [ChainTile(bm, bn, bk, bh, w, st, tma) for w in WARPS for st in STAGES]
+            programs = s.batch * -(-s.m // bm) * -(-s.h // bh)
+            splits = (1,) + (split_counts(s.n, bn, programs, target.sm_count) if splittable else ())
+            out += [ChainTile(bm, bn, bk, bh, w, st, tma, k) for k in splits for w in WARPS for st in STAGES]
     return out
+
+
+def split_counts(n: int, bn: int, programs: int, sms: int) -> tuple[int, ...]:
+    """Flash-decoding's splits of ``n`` keys for a grid of ``programs``: powers of two that divide
+    the keys into ranges of at least ``bn`` (and ``MIN_SPLIT_KEYS``), while the grid is under
+    ``SPLIT_WAVES`` waves of the ``sms``; none where the grid already fills them."""
+    if programs >= sms:
+        return ()
+    out, k = [], 2
+    while n % k == 0 and n // k >= max(bn, MIN_SPLIT_KEYS) and programs * k <= SPLIT_WAVES * sms:
+        out.append(k)
+        k *= 2
+    return tuple(out)
 
 
 def held_sizes(d: int) -> tuple[int, ...]:

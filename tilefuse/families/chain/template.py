@@ -24,14 +24,16 @@ import math
 from dataclasses import replace
 
 from ...analysis.index import extent_ranges
-from ...codegen.kernel import Dot, Kernel, Loop, State, Store, TileAxis
+from ...codegen.kernel import Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2
 from ...codegen.reduction import reduction
-from ...ir.dtypes import DType
-from ...ir.expr import Binary, Const, Select, Unary, Value, Var, binary, cast, select, substitute, transform, unary
+from ...ir.dtypes import DType, TensorType
+from ...ir.expr import Binary, Const, Load, Select, Unary, Value, Var, binary, cast, select, substitute, transform, \
+    unary
 from ...transform.simplify import simplify
 from .body import unmasked
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
+COMBINE_BLOCK = 2048    # elements (rows x H x splits) per program of flash-decoding's combine
 
 
 LOG2E = 1.4426950408889634
@@ -59,8 +61,15 @@ def _log2e(x):
     return binary("mul", x, Const(LOG2E, x.dtype))
 
 
-def chain_kernel(b, t, name: str) -> Kernel:
-    """The kernel computing chain body ``b`` with tile ``t`` under the function name ``name``."""
+def chain_kernels(b, t, name: str) -> tuple[Kernel, ...]:
+    """The kernels computing chain body ``b`` with tile ``t``: one, or with the keys split
+    (``t.split`` > 1: flash-decoding) the partials and their combine (``split_kernels``)."""
+    return (chain_kernel(b, t, name),) if t.split == 1 else split_kernels(b, t, name)
+
+
+def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
+    """The kernel computing chain body ``b`` with tile ``t`` under the function name ``name``;
+    ``split``: the partials of ``t.split`` key ranges instead (``split_kernels``)."""
     types, ext = b.group.types, b.ext
     batch = b.extent(b.bvars)
     if batch > MAX_GRID_1:
@@ -69,14 +78,22 @@ def chain_kernel(b, t, name: str) -> Kernel:
     kav = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
     nvv = tuple(Var(f"nv{j}") for j in range(len(b.nvars)))
     h_split = t.bh < b.extent(b.hvars)
+    keys, to_n, to_nv = b.nvars, {}, dict(zip(b.nvars, nvv))
+    kext = extent(b.nvars)
+    if split:       # the keys of one split: local positions ``nl`` (alias ``nvl``) from s·chunk on
+        keys, nvv = (Var("nl"),), (Var("nvl"),)
+        kext = (b.extent(b.nvars) // t.split,)
+        to_n, to_nv = _split_keys(b, keys[0], kext[0]), _split_keys(b, nvv[0], kext[0])
     axes = [TileAxis("m", b.mvars, extent(b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
             TileAxis("h", b.hvars, extent(b.hvars), t.bh, 1, grid=0 if h_split else None, block_name="BLOCK_H"),
-            TileAxis("n", b.nvars, extent(b.nvars), t.bn, 1, block_name="BLOCK_N"),
-            TileAxis("nv", nvv, extent(b.nvars), t.bn, 0, block_name="BLOCK_N", alias="n"),
+            TileAxis("n", keys, kext, t.bn, 1, block_name="BLOCK_N"),
+            TileAxis("nv", nvv, kext, t.bn, 0, block_name="BLOCK_N", alias="n"),
             TileAxis("e", b.kvars, extent(b.kvars), t.bk, 0, block_name="BLOCK_K"),
             TileAxis("ea", kav, extent(b.kvars), t.bk, 1, block_name="BLOCK_K", alias="e")]
     if b.bvars:
         axes.append(TileAxis("b", b.bvars, extent(b.bvars), 1, -1, grid=1, block_name="BLOCK_B"))
+    if split:
+        axes.append(TileAxis("s", (Var("s"),), (t.split,), 1, -1, grid=2 if b.bvars else 1, block_name="BLOCK_S"))
     S = b.slot
     base = S + 1 + len(b.instances)
     MXC, SMC, D2, MI, LI, ACC = range(base, base + 6)
@@ -84,8 +101,11 @@ def chain_kernel(b, t, name: str) -> Kernel:
     acc = Value(ACC, f32)
     shape = (batch, b.extent(b.mvars), b.extent(b.nvars), b.extent(b.kvars), b.extent(b.hvars))
     note = "{}: {} x [{} x {}] @ [{} x {}]".format(b.first, shape[0], shape[1], shape[3], shape[3], shape[2])
-    first = Dot(S, substitute(b.a, dict(zip(b.kvars, kav))), b.b, "m", "n", "e", "ea", b.in1, b.s_dtype, note)
-    d = substitute(b.d, dict(zip(b.nvars, nvv)))
+    if split:
+        note += f", keys split {t.split} ways"
+    first = Dot(S, substitute(b.a, dict(zip(b.kvars, kav))), substitute(b.b, to_n), "m", "n", "e", "ea", b.in1,
+                b.s_dtype, note)
+    d = substitute(b.d, to_nv)
     note2 = "{}: {} x [{} x {}] @ [{} x {}]".format(b.second, shape[0], shape[1], shape[2], shape[2], shape[4])
     sm = b.softmax
     open_body = ()                  # the loop's body over the chunks no row masks (a causal split)
@@ -100,10 +120,11 @@ def chain_kernel(b, t, name: str) -> Kernel:
         neg_inf = Const(-math.inf, mx.dtype)
         m_safe = select(binary("eq", m_new, neg_inf), Const(0.0, mx.dtype), m_new)
         top = Value(sm.max_slot, mx.dtype)
-        p = _base2(transform(sm.exp_term, lambda n: m_safe if n is top else None))
+        score = substitute(sm.score, to_n)
+        p = _base2(transform(substitute(sm.exp_term, to_n), lambda n: m_safe if n is top else None))
         alpha = _base2(unary("exp", binary("sub", running, m_safe)))
         body = (first,
-                reduction(replace(mx, slot=MXC), sm.score, "n"),
+                reduction(replace(mx, slot=MXC), score, "n"),
                 reduction(replace(total, slot=SMC), p, "n"),
                 Dot(D2, p, d, "m", "h", "nv", "n", b.in2, f32, note2,
                     init=binary("mul", acc, cast(alpha, f32))))
@@ -111,6 +132,16 @@ def chain_kernel(b, t, name: str) -> Kernel:
                  State(LI, ("m",), Const(0.0, total.dtype),
                        binary("add", binary("mul", rsum, cast(alpha, total.dtype)), Value(SMC, total.dtype))),
                  State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)))
+        if split:       # this split's running max and sum, and its accumulator, unnormalized
+            sv, rows = Var("s"), b.bvars + b.mvars
+            return Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), split_workspaces(b, t),
+                          tuple(axes), (Loop("n", body, state),
+                                        Store(0, (sv,) + rows + b.hvars, acc),
+                                        Store(1, (sv,) + rows, cast(running, f32)),
+                                        Store(2, (sv,) + rows, cast(rsum, f32))),
+                          t.warps, t.stages, (f"{name}_partials: chain kernel (tilefuse), {b.first} -> {b.second}, "
+                                              f"{t}: each split's running max, sum and accumulator",),
+                          tma=t.tma, workspaces=frozenset({0, 1, 2}))
         if b.causal is not None and b.window is None:
             # FlashAttention's split: the key chunks no row of the tile masks run without the
             # mask's compares and selects; the diagonal chunks after them with it
@@ -145,3 +176,71 @@ def chain_kernel(b, t, name: str) -> Kernel:
         loops = (Loop("n", body, state, causal, window),)
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), tuple(axes),
                   loops + stores, t.warps, t.stages, comments, tma=t.tma)
+
+
+def _split_keys(b, local: Var, chunk: int) -> dict:
+    """The key variables at (split ``s``, local position ``local``): the global position
+    ``s·chunk + local`` unravelled (keys divide evenly: ``space.split_counts``)."""
+    pos = binary("add", binary("mul", Var("s"), chunk), local)
+    out, inner = {}, 1
+    for j in range(len(b.nvars) - 1, -1, -1):
+        e = pos if inner == 1 else binary("floordiv", pos, inner)
+        out[b.nvars[j]] = e if j == 0 else binary("mod", e, b.ext[b.nvars[j]])
+        inner *= b.ext[b.nvars[j]]
+    return out
+
+
+def split_workspaces(b, t) -> tuple[TensorType, ...]:
+    """Flash-decoding's fp32 workspaces: per split, the unnormalized accumulator
+    ``[split, *rows, *H]``, the running max and the running sum ``[split, *rows]``."""
+    rows = tuple(b.ext[v] for v in b.bvars + b.mvars)
+    f32 = DType.float32
+    return (TensorType((t.split, *rows, *(b.ext[v] for v in b.hvars)), f32), TensorType((t.split, *rows), f32),
+            TensorType((t.split, *rows), f32))
+
+
+def split_kernels(b, t, name: str) -> tuple[Kernel, Kernel]:
+    """Flash-decoding (the keys split ``t.split`` ways across programs, for a grid that would leave
+    SMs idle: decode's one query row per head): the partials kernel runs the key loop over its
+    split's keys and stores its running max ``m_s``, sum ``l_s`` and unnormalized accumulator
+    ``acc_s``; the combine kernel, one program per ``XBLOCK`` rows with every split in the tile,
+    rescales them to the rows' overall max ``M`` (``w_s = exp(m_s - M)``, 0 for a split whose keys
+    were all masked) and runs the epilogue on ``coeff(M, Σ w_s·l_s) × Σ w_s·acc_s`` (the softmax's
+    row coefficient: ``1/sum``, guarded where every key is masked), as the one-kernel form does."""
+    sm, types, nin = b.softmax, b.group.types, len(b.inputs)
+    partials = chain_kernel(b, t, name, split=True)
+    f32 = DType.float32
+    sv = Var("s")
+    rows = b.bvars + b.mvars
+    nrows, hext = b.extent(rows), b.extent(b.hvars)
+    h2, s2 = pow2(hext), pow2(t.split)
+    xr = min(pow2(max(COMBINE_BLOCK // (h2 * s2), 1)), pow2(nrows))
+    axes = (TileAxis("x", rows, tuple(b.ext[v] for v in rows), xr, 0, grid=0, block_name="XBLOCK"),
+            TileAxis("h", b.hvars, tuple(b.ext[v] for v in b.hvars), h2, 1, block_name="BLOCK_H"),
+            TileAxis("r", (sv,), (t.split,), s2, 2, block_name="RBLOCK"))
+    MX, LS, AS = range(nin + 3, nin + 6)
+    m_s = Load(nin + 1, (sv,) + rows, f32)
+    top = Value(MX, f32)
+    w = unary("exp", binary("sub", m_s, select(binary("eq", top, Const(-math.inf, f32)), Const(0.0, f32), top)))
+    mx, total = (next(i for i in b.instances if i.slot == x) for x in (sm.max_slot, sm.sum_slot))
+    body = (Reduce(MX, m_s, "r", "max", f32, -math.inf, f32, "the splits' overall max"),
+            Reduce(LS, binary("mul", w, Load(nin + 2, (sv,) + rows, f32)), "r", "sum", f32, 0.0, f32,
+                   "the splits' sums rescaled"),
+            Reduce(AS, binary("mul", w, Load(nin, (sv,) + rows + b.hvars, f32)), "r", "sum", f32, 0.0, f32,
+                   "the splits' accumulators rescaled"))
+    last = {sm.max_slot: cast(top, mx.dtype), sm.sum_slot: cast(Value(LS, f32), total.dtype)}
+    coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
+    value = cast(binary("mul", cast(coeff, f32), Value(AS, f32)), b.c_dtype)
+    out = Value(b.slot, b.c_dtype)
+    ranges = extent_ranges({v: b.ext[v] for v in b.avars})
+    stores = tuple(Store(j, tuple(simplify(e, ranges) for e in st.index),
+                         simplify(transform(st.value, lambda n: value if n is out else None), ranges))
+                   for j, st in enumerate(b.stores))
+    ws = split_workspaces(b, t)
+    comments = (f"{name}: chain kernel (tilefuse), flash-decoding's combine of {name}_partials "
+                f"(in{nin}..in{nin + 2}: {t.split} splits' accumulators, maxima, sums) and the epilogue",
+                f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
+                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    combine = Kernel(name, tuple(types[n] for n in b.inputs) + ws, tuple(types[st.tensor] for st in b.stores), axes,
+                     body + stores, 4, 1, comments, transient=frozenset({nin, nin + 1, nin + 2}))
+    return partials, combine
