@@ -78,10 +78,11 @@ def whole(pg, outputs=None):
     return Group(pg.prims, ins, tuple(outputs or pg.outputs), dict(pg.types))
 
 
-def forced(fn, t, *args, tol=F32_TOL, family="gemm"):
-    """The whole graph of ``fn`` as one kernel of ``family`` (gemm or chain) with tile ``t``;
-    asserts that its outputs (poisoned with NaN first: every element must be written) match the
-    reference executor and eager torch.  Returns (built kernel, body)."""
+def forced(fn, t, *args, tol=F32_TOL, family="gemm", form=None):
+    """The whole graph of ``fn`` as one kernel of ``family`` (gemm or chain) with tile ``t`` (its
+    body rewritten by ``form``, when given: the chain's ``grouped``); asserts that its outputs
+    (poisoned with NaN first: every element must be written) match the reference executor and
+    eager torch.  Returns (built kernel, body)."""
     from tilefuse.families import chain
     body_of, schedule, fam = ((gemm_body, _schedule, GemmFamily()) if family == "gemm" else
                               (chain.chain_body, chain._schedule, chain.ChainFamily()))
@@ -89,6 +90,9 @@ def forced(fn, t, *args, tol=F32_TOL, family="gemm"):
     pg = cm.primgraph
     body = body_of(whole(pg))
     assert body is not None
+    if form is not None:
+        body = form(body)
+        assert body is not None
     built = fam.build(schedule(body, t, H100), f"{family}_test")
     assert built.family == family and set(built.outputs) == set(pg.outputs)
     feeds = feeds_of(cm, args)

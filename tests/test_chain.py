@@ -199,6 +199,37 @@ def test_decode_attention_with_the_keys_split_matches_eager(split):
     assert body.causal is None
 
 
+@pytest.mark.parametrize("split", [1, 4])
+def test_grouped_query_heads_packed_into_rows(split):
+    """GQA packing: 6 query heads over 2 kv heads become 2 batch positions of 3 rows each (the
+    head split into kv head x group, the group joining the rows): the key and value operands no
+    longer depend on the group, and the kernel (and, split, the partials and the combine) equals
+    eager, a boolean cache mask included."""
+    from tilefuse.families.chain import grouped
+    q, k, v = qkv(b=2, h=6, hk=2, lq=1, lk=64, e=16, dtype=torch.float16)
+    keep = torch.zeros(2, 1, 1, 64, dtype=torch.bool)
+    keep[0, ..., :33] = True
+    keep[1, ..., 5:9] = True
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    built, body = forced(fn, split_tile(split), q, k, v, keep, tol=HALF_TOL[torch.float16], family="chain",
+                         form=grouped)
+    (g,) = set(body.mvars) - {v for v in body.mvars if body.ext[v] == 1}
+    assert body.ext[g] == 3 and body.extent(body.bvars) == 2 * 2
+    from tilefuse.ir.expr import free_vars
+    assert g not in free_vars(body.b) | free_vars(body.d)
+
+
+def test_grouping_needs_heads_read_through_a_floor_division():
+    """Plain multi-head attention (each query head its own kv head) is not grouped, nor is a
+    causal loop (its bound needs one row variable)."""
+    from tilefuse.families.chain import grouped
+    plain = chain_body(whole(compile_h100(sdpa(), *qkv(h=4, lq=1, lk=32)).primgraph))
+    assert grouped(plain) is None
+    causal = chain_body(whole(compile_h100(sdpa(is_causal=True, enable_gqa=True),
+                                           *qkv(h=4, hk=2, lq=32, lk=32)).primgraph))
+    assert causal.causal == 0 and grouped(causal) is None
+
+
 def test_split_keys_with_an_additive_mask_and_several_query_rows():
     """The split with several query rows (4, in a tile of 16), a float mask added to the scores,
     the value head dim (32) split across programs, fp32: against eager."""

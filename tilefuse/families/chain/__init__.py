@@ -44,7 +44,7 @@ from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.work import work
 from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
-from .body import ChainBody, OnlineSoftmax, chain_body
+from .body import ChainBody, OnlineSoftmax, chain_body, grouped
 from .space import ChainShape, ChainTile, chain_tiles
 from .template import chain_kernels
 
@@ -70,13 +70,18 @@ class ChainFamily(Family):
         body = chain_body(group)
         if body is None:
             return []
-        ranked = ranked_tiles(body, target)
-        # the first RANKED, and when none of them is off the wgmma path, the first that is (the
-        # ranking's preference may have put it behind wgmma tiles that the group's own members
-        # slow down)
-        legacy = [] if any(legacy_mma(t.bm, t.warps, body.in1, target) for t in ranked[:RANKED]) else \
-            [t for t in ranked[RANKED:] if legacy_mma(t.bm, t.warps, body.in1, target)][:1]
-        return _best([_schedule(body, t, target) for t in ranked[:RANKED] + tuple(legacy)], target)[:TOP_K]
+        scheds = []
+        for b in (body, grouped(body)):        # grouped-query heads packed into rows, where they are
+            if b is None:
+                continue
+            ranked = ranked_tiles(b, target)
+            # the first RANKED, and when none of them is off the wgmma path, the first that is (the
+            # ranking's preference may have put it behind wgmma tiles that the group's own members
+            # slow down)
+            legacy = [] if any(legacy_mma(t.bm, t.warps, b.in1, target) for t in ranked[:RANKED]) else \
+                [t for t in ranked[RANKED:] if legacy_mma(t.bm, t.warps, b.in1, target)][:1]
+            scheds += [_schedule(b, t, target) for t in ranked[:RANKED] + tuple(legacy)]
+        return _best(scheds, target)[:TOP_K]
 
     def kernels(self, schedule: ChainSchedule, name: str) -> tuple:
         return chain_kernels(schedule.body, schedule.tile, name)

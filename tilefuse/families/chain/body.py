@@ -3,14 +3,15 @@ recognized), their operands' prologues and the second's epilogue (see ``families
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...analysis.classify import Category, contraction_operands
-from ...analysis.index import linear_form
+from ...analysis.index import extent_ranges, linear_form
 from ...analysis.inline import Inliner, Instance
 from ...ir.dtypes import DType
-from ...ir.expr import Cast, Const, Expr, Load, Value, Select, Unary, Var, binary, cast, free_vars, select, substitute, \
-    transform, unary, walk
+from ...ir.expr import Binary, Cast, Const, Expr, Load, Value, Select, Unary, Var, binary, cast, free_vars, select, \
+    substitute, transform, unary, walk
+from ...transform.simplify import simplify
 from ..anchor import AccStore, HALF, dot_operands, downstream, epilogue_store, split_operands, upstream
 from ..base import Group
 
@@ -406,4 +407,45 @@ def _coefficient(e: Expr, t: Expr) -> Expr | None:
         if has(e.a) and not has(e.b):
             c = _coefficient(e.a, t)
             return None if c is None else binary(e.op, c, cast(e.b, c.dtype))
+    return None
+
+
+def grouped(b: ChainBody) -> ChainBody | None:
+    """Grouped-query attention packed into rows (GQA packing, as decode kernels do): a batch
+    variable ``v`` (a query head) that the keys and values read only as ``v // G`` (``G`` query
+    heads share a key/value head) is split into ``v = h·G + g``: ``h`` stays a batch variable, the
+    group ``g`` joins the rows, so one program reads its key/value head once for the ``G`` heads
+    (rather than ``G`` programs reading it each) and a decode step's single query row becomes ``G``
+    rows of a tensor-core tile.  None where no batch variable qualifies, or the key loop is
+    bounded per row (causal, windowed: the bound needs one row variable)."""
+    if b.causal is not None or b.window is not None:
+        return None
+    for v in b.bvars:
+        divisors = {n.b.value for e in (b.b, b.d) for n in walk(e)
+                    if isinstance(n, Binary) and n.op == "floordiv" and n.a is v and isinstance(n.b, Const)}
+        if len(divisors) != 1:
+            continue
+        (size,) = divisors
+        if not isinstance(size, int) or size < 2 or b.ext[v] % size:
+            continue
+        h, g = Var(f"{v.name}h"), Var(f"{v.name}g")
+        ext = {u: n for u, n in b.ext.items() if u is not v} | {h: b.ext[v] // size, g: size}
+        ranges = extent_ranges(ext)
+        sub = {v: binary("add", binary("mul", h, Const(size, v.dtype)), g)}
+
+        def on(e: Expr) -> Expr:
+            return simplify(substitute(e, sub), ranges)
+        kb, kd = on(b.b), on(b.d)
+        if g in free_vars(kb) or g in free_vars(kd):
+            continue
+        sm = b.softmax
+        if sm is not None:
+            sm = OnlineSoftmax(on(sm.score), on(sm.exp_term), on(sm.coeff), sm.max_slot, sm.sum_slot)
+        split = lambda vs: tuple(x for u in vs for x in ((h, g) if u is v else (u,)))  # noqa: E731
+        return replace(b, avars=split(b.avars), bvars=tuple(h if u is v else u for u in b.bvars),
+                       mvars=(g,) + b.mvars, ext=ext, a=on(b.a), b=kb, d=kd, p=on(b.p), softmax=sm,
+                       instances=tuple(replace(i, index=tuple(on(x) for x in i.index), body=on(i.body))
+                                       for i in b.instances),
+                       stores=tuple(AccStore(st.tensor, tuple(on(x) for x in st.index), on(st.value))
+                                    for st in b.stores))
     return None

@@ -6,7 +6,8 @@ Sizes: M and N (rows, keys), walked in many tiles whose padding is bounded by on
 the cost model charges (padded flops, masked lanes), take every power of two from 16 up to the
 padded extent (at most 256); K and H, held whole or in a few chunks, the whole dimension padded
 to a power of two (up to 256) or a smaller power of two that pads it by less than 5% (MCFuser's
-Rule 3).  Shared memory (Rule 4, MCFuser Eq. 1): the five tiles a program touches (A bm×bk,
+Rule 3), not a second product more than ``NARROW_H`` times narrower than the key block (it spills).
+Shared memory (Rule 4, MCFuser Eq. 1): the five tiles a program touches (A bm×bk,
 B bk×bn, C bm×bn, D bn×bh, E bm×bh) within the target's per-block limit, with 20% slack for the
 estimate's error.  The ranking (``families/chain``) times each with ``cost/work.py``.
 """
@@ -23,6 +24,10 @@ MAX_PADDING = 0.05
 SMEM_SLACK = 1.2
 WARPS = (4, 8)
 STAGES = (1, 2, 3)
+# a second product NARROW_H or more times narrower than the key block spills: sm_90 binaries (Triton
+# 3.9) of BM=16 decode attention at BH=16 hold 85, 145 and 255+ registers (spilling) for BN=64,
+# 128, 256, whatever the warps; at BH=32, 61-104 (the register model does not see it)
+NARROW_H = 8
 MIN_SPLIT_KEYS = 64     # keys per split at least (fewer: the combine's traffic outweighs the split)
 SPLIT_WAVES = 4         # splits stop once the grid holds this many waves of the SMs
 
@@ -66,7 +71,7 @@ def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splitt
     tma = target.arch >= TMA_ARCH and tensor_cores
     for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
         smem = s.itemsize * (bm * bk + bk * bn + bm * bn + bn * bh + bm * bh)
-        if smem <= SMEM_SLACK * target.smem_per_block:
+        if smem <= SMEM_SLACK * target.smem_per_block and bh * NARROW_H >= bn:
             programs = s.batch * -(-s.m // bm) * -(-s.h // bh)
             splits = (1,) + (split_counts(s.n, bn, programs, target.sm_count) if splittable else ())
             out += [ChainTile(bm, bn, bk, bh, w, st, tma, k) for k in splits for w in WARPS for st in STAGES]
