@@ -245,26 +245,36 @@ def test_the_simulated_schedule():
 
 def test_the_simulated_dram_queue_and_prefetches():
     """With a DRAM rate: a task ends no earlier than the queue has delivered its bytes, the run no
-    earlier than all of them; bytes a phase prefetched for a later one make that one warm once
-    they have arrived (its cold time otherwise, whichever ends first)."""
+    earlier than all of them; the bytes a phase prefetched for a later one are the first of that
+    one's, read in equal slices in task order: a task whose slice was prefetched runs at its warm
+    time and ends no earlier than its slice arrived, one whose slice was not reads it itself (its
+    cold time), one half prefetched in between."""
     from dataclasses import replace
     from tilefuse.cost.persistent import Phase, schedule, simulate
     rate = 1e3                                                           # bytes per second
     assert simulate([Phase(2, 0.1, dram_bytes=2000)], 2, 0.0, rate) == pytest.approx(2.0)
     assert simulate([Phase(2, 0.1, dram_bytes=2000)], 2, 0.0) == pytest.approx(0.1)     # no rate: none
     cold = Phase(1, 5.0, warm_s=1.0, dram_bytes=500, fetched_bytes=500)
-    early = Phase(1, 1.0, prefetch_bytes=500, prefetch_for=(1,))         # 0.5 s of DRAM, asked at once
+    early = Phase(1, 1.0, prefetch_bytes=500, prefetch_for=((1, 500),))  # 0.5 s of DRAM, asked at once
     assert simulate([early, cold], 1, 0.0, rate) == pytest.approx(2.0)   # 1 s, then warm: 1 s
     assert simulate([early, cold], 1, 0.0) == pytest.approx(6.0)         # not modelled: cold
-    late = Phase(1, 1.0, prefetch_bytes=3000, prefetch_for=(1,))         # arrives at 3 s
-    assert simulate([late, cold], 1, 0.0, rate) == pytest.approx(4.0)    # waits for it: 3 + 1 < 1 + 5
-    slow = Phase(1, 1.0, prefetch_bytes=9000, prefetch_for=(1,))         # arrives at 9 s
+    late = Phase(1, 1.0, prefetch_bytes=3000, prefetch_for=((1, 500),))  # arrives at 3 s
+    assert simulate([late, cold], 1, 0.0, rate) == pytest.approx(3.0)    # warm from 1, waits for it
+    slow = Phase(1, 1.0, prefetch_bytes=9000, prefetch_for=((1, 9000),))     # arrives at 9 s
     heavy = Phase(1, 12.0, warm_s=1.0, dram_bytes=9000, fetched_bytes=9000)
-    assert simulate([slow, heavy], 1, 0.0, rate) == pytest.approx(10.0)  # warm at 9 + 1 < 1 + 12
-    assert simulate([slow, replace(heavy, task_s=8.0)], 1, 0.0, rate) == pytest.approx(10.0)   # cold: its own
-    # 9000 bytes still take 9 s from its start at 1
+    assert simulate([slow, heavy], 1, 0.0, rate) == pytest.approx(9.0)   # 9 < 1 + 12
+    # half of a phase's bytes prefetched: its first task's slice (warm, ends at 2), not its
+    # second's (cold: 1 + 4; its own 1000 bytes in 1 s meanwhile); half of the first of 3 slices
+    # asked for: the first task halfway from cold to warm
+    ask = Phase(1, 1.0, prefetch_bytes=1000, prefetch_for=((1, 1000),))
+    half = Phase(2, 4.0, warm_s=1.0, dram_bytes=2000, fetched_bytes=1000)
+    assert [t.end for t in schedule([ask, half], 2, 0.0, rate)][1:] == pytest.approx([2.0, 5.0])
+    third = replace(half, tasks=3, dram_bytes=3000, fetched_bytes=500)
+    ends = [t.end for t in schedule([replace(ask, prefetch_bytes=500, prefetch_for=((1, 500),)), third],
+                                    3, 0.0, rate)][1:]
+    assert ends[0] == pytest.approx(1.0 + 4.0 - 3.0 * 0.5) and ends[1:] == pytest.approx([5.0, 5.0])
     # a task's own bytes go ahead of prefetches asked for before it: it is not held up by them
-    reads = Phase(1, 0.5, dram_bytes=500, prefetch_bytes=4000, prefetch_for=(1,))
+    reads = Phase(1, 0.5, dram_bytes=500, prefetch_bytes=4000, prefetch_for=((1, 4000),))
     assert max(t.end for t in schedule([reads], 1, 0.0, rate)) == pytest.approx(0.5)
 
 
@@ -282,33 +292,46 @@ def test_phases_wait_for_the_phases_whose_tensors_they_touch():
 def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():
     """``prefetches``: the tensors no phase writes, at the phase first reading them (not the
     first), in order, each byte asked for once, at most a window ahead of what the phases so far
-    read, and none across a phase reading more than the reach."""
+    read, none across a phase reading more than the reach, none of a tensor a phase gathers from."""
     from types import SimpleNamespace
+    from tilefuse.codegen.kernel import Store
     from tilefuse.codegen.triton import persistent as pk
     from tilefuse.ir.dtypes import DType, TensorType
+    from tilefuse.ir.expr import Load, Var
     MB = 1 << 20
 
-    def k(*nbytes, streamed=frozenset()):
-        return SimpleNamespace(inputs=tuple(TensorType((n // 2,), DType.float16) for n in nbytes), streamed=streamed)
+    def k(*nbytes, streamed=frozenset(), body=()):
+        return SimpleNamespace(inputs=tuple(TensorType((n // 2,), DType.float16) for n in nbytes), streamed=streamed,
+                               body=body, outputs=(TensorType((512,), DType.float16),))
     kernels = [k(1024, MB), k(1024, 4 * MB), k(1024, 6 * MB), k(1024, 40 * MB), k(1024, 2 * MB), k(1024, 1024)]
     reads = [["x", "w0"], ["a", "w1"], ["b", "w2"], ["c", "big"], ["d", "w4"], ["e", "small"]]
     writes = [["a"], ["b"], ["c"], ["d"], ["e"], ["f"]]
     asks = pk.prefetches(kernels, reads, writes)
     got = [[(f.tensor, f.first * 2 // MB, f.nbytes // MB, f.phase) for f in mine] for mine in asks]
-    assert pk.PREFETCH_WINDOW == 8 * MB and pk.PREFETCH_REACH == 24 * MB
+    assert pk.PREFETCH_WINDOW == 16 * MB and pk.PREFETCH_REACH == 24 * MB
     assert got == [
-        [("w1", 0, 4, 1), ("w2", 0, 4, 2)],        # 8 MB ahead of nothing read yet
-        [("w2", 4, 2, 2), ("big", 0, 2, 3)],        # w1 read: 4 MB more
-        [("big", 2, 6, 3)],                         # w2 read: up to 8 MB past it
+        [("w1", 0, 4, 1), ("w2", 0, 6, 2), ("big", 0, 6, 3)],     # 16 MB ahead of nothing read yet
+        [("big", 6, 4, 3)],                                         # w1 read: 4 MB more
+        [("big", 10, 6, 3)],                                        # w2 read: up to 16 MB past it
         [], [], []]                                 # w4 is behind 40 MB of reads: never asked for
     assert sum(map(len, asks)) == 5 and all(f.phase > p for p, mine in enumerate(asks) for f in mine)
     # streamed evict-first (a GEMV's weights), the 40 MB push nothing out of L2: w4 is asked for
     kernels[3] = k(1024, 40 * MB, streamed=frozenset({1}))
     asks = pk.prefetches(kernels, reads, writes)
     assert [(f.tensor, f.nbytes // MB, f.phase) for f in asks[3]] == [("w4", 2, 4)]
+    # a 40 MB table the phase picks rows from (an embedding): not prefetched, and what it keeps
+    # in L2 is the rows it picks (at most what it writes), so w4 is in the first window
+    x = Var("x")
+    rows = (Store(0, (x,), Load(1, (Load(0, (x,), DType.int64),), DType.float16)),)
+    kernels[3] = k(1024, 40 * MB, body=rows)
+    assert pk.gathers(kernels[3]) == {1}
+    asks = pk.prefetches(kernels, reads, writes)
+    assert [(f.tensor, f.nbytes // MB, f.phase) for f in asks[0]] == [("w1", 4, 1), ("w2", 6, 2), ("w4", 2, 4)]
+    assert sum(map(len, asks)) == 3
     # what L2 still holds of what earlier phases wrote (``resident``: read from L2 in the model):
     # a tensor read right after it is written, yes; across 40 MB of reads L2 keeps, no
     reads[5], kernels[5] = ["e", "a"], k(1024, 1024)
+    kernels[3] = k(1024, 40 * MB, streamed=frozenset({1}))
     assert pk.resident(kernels, reads, writes) == [0, 1024, 1024, 1024, 1024, 2048]
     kernels[3] = k(1024, 40 * MB)
     assert pk.resident(kernels, reads, writes) == [0, 1024, 1024, 1024, 1024, 1024]

@@ -18,15 +18,19 @@ task ends no earlier than its phase's bytes up to its own are delivered; prefetc
 (``codegen/triton/persistent.prefetches``) use what is left: a phase's tasks, when taken and
 before any wait, ask L2 for an equal share of the next weights later phases read (what no phase of
 the kernel writes), and a share arrives once every byte asked for before it, demand or prefetch,
-has crossed the bus. A task of a phase asked for runs at its *warm* time — its kernel's modelled
-body without the prefetched DRAM bytes — from when every share asked for it has arrived, or at its
-cold time from its start, whichever ends first. Demand ahead of prefetch, and no bytes-in-flight
-bound on a prefetch (it waits for no reply), are assumptions until a GPU measures them. The
-makespan is at least every phase's DRAM bytes at the DRAM rate.
+has crossed the bus.  The bytes prefetched for a phase are the first of its DRAM bytes, and its
+tasks read its bytes in equal slices in task order (a GEMV's row blocks): task ``i``'s slice is
+prefetched in the part the prefetches reached, which arrives as the asks covering it do; the
+task waits for that part and reads the rest itself, through the queue and at most at the rate its
+own requests in flight draw (``Phase.solo_rate``: Little's law), taking no less than its *warm*
+time (its kernel's modelled body with every DRAM byte read from L2).  Demand ahead of prefetch, no bytes-in-flight bound on a prefetch (it waits for no
+reply), and the slices' order are assumptions until a GPU measures them.  The makespan is at least
+every phase's DRAM bytes at the DRAM rate.
 """
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -35,11 +39,13 @@ from typing import Sequence
 class Phase:
     tasks: int                 # programs of the phase's kernel
     task_s: float              # one task's modelled time
-    warm_s: float | None = None    # one task's time once what earlier phases prefetched for it is in L2
+    warm_s: float | None = None    # one task's time with every DRAM byte of its slice in L2 (prefetched)
     prefetch_bytes: float = 0.0    # bytes its tasks ask L2 for, for later phases (an equal share each)
-    prefetch_for: tuple[int, ...] = ()     # those phases (indices in the run)
+    prefetch_for: tuple[tuple[int, float], ...] = ()   # (a later phase, bytes asked for it) pairs
     dram_bytes: float = 0.0        # its kernel's DRAM bytes (with every phase's: a floor on the run)
-    fetched_bytes: float = 0.0     # of those, what earlier phases prefetched (not read when warm)
+    fetched_bytes: float = 0.0     # of those, the first ones, which earlier phases prefetched
+    solo_rate: float = 0.0         # bytes/s one of its tasks draws from DRAM alone (its requests in
+                                   # flight a round trip); 0: a task not prefetched runs its cold time
     after: tuple[int, ...] | None = None   # the phases it waits for (None: the one before it)
 
 
@@ -68,39 +74,58 @@ def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate:
     free = [(0.0, w) for w in range(max(programs, 1))]     # (free time, worker): a heap
     heapq.heapify(free)
     finished: list[float] = []               # per phase, when its last task is counted done
-    ready: dict[int, float] = {}             # phase -> when the bytes prefetched for it are all in L2
+    arrived: dict[int, list[tuple[float, float]]] = {}    # phase -> (bytes prefetched for it, when in L2)
     total = 0.0                              # when every DRAM byte asked for is delivered
     out = []
     for p, phase in enumerate(phases):
         after = phase.after if phase.after is not None else ((p - 1,) if p else ())
         barrier = max((finished[d] for d in after), default=0.0)
-        done, arrived = barrier, 0.0
+        done = barrier
         demand = 0.0                         # when this phase's own DRAM bytes so far are delivered
         share = phase.prefetch_bytes / phase.tasks if dram_rate else 0.0
-        for _ in range(phase.tasks):
+        asks = [(q, nbytes / phase.tasks) for q, nbytes in phase.prefetch_for]
+        slice_ = phase.dram_bytes / phase.tasks
+        warm = phase.warm_s is not None and bool(dram_rate) and phase.fetched_bytes > 0 and slice_ > 0
+        for i in range(phase.tasks):
             at, w = heapq.heappop(free)
             start = at + atomic_s                           # the queue's atomic
             if share:                                       # asked for before any wait
                 total = max(total, start) + share / dram_rate
-                arrived = total
+                for q, nbytes in asks:
+                    got = arrived.setdefault(q, [])
+                    got.append(((got[-1][0] if got else 0.0) + nbytes, total))
             if after and start < barrier:
                 start = barrier + atomic_s                   # the acquire that sees it open
-            run, own = start + phase.task_s, phase.dram_bytes
-            warm = max(start, ready.get(p, 0.0))
-            if phase.warm_s is not None and dram_rate and warm + phase.warm_s < run:
-                run, own = warm + phase.warm_s, phase.dram_bytes - phase.fetched_bytes
+            run, own = start + phase.task_s, slice_
+            if warm:                                        # its slice's prefetched part
+                pre = min(max(phase.fetched_bytes - i * slice_, 0.0), slice_)
+                ready = _arrival(arrived.get(p, ()), i * slice_ + pre) if pre > 0 else 0.0
+                if ready < math.inf:
+                    own = slice_ - pre
+                    if phase.solo_rate:     # the rest at its own rate (the queue shares the DRAM)
+                        took = max(phase.warm_s, own / phase.solo_rate)
+                    else:
+                        took = phase.task_s - (phase.task_s - phase.warm_s) * pre / slice_
+                    run = max(start + took, ready)
             if dram_rate and own > 0:                       # its own bytes: ahead of prefetches
-                demand = max(demand, start) + own / phase.tasks / dram_rate
-                total = max(total, start) + own / phase.tasks / dram_rate
+                demand = max(demand, start) + own / dram_rate
+                total = max(total, start) + own / dram_rate
                 run = max(run, demand)
             end = run + atomic_s / 2                        # counted done: posted, seen in L2 then
             done = max(done, end)
             out.append(Task(p, w, start, end))
             heapq.heappush(free, (run, w))
         finished.append(done)
-        for q in phase.prefetch_for:
-            ready[q] = max(ready.get(q, 0.0), arrived)
     return out
+
+
+def _arrival(got, nbytes: float) -> float:
+    """When the first ``nbytes`` prefetched for a phase are in L2 (``got``: (bytes so far, when)
+    as the asks arrive); never (inf), where the asks do not reach that far."""
+    for reached, when in got:
+        if reached >= nbytes * (1 - 1e-9):
+            return when
+    return math.inf
 
 
 def simulate(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate: float = 0.0) -> float:

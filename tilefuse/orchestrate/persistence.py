@@ -226,20 +226,28 @@ def _less_dram(phase: Phase, work: Work, nbytes: float, tgt: Target) -> tuple[Ph
 def _prefetching(timed: list[tuple[Phase, Work]], asks: list, tgt: Target) -> list[Phase]:
     """The phases with the prefetches the persistent kernel makes (``asks[p]``: what phase ``p``
     prefetches, ``codegen/triton/persistent.prefetches``): the asking phase pays for the bytes in
-    the DRAM queue, a phase asked for has a warm time, its cold one scaled as its kernel's modelled
-    body is with those bytes read from L2 instead of DRAM.  MODELLED."""
+    the DRAM queue; a phase asked for has the bytes fetched for it (the first of its DRAM bytes)
+    and a warm time, its cold one scaled as its kernel's modelled body is with every DRAM byte read
+    from L2 instead, and the DRAM rate one task draws alone (its bytes in flight over a DRAM round
+    trip): its tasks not wholly prefetched read the rest at that rate (``cost/persistent.py``).
+    MODELLED."""
     out = [p for p, _ in timed]
     fetched: dict[int, int] = {}
     for p, mine in enumerate(asks):
         if mine:
+            to: dict[int, float] = {}
+            for f in mine:
+                to[f.phase] = to.get(f.phase, 0.0) + f.nbytes
             out[p] = replace(out[p], prefetch_bytes=float(sum(f.nbytes for f in mine)),
-                             prefetch_for=tuple(sorted({f.phase for f in mine})))
+                             prefetch_for=tuple(sorted(to.items())))
         for f in mine:
             fetched[f.phase] = fetched.get(f.phase, 0) + f.nbytes
     for q, nbytes in fetched.items():
         phase, work = timed[q]
-        warm, _ = _less_dram(phase, work, nbytes, tgt)
-        out[q] = replace(out[q], warm_s=warm.task_s, fetched_bytes=phase.dram_bytes - warm.dram_bytes)
+        hot, _ = _less_dram(phase, work, work.dram_bytes, tgt)
+        solo = min(tgt.dram_rate, work.inflight_bytes / tgt.dram_latency_s) if tgt.dram_latency_s else 0.0
+        out[q] = replace(out[q], warm_s=hot.task_s, fetched_bytes=float(min(nbytes, phase.dram_bytes)),
+                         solo_rate=solo)
     return out
 
 
@@ -250,11 +258,13 @@ def _row(kernel: str, p: Phase) -> dict:
         row["warm_us"] = round(p.warm_s * 1e6, 4)
     if p.prefetch_bytes:
         row["prefetch_bytes"] = int(p.prefetch_bytes)
-        row["prefetch_for"] = list(p.prefetch_for)
+        row["prefetch_for"] = [[q, int(nbytes)] for q, nbytes in p.prefetch_for]
     if p.dram_bytes:
         row["dram_bytes"] = int(p.dram_bytes)
     if p.fetched_bytes:
         row["fetched_bytes"] = int(p.fetched_bytes)
+    if p.solo_rate:
+        row["solo_rate"] = p.solo_rate
     return row
 
 

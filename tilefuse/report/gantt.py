@@ -22,8 +22,9 @@ def _e(s) -> str:
 def timeline(row: dict) -> list:
     """The simulated tasks of a report's persistent row (``cost/persistent.Task``, seconds)."""
     phases = [Phase(p["tasks"], p["task_us"] * 1e-6, p["warm_us"] * 1e-6 if "warm_us" in p else None,
-                    p.get("prefetch_bytes", 0), tuple(p.get("prefetch_for", ())), p.get("dram_bytes", 0),
-                    p.get("fetched_bytes", 0), tuple(p["after"]) if "after" in p else None)
+                    p.get("prefetch_bytes", 0), tuple((q, b) for q, b in p.get("prefetch_for", ())),
+                    p.get("dram_bytes", 0), p.get("fetched_bytes", 0), solo_rate=p.get("solo_rate", 0.0),
+                    after=tuple(p["after"]) if "after" in p else None)
               for p in row["phases"]]
     return schedule(phases, row["programs"], row["atomic_us"] * 1e-6, row.get("dram_rate", 0.0))
 

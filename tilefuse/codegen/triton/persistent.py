@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Callable, Sequence
 
 import torch
 
+from ...ir.expr import Expr, Load, walk
 from ..kernel import Kernel
 from .emit import triton_source
 from .interpreter import interpreted, interpreting
@@ -52,7 +53,7 @@ PREFETCH_FN = "tf_prefetch_l2"
 LINE_BYTES = 128             # an L2 line: one prefetch each
 PREFETCH_LANES = 128         # lines a program asks for at once (one per thread at 4 warps)
 PREFETCH_MIN_BYTES = 64 << 10    # a smaller tensor is a few lines: not worth a task's instructions
-PREFETCH_WINDOW = 8 << 20        # bytes asked for ahead of what the phases so far have read
+PREFETCH_WINDOW = 16 << 20        # bytes asked for ahead of what the phases so far have read
 PREFETCH_REACH = 24 << 20        # what may pass through L2 between a line's prefetch and its use:
                                  # with the window, inside an A100's or H100's L2 (40, 50 MB)
 
@@ -76,7 +77,7 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                writes: Sequence[Sequence[str]]) -> list[list[Prefetch]]:
     """Per phase, what its tasks prefetch (the module docstring): the stream is every tensor of
     ``PREFETCH_MIN_BYTES`` or more that no phase writes, at the phase that first reads it (not the
-    first phase: nothing runs before it); phase ``p`` asks for the stream from where the asks so
+    first phase: nothing runs before it), unless that phase gathers from it (``gathers``); phase ``p`` asks for the stream from where the asks so
     far end (or what phases up to ``p`` read, if further) to ``PREFETCH_WINDOW`` bytes past the
     latter, stopping at the first tensor whose reader is more than ``PREFETCH_REACH`` bytes of
     phase inputs away (inputs a phase streams evict-first, ``Kernel.streamed``, do not count: they
@@ -88,8 +89,9 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
     reach = _kept(kernels, reads)
     for q, (k, ins) in enumerate(zip(kernels, reads)):
         types = dict(zip(ins, k.inputs))
+        gathered = {ins[j] for j in gathers(k)}
         for n, t in types.items():
-            if q and n not in written and n not in seen and t.nbytes >= PREFETCH_MIN_BYTES:
+            if q and n not in written and n not in seen and n not in gathered and t.nbytes >= PREFETCH_MIN_BYTES:
                 stream.append((q, n, t.numel, t.dtype.itemsize, size))
                 size += t.nbytes
         seen.update(ins)
@@ -111,6 +113,27 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
     return out
 
 
+def gathers(k: Kernel) -> set[int]:
+    """The input slots ``k`` reads through an index that depends on loaded data (an embedding
+    table's rows picked by token ids): which bytes it reads is not known ahead, so none are
+    prefetched (the table is mostly never read)."""
+    out: set[int] = set()
+
+    def visit(x) -> None:
+        if isinstance(x, Expr):
+            for n in walk(x):
+                if isinstance(n, Load) and any(isinstance(m, Load) for i in n.index for m in walk(i)):
+                    out.add(n.tensor)
+        elif isinstance(x, tuple):
+            for y in x:
+                visit(y)
+        elif is_dataclass(x):
+            for f in fields(x):
+                visit(getattr(x, f.name))
+    visit(k.body)
+    return out
+
+
 def resident(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
              writes: Sequence[Sequence[str]], partial=frozenset()) -> list[int]:
     """Per phase, the bytes it reads of tensors an earlier phase of the kernel wrote and L2 still
@@ -129,11 +152,15 @@ def resident(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
 
 
 def _kept(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]]) -> list[int]:
-    """Each phase's input bytes that pass through L2 and stay (not those it streams evict-first)."""
+    """Each phase's input bytes that pass through L2 and stay (not those it streams evict-first;
+    of a tensor it gathers from, at most as many as it writes: the rows it picks)."""
     out = []
     for k, ins in zip(kernels, reads):
         kept = {n for j, n in enumerate(ins) if j not in k.streamed}
-        out.append(sum(t.nbytes for n, t in dict(zip(ins, k.inputs)).items() if n in kept))
+        gathered = {ins[j] for j in gathers(k)}
+        written = sum(t.nbytes for t in k.outputs)
+        out.append(sum(min(t.nbytes, written) if n in gathered else t.nbytes
+                       for n, t in dict(zip(ins, k.inputs)).items() if n in kept))
     return out
 
 
