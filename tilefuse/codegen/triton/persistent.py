@@ -23,8 +23,8 @@ SM cached before another SM rewrote it.  Dependencies are by tensor name, which 
 because no two tensors a run touches share arena bytes (``runtime/memory.plan_memory`` keeps each
 alive through the runs it meets): two phases that do not depend on each other may run at once.
 
-Prefetch: the weights the phases read (what no phase of the kernel writes) form one stream in the
-order they are first read; each phase's tasks, once taken and before they wait, ask L2 for an equal
+Prefetch: the weights the phases read (what no phase of the kernel writes, nor gathers from: an
+embedding table's rows are picked by data) form one stream in the order they are first read; each phase's tasks, once taken and before they wait, ask L2 for an equal
 share each of the stream's next part (``prefetches``: up to ``PREFETCH_WINDOW`` bytes past what the
 phases so far have read), one ``prefetch.global.L2`` per 128-byte line, so weights come from DRAM
 while earlier phases run and wait at their barriers.  A part is asked for only where what the
