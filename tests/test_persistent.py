@@ -50,6 +50,8 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     assert all(r["launched_as_one"] == (r["persistent_us"] < r["apart_us"]) for r in rows), rows
     assert [(r["first"], r["first"] + len(r["kernels"])) for r in rows if r["launched_as_one"]] == list(compiled.persistent)
     assert compiled.persistent, rows          # (launch-bound tiny kernels: one launch saves the others)
+    # some of its phases wait for the tasks whose tiles they read, not for whole phases
+    assert any(e["kind"] == "tile" for r in rows if r["launched_as_one"] for e in r["edges"]), rows
     saved = sum(r["apart_us"] - r["persistent_us"] for r in rows if r["launched_as_one"])
     assert compiled.report.est_total_us == pytest.approx(compiled.plan.cost * 1e6 - saved, abs=1e-2)
     with torch.no_grad():
@@ -72,7 +74,10 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         assert len(tasks) == r["tasks"] and {t.worker for t in tasks} <= set(range(r["programs"]))
         assert all(a.phase <= b.phase for a, b in zip(tasks, tasks[1:]))             # taken in order
         assert max(t.end for t in tasks) * 1e6 + launch_us == pytest.approx(r["persistent_us"], abs=0.01)
-        assert [e["kind"] for e in r["edges"]] == ["phase barrier"] * sum(len(p["after"]) for p in r["phases"])
+        kinds = [e["kind"] for e in r["edges"]]
+        assert kinds.count("phase barrier") == sum(len(p["after"]) for p in r["phases"])
+        assert kinds.count("tile") == sum(len({_phase_of(r, u) for n in p.get("needs", ()) for u in n})
+                                          for p in r["phases"])
     for i, j in compiled.persistent:
         tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
@@ -89,6 +94,15 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     assert binary.prefetches > 0 and not binary.spills, binary
     assert "prefetch.global.L2" in pk.persistent_module("pk", tiles, reads, writes)[0]
     assert "prefetch.global.L2" not in pk.persistent_module("pk", tiles, reads, writes, prefetch=False)[0]
+
+
+def _phase_of(row: dict, task: int) -> int:
+    """The phase of a persistent row's task (its index in run order)."""
+    for p, ph in enumerate(row["phases"]):
+        if task < ph["tasks"]:
+            return p
+        task -= ph["tasks"]
+    raise IndexError(task)
 
 
 class _Gated(torch.nn.Module):
@@ -190,24 +204,29 @@ def test_a_phase_waits_for_the_phases_it_depends_on_and_counts_itself_done():
     (``dependencies``); each task counted done (release) after a CTA barrier; loads of what an
     earlier phase wrote bypass L1; and no two tensors the run touches share arena bytes (phases
     that do not depend on each other may run at once)."""
-    from tilefuse.codegen.triton.persistent import dependencies, persistent_module
+    from tilefuse.codegen.triton.persistent import persistent_module, task_dependencies
     from tilefuse.runtime.memory import plan_memory
     model, (inputs,) = zoo.build("bert", "tiny")
     compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
     i, j = max(compiled.persistent, key=lambda r: r[1] - r[0])
     steps = compiled.kernels[i:j]
     tiles, reads, writes, _ = run_phases(compiled.kernels, i, j)
-    source, _ = persistent_module("pk", tiles, reads, writes)
+    source, _, table = persistent_module("pk", tiles, reads, writes)
     driver = source.split("def pk(")[1]
     tasks = [int(torch.tensor(b.kernels[0].grid).prod()) for b in steps]
-    after = dependencies(reads, writes)
-    assert after[0] == () and all(a for a in after[1:])
+    waits = task_dependencies(tiles, reads, writes)
+    after, tiled = waits.after, [p for p, m in enumerate(waits.tiles) if m]
+    flagged = {d for m in waits.tiles for d in m}
+    assert after[0] == () and all(a or waits.tiles[p] for p, a in enumerate(after) if p)
     assert driver.count("tl.atomic_add(tf_counters, 1)") == 2
     for p, a in enumerate(after):
         for d in a:
             assert f"tl.atomic_add(tf_counters + {d + 1}, 0, sem=\"acquire\") < {tasks[d]}:" in driver
-    assert driver.count("sem=\"acquire\")") == sum(map(len, after))
-    assert driver.count("sem=\"release\")") == len(steps) and driver.count("tl.debug_barrier()") == len(steps)
+    # a phase waiting for some tasks of an earlier one reads their flags (before and in its spin)
+    assert driver.count("sem=\"acquire\")") == sum(map(len, after)) + 2 * len(tiled)
+    assert (table is None) == (not tiled)
+    assert driver.count("sem=\"release\")") == len(steps) + len(flagged)
+    assert driver.count("tl.debug_barrier()") == len(steps)
     touched = {n for k in range(i, j) for n in (*compiled.kernels[k].inputs, *compiled.kernels[k].outputs)}
 
     def shared(memory):
@@ -368,3 +387,55 @@ def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(mo
     carried = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),
                         dump=None, template=first.template, sizes={}, persistent="auto")
     assert carried.persistent == first.persistent and not checked
+
+
+def _rows_kernel(name: str, index, value, rows: int = 64, block: int = 16, grid: bool = True):
+    """A one-input, one-output kernel over ``rows`` positions: out[i] = value(in[index(i)]), in
+    tiles of ``block`` across programs (``grid``) or all in one program (a loop)."""
+    from tilefuse.codegen.kernel import Kernel, Store, TileAxis
+    from tilefuse.ir.dtypes import DType, TensorType
+    from tilefuse.ir.expr import Load, Var
+    i = Var("i")
+    t = TensorType((rows,), DType.float32)
+    axis = TileAxis("x", (i,), (rows,), block, 0, grid=0 if grid else None, block_name="XBLOCK")
+    return Kernel(name, (t,), (t,), (axis,), (Store(0, (i,), value(Load(0, (index(i),), DType.float32))),), 4, 1)
+
+
+def test_tile_level_dependencies_wait_for_the_tasks_whose_tiles_they_touch():
+    """``task_dependencies``: a phase reading what an earlier one wrote, tile for tile, waits for
+    that tile's task alone; reading it reversed, for the mirrored tile's; reading every row (one
+    program over all of them), for the whole phase (a barrier); a phase rewriting what an earlier
+    one read waits for the tasks that read those rows.  The persistent kernel (its tasks' done
+    flags, the table of what each waits for) equals the same kernels run one after another."""
+    from tilefuse.codegen.triton.persistent import compile_persistent, needs_table, task_dependencies
+    from tilefuse.ir.expr import binary
+    from tilefuse.ir.expr import Const
+    from tilefuse.ir.dtypes import DType
+    two = Const(2.0, DType.float32)
+    same = lambda i: i  # noqa: E731
+    kernels = [_rows_kernel("double", same, lambda v: binary("mul", v, two)),                 # a = 2x
+               _rows_kernel("plus", same, lambda v: binary("add", v, two)),                   # b = a + 2
+               _rows_kernel("mirror", lambda i: binary("sub", Const(63, i.dtype), i), same),  # c = a reversed
+               _rows_kernel("all", same, same, block=64, grid=False),                         # d = c (one program)
+               _rows_kernel("again", same, lambda v: binary("mul", v, v))]                    # x' = b * b: rewrites
+    reads = [["x"], ["a"], ["a"], ["c"], ["b"]]                                               # ... what 0 read
+    writes = [["a"], ["b"], ["c"], ["d"], ["y"]]
+    waits = task_dependencies(kernels, reads, writes)
+    assert waits.tiles[1] == {0: ((0,), (1,), (2,), (3,))}
+    assert waits.tiles[2] == {0: ((3,), (2,), (1,), (0,))}
+    assert waits.after[3] == (2,) and not waits.tiles[3]          # every row: the whole phase
+    assert waits.tiles[4] == {1: ((0,), (1,), (2,), (3,))}        # y: b tile for tile
+    table = needs_table(kernels, waits)
+    assert table[:5] == [18, 18, 18, 18, 18] and table[4:8] == [18, 19, 20, 21]
+    writes[4] = ["x"]                                             # x' rewrites x, which 0 read
+    waits = task_dependencies(kernels, reads, writes)
+    assert waits.tiles[4] == {0: ((0,), (1,), (2,), (3,)), 1: ((0,), (1,), (2,), (3,))}
+    launch, source, params = compile_persistent("pk", kernels, reads, writes, programs=4)
+    assert "tf_needs" in source and source.count('sem="release")') == len(kernels) + 2     # 0 and 1 flag tasks
+    x = torch.arange(64, dtype=torch.float32)
+    bufs = {n: torch.empty(64) for n in params} | {"x": x.clone()}
+    launch(bufs)
+    a = 2 * x
+    torch.testing.assert_close(bufs["b"], a + 2)
+    torch.testing.assert_close(bufs["d"], a.flip(0))
+    torch.testing.assert_close(bufs["x"], (a + 2) ** 2)

@@ -4,8 +4,8 @@ A persistent kernel's programs take tasks in order from a queue (``codegen/trito
 each task is one program of one phase.  The schedule is list-scheduled here, event by event: a
 worker (a program; one per SM) takes the next task when it is free, pays the queue's atomic (a
 round trip to L2) and then waits until the task's dependencies are done — every task of each phase
-it waits for (``Phase.after``; by default the phase before), seen by an acquiring read (another
-round trip) — and runs the task, which is counted done by a posted release (``red``: the worker
+it waits for whole (``Phase.after``; by default the phase before), and each earlier task it waits
+for alone (``Phase.needs``: tile-level edges), seen by an acquiring read (another round trip) — and runs the task, which is counted done by a posted release (``red``: the worker
 does not wait for it; the count reaches L2 half a round trip later).  A task runs as long as one
 program of its kernel runs in that kernel's own launch (the kernel's modelled body divided by its
 waves: ``Cost.waves``), a conservative figure: one program alone on an SM is no slower than one
@@ -46,7 +46,9 @@ class Phase:
     fetched_bytes: float = 0.0     # of those, the first ones, which earlier phases prefetched
     solo_rate: float = 0.0         # bytes/s one of its tasks draws from DRAM alone (its requests in
                                    # flight a round trip); 0: a task not prefetched runs its cold time
-    after: tuple[int, ...] | None = None   # the phases it waits for (None: the one before it)
+    after: tuple[int, ...] | None = None   # the phases it waits for whole (None: the one before it)
+    needs: tuple[tuple[int, ...], ...] = ()  # per task, the earlier tasks (in run order) it waits
+                                             # for one by one (tile-level edges); () for none
 
 
 def phase_of(cost, launch_s: float, tasks: int) -> Phase:
@@ -94,8 +96,10 @@ def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate:
                 for q, nbytes in asks:
                     got = arrived.setdefault(q, [])
                     got.append(((got[-1][0] if got else 0.0) + nbytes, total))
-            if after and start < barrier:
-                start = barrier + atomic_s                   # the acquire that sees it open
+            gate = max(barrier, max((out[u].end for u in phase.needs[i]), default=0.0)) if phase.needs \
+                else barrier
+            if (after or phase.needs) and start < gate:
+                start = gate + atomic_s                      # the acquire that sees it open
             run, own = start + phase.task_s, slice_
             if warm:                                        # its slice's prefetched part
                 pre = min(max(phase.fetched_bytes - i * slice_, 0.0), slice_)

@@ -144,7 +144,7 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     (Cost, schedule) of the plan's kernel ``k``; ``carried``: the runs of the plan this one was
     carried from (a bucket's): the candidates, their binaries not compiled again (the same kernels
     at another size: the same tiles, so the same registers and shared memory)."""
-    from ..codegen.triton.persistent import dependencies, prefetches, resident
+    from ..codegen.triton.persistent import prefetches, resident, task_dependencies
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
     chosen, rows = [], []
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
@@ -163,8 +163,12 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
             phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt)
         else:
             phases = [p for p, _ in timed]
-        after = dependencies(reads, writes)
-        phases = [replace(p, after=a) for p, a in zip(phases, after)]
+        waits = task_dependencies(tiles, reads, writes)
+        starts = [0]
+        for p in phases:
+            starts.append(starts[-1] + p.tasks)
+        phases = [replace(p, after=a, needs=tuple(tuple(starts[d] + u for d, u in per) for per in waits.needs(k))
+                          if waits.tiles[k] else ()) for k, (p, a) in enumerate(zip(phases, waits.after))]
         apart = sum(c.seconds for c in costs)
         rate = tgt.dram_rate if tgt.arch else 0.0
         merged = launch + simulate(phases, tgt.sm_count, atomic, rate)
@@ -178,9 +182,13 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
                      "phases": [_row(n, p) for n, p in zip([t.name for t in tiles], phases)],
                      "dram_rate": rate,
-                     # what each phase waits for: every task of each phase it depends on (tile-level
-                     # waits do not exist yet)
-                     "edges": [{"from": d, "to": p, "kind": "phase barrier"} for p, a in enumerate(after) for d in a],
+                     # what each phase waits for: every task of an earlier phase (a barrier), or
+                     # the tasks of it whose tiles its own touch (per task: at most "tasks" of them)
+                     "edges": sorted([{"from": d, "to": p, "kind": "phase barrier"}
+                                      for p, a in enumerate(waits.after) for d in a]
+                                     + [{"from": d, "to": p, "kind": "tile", "tasks": max(map(len, per))}
+                                        for p, m in enumerate(waits.tiles) for d, per in m.items()],
+                                     key=lambda e: (e["to"], e["from"])),
                      "tasks": sum(p.tasks for p in phases), "atomic_us": round(atomic * 1e6, 4),
                      "apart_us": round(apart * 1e6, 3), "persistent_us": round(merged * 1e6, 3),
                      "launched_as_one": take})
@@ -254,6 +262,8 @@ def _prefetching(timed: list[tuple[Phase, Work]], asks: list, tgt: Target) -> li
 def _row(kernel: str, p: Phase) -> dict:
     """A phase as the report records it (enough to redraw its schedule: ``report/gantt.py``)."""
     row = {"kernel": kernel, "tasks": p.tasks, "task_us": round(p.task_s * 1e6, 4), "after": list(p.after or ())}
+    if p.needs:
+        row["needs"] = [list(n) for n in p.needs]
     if p.warm_s is not None:
         row["warm_us"] = round(p.warm_s * 1e6, 4)
     if p.prefetch_bytes:

@@ -126,10 +126,12 @@ def compile_native_persistent(name: str, kernels, reads, writes, types, arch: in
     """A persistent kernel of ``kernels`` as phases (``persistent.py``; tensors named by ``reads``
     and ``writes``, typed by ``types``) compiled for ``arch``; cached like ``compile_native`` (under
     one name: the binary does not depend on it)."""
-    from .persistent import COUNTERS, persistent_module
-    source, params = persistent_module(_NAME, kernels, reads, writes)
+    from .persistent import COUNTERS, NEEDS, persistent_module
+    source, params, table = persistent_module(_NAME, kernels, reads, writes)
     signature = {f"p{k}": _POINTER[types[n].dtype] for k, n in enumerate(params)}
     signature[COUNTERS] = "*i32"
+    if table is not None:
+        signature[NEEDS] = "*i32"
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
     return _cached(["persistent", arch, source, signature, warps, stages], name,
                    lambda: _build(_jit_function(source, _NAME), signature, {}, len(signature), warps, stages,

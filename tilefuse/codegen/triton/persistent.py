@@ -3,10 +3,16 @@
 Each phase is a kernel of the plan printed as a device function taking its program ids
 (``Kernel.phase``); the persistent kernel's programs take *tasks* — one per program of every
 phase, phases in plan order — from an atomic counter, run each through its phase's function, and
-count it done.  A task first waits until every task of each phase it depends on is done
-(``dependencies``: the earlier phases that write what it reads, or read or write what it writes;
-a whole phase, not the tiles it needs: tile-level waits do not exist yet).  Phases that do not
-depend on one another (a decode step's cache writes and the query's transpose) run side by side.
+count it done.  A task first waits for what it depends on (``task_dependencies``): the earlier
+phases that write what it reads, or read or write what it writes — for each, only the tasks whose
+tiles its own tile touches, where those are some of them (Souffle's one-relies-on-one: a row
+block's task after the row blocks it reads, through each task's done flag and a table of what
+each task waits for, ``NEEDS``), or the whole phase where it needs every task (one-relies-on-many:
+a GEMM's K over a whole activation, a row reduction over all columns; the phase's done count).
+Which tiles a task touches is the bounding box of its index expressions over its tile
+(``codegen/regions.py``).  Phases that do not depend on one another (a decode step's cache writes
+and the query's transpose) run side by side, and a task whose tiles are done starts while the
+rest of their phase runs.
 
 Why it cannot deadlock: tasks are handed out in order, so a waiting task's predecessors were all
 taken before it, by programs that are running (the grid never exceeds what the GPU holds at once:
@@ -15,9 +21,11 @@ interpreter the programs run one after another: the first takes every task in or
 wait is already met.
 
 Memory ordering: a task's stores are made visible before it is counted done (a CTA barrier, then
-an atomic add with release semantics); a wait reads each count with acquire semantics, and a phase
-implied by another one waited for is not waited for again (that one's tasks acquired it before
-releasing theirs: happens-before is transitive); a phase's loads of tensors an earlier phase of the
+atomic adds with release semantics to its phase's count and, where a later task waits for it
+alone, its own flag); a wait reads each count or flag with acquire semantics (a block of flags
+at once, until all are set), and a phase implied by another one waited for whole is not waited
+for again (that one's tasks acquired it before releasing theirs: happens-before is transitive; a
+tile-level edge implies nothing about the phases behind it, so those are kept); a phase's loads of tensors an earlier phase of the
 launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never reads a line its
 SM cached before another SM rewrote it.  Dependencies are by tensor name, which is exact only
 because no two tensors a run touches share arena bytes (``runtime/memory.plan_memory`` keeps each
@@ -45,10 +53,13 @@ import torch
 
 from ...ir.expr import Expr, Load, walk
 from ..kernel import Kernel
+from ..regions import meet, program_boxes
 from .emit import triton_source
 from .interpreter import interpreted, interpreting
 
-COUNTERS = "tf_counters"     # int32 [1 + phases]: the task counter, then each phase's done count
+COUNTERS = "tf_counters"     # int32 [1 + phases + tasks]: the task counter, each phase's done count,
+                             # each task's done flag (set where a later task waits for it alone)
+NEEDS = "tf_needs"           # int32: per task, where in it the tasks it waits for one by one are
 PREFETCH_FN = "tf_prefetch_l2"
 LINE_BYTES = 128             # an L2 line: one prefetch each
 PREFETCH_LANES = 128         # lines a program asks for at once (one per thread at 4 warps)
@@ -192,6 +203,86 @@ def dependencies(reads: Sequence[Sequence[str]], writes: Sequence[Sequence[str]]
     return out
 
 
+MAX_PAIRS = 1 << 18          # task pairs an edge's tile analysis may test; more: a phase barrier
+TILE_LANES = 32              # earlier tasks a waiting task checks at once
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What each phase's tasks wait for: ``after[p]``, the phases waited for whole (their done
+    counts); ``tiles[p]``, ``{phase d: per task of p, the tasks of d it waits for}`` (their done
+    flags): the edges where a task touches what only some of the earlier phase's tasks do."""
+    after: tuple[tuple[int, ...], ...]
+    tiles: tuple[dict[int, tuple[tuple[int, ...], ...]], ...]
+
+    def needs(self, p: int) -> list[tuple[int, int]] | None:
+        """Per task of phase ``p``, the (phase, task) pairs it waits for one by one; None: none."""
+        if not self.tiles[p]:
+            return None
+        count = len(next(iter(self.tiles[p].values())))
+        return [[(d, u) for d, per in sorted(self.tiles[p].items()) for u in per[t]] for t in range(count)]
+
+
+def task_dependencies(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
+                      writes: Sequence[Sequence[str]]) -> Waits:
+    """Tile-level dependencies (Souffle's one-relies-on-one against one-relies-on-many): for each
+    earlier phase ``d`` a phase touches (``dependencies``' test, on every pair: a tile-level edge
+    implies nothing about the phases behind it), each of its tasks waits for the tasks of ``d``
+    whose boxes of a shared tensor meet its own (``codegen/regions.program_boxes``: what ``d``'s
+    task writes and this one reads or writes, or ``d``'s reads and this one's writes); where every
+    task needs every task of ``d`` (a GEMM's K over the whole activation, a row reduction over all
+    columns), or the boxes are unknown, the edge is a phase barrier.  Barriers implied by another
+    barrier are dropped (happens-before is transitive through whole phases), and so is a
+    tile-level edge to a phase a barrier already orders."""
+    touched = [set(reads[q]) | set(writes[q]) for q in range(len(kernels))]
+    count: dict[str, int] = {}
+    for t in touched:
+        for n in t:
+            count[n] = count.get(n, 0) + 1
+    cache: dict[int, list | None] = {}
+
+    def boxes(q: int):
+        """Phase ``q``'s tasks' boxes of the tensors another phase touches too."""
+        if q not in cache:
+            cache[q] = program_boxes(kernels[q], reads[q], writes[q], {n for n in touched[q] if count[n] > 1})
+        return cache[q]
+
+    after, tiles, before = [], [], []
+    for p in range(len(kernels)):
+        r, w = set(reads[p]), set(writes[p])
+        direct = [q for q in range(p) if set(writes[q]) & (r | w) or set(reads[q]) & w]
+        whole, mine = [], {}
+        for d in direct:
+            shared = (set(writes[d]) & (r | w)) | (set(reads[d]) & w)
+            bd, bp = boxes(d), boxes(p)
+            if bd is None or bp is None or len(bd) * len(bp) > MAX_PAIRS:
+                whole.append(d)
+                continue
+            need = tuple(tuple(u for u, (ur, uw) in enumerate(bd) if _conflict(ur, uw, tr, tw, shared))
+                         for tr, tw in bp)
+            if all(len(n) == len(bd) for n in need):
+                whole.append(d)
+            elif any(need):             # (no task touching a task of ``d``'s: no edge at all)
+                mine[d] = need
+        closure = set().union(*(before[d] for d in whole)) if whole else set()
+        after.append(tuple(sorted(set(whole) - closure)))
+        tiles.append({d: n for d, n in mine.items() if d not in closure | set(whole)})
+        before.append(set(whole) | closure)
+    return Waits(tuple(after), tuple(tiles))
+
+
+def _conflict(ur, uw, tr, tw, shared) -> bool:
+    """Whether an earlier task (``ur``/``uw``: its boxes read and written) and a later one
+    (``tr``/``tw``) touch a common element of a shared tensor that the earlier one writes, or
+    that the earlier one reads and the later one writes."""
+    for n in shared:
+        if n in uw and ((n in tr and meet(uw[n], tr[n])) or (n in tw and meet(uw[n], tw[n]))):
+            return True
+        if n in ur and n in tw and meet(ur[n], tw[n]):
+            return True
+    return False
+
+
 def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                   writes: Sequence[Sequence[str]]) -> list[Kernel]:
     """The kernels as phases: device functions, each input an earlier phase writes read past L1."""
@@ -203,15 +294,43 @@ def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
     return out
 
 
+def needs_table(phases: Sequence[Kernel], waits: Waits) -> list[int] | None:
+    """The tasks each task waits for one by one, as the driver reads them (``NEEDS``): an offset
+    per task of the kernel (and one past the last) into the same table, then the earlier tasks'
+    indices (in the kernel's task order); None where no edge is tile-level."""
+    if not any(waits.tiles):
+        return None
+    starts = [0]
+    for k in phases:
+        starts.append(starts[-1] + _tasks(k))
+    ids: list[list[int]] = []
+    for p, k in enumerate(phases):
+        per = waits.needs(p)
+        ids += [[starts[d] + u for d, u in per[t]] for t in range(_tasks(k))] if per else [[]] * _tasks(k)
+    table = [0] * (starts[-1] + 1)
+    at = len(table)
+    for t, mine in enumerate(ids):
+        table[t] = at
+        at += len(mine)
+    table[-1] = at
+    return table + [u for mine in ids for u in mine]
+
+
 def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequence[str]],
                       params: Sequence[str], prefetch: Sequence[Sequence[Prefetch]] = (),
-                      after: Sequence[Sequence[int]] | None = None) -> str:
+                      after: Sequence[Sequence[int]] | None = None, waits: Waits | None = None) -> str:
     """The module of the persistent kernel ``name``: the phases' functions and the driver, whose
-    parameters are ``params`` (tensor names, each a pointer) and the counters; ``args``: each
-    phase's tensors in its inputs-then-outputs order; ``prefetch[p]``: what phase ``p``'s tasks
-    prefetch (``prefetches``; none: no prefetch code); ``after[p]``: the phases phase ``p``
-    waits for (``dependencies``; by default each the one before)."""
+    parameters are ``params`` (tensor names, each a pointer), the counters and, with tile-level
+    waits, the ``NEEDS`` table (``needs_table``); ``args``: each phase's tensors in its
+    inputs-then-outputs order; ``prefetch[p]``: what phase ``p``'s tasks prefetch (``prefetches``;
+    none: no prefetch code); ``after[p]``: the phases phase ``p`` waits for whole (by default each
+    the one before); ``waits``: ``task_dependencies``' (its ``after`` and tile-level edges)."""
+    if waits is not None:
+        after = waits.after
     after = [(p - 1,) if p else () for p in range(len(phases))] if after is None else after
+    tiled = waits is not None and any(waits.tiles)
+    flagged = {d for m in waits.tiles for d in m} if tiled else set()
+    flags = 1 + len(phases)             # the counters' index of the first task's done flag
     modules = [triton_source(p) for p in phases]
     head, bodies = [], []
     for src in modules:
@@ -220,7 +339,8 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
         bodies.extend(lines[1:])
     pointer = {n: f"p{k}" for k, n in enumerate(params)}
     total = sum(_tasks(p) for p in phases)
-    driver = ["@triton.jit", f"def {name}({', '.join(pointer[n] for n in params)}, {COUNTERS}):",
+    extra = f", {NEEDS}" if tiled else ""
+    driver = ["@triton.jit", f"def {name}({', '.join(pointer[n] for n in params)}, {COUNTERS}{extra}):",
               f"    t = tl.atomic_add({COUNTERS}, 1)",
               f"    while t < {total}:"]
     end = 0
@@ -233,10 +353,22 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
         for d in after[p]:
             driver.append(f"            while tl.atomic_add({COUNTERS} + {d + 1}, 0, sem=\"acquire\") < {_tasks(phases[d])}:")
             driver.append("                pass")
+        if tiled and waits.tiles[p]:        # the earlier tasks it needs: their flags, a block at a time
+            acq = f"tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\")"
+            driver += [f"            lo = tl.load({NEEDS} + t)",
+                       f"            hi = tl.load({NEEDS} + t + 1)",
+                       f"            for b in range(lo, hi, {TILE_LANES}):",
+                       f"                i = b + tl.arange(0, {TILE_LANES})",
+                       f"                u = tl.load({NEEDS} + i, mask=i < hi, other=0)",
+                       f"                seen = {acq}",
+                       "                while tl.min(tl.where(i < hi, seen, 1)) == 0:",
+                       f"                    seen = {acq}"]
         ids = _program_ids(phase.grid, f"(t - {start})")
         blocks = [str(a.block) for a in _blocks(phase)]
         driver.append(f"            {phase.name}({', '.join([pointer[n] for n in names] + ids + blocks)})")
         driver.append("            tl.debug_barrier()")
+        if p in flagged:
+            driver.append(f"            tl.atomic_add({COUNTERS} + {flags} + t, 1, sem=\"release\")")
         driver.append(f"            tl.atomic_add({COUNTERS} + {p + 1}, 1, sem=\"release\")")
     driver.append(f"        t = tl.atomic_add({COUNTERS}, 1)")
     imports = list(dict.fromkeys(head))
@@ -277,14 +409,17 @@ def _blocks(k: Kernel):
 
 
 def persistent_module(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                      writes: Sequence[Sequence[str]], prefetch: bool = True) -> tuple[str, list[str]]:
+                      writes: Sequence[Sequence[str]], prefetch: bool = True) -> tuple[str, list[str], list[int] | None]:
     """(the source of the persistent kernel ``name`` of ``kernels`` as phases, its tensors in
-    parameter order); ``prefetch``: with the phases' L2 prefetches (not for the interpreter)."""
+    parameter order, its ``NEEDS`` table or None); ``prefetch``: with the phases' L2 prefetches
+    (not for the interpreter)."""
     phases = phase_kernels(kernels, reads, writes)
     params = list(dict.fromkeys(n for ins, outs in zip(reads, writes) for n in (*ins, *outs)))
     args = [list(ins) + list(outs) for ins, outs in zip(reads, writes)]
     ahead = prefetches(kernels, reads, writes) if prefetch else ()
-    return persistent_source(name, phases, args, params, ahead, dependencies(reads, writes)), params
+    waits = task_dependencies(kernels, reads, writes)
+    return (persistent_source(name, phases, args, params, ahead, waits=waits), params,
+            needs_table(kernels, waits))
 
 
 def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
@@ -293,9 +428,10 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     ``kernels`` as phases (their tensors named by ``reads``/``writes``, inputs-then-outputs order);
     the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs."""
     from .launch import _descriptor_scratch, load_kernel
-    source, params = persistent_module(name, kernels, reads, writes, prefetch=not interpreted())
+    source, params, table = persistent_module(name, kernels, reads, writes, prefetch=not interpreted())
     fn = load_kernel(source, name)
-    phases = len(kernels)
+    total = sum(_tasks(k) for k in kernels)
+    size = 1 + len(kernels) + (total if table is not None else 0)
     grid = (max(1, min(programs, sum(_tasks(k) for k in kernels))),)
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
     written = {n for outs in writes for n in outs}
@@ -304,17 +440,18 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
 
     def launch(buffers) -> None:
         device = next(iter(buffers.values())).device
-        c = counters.get(device)
-        if c is None:
-            c = counters[device] = torch.zeros(phases + 1, dtype=torch.int32, device=device)
-        else:
-            c.zero_()
+        got = counters.get(device)
+        if got is None:
+            needs = [] if table is None else [torch.tensor(table, dtype=torch.int32, device=device)]
+            got = counters[device] = (torch.zeros(size, dtype=torch.int32, device=device), needs)
+        c, needs = got
+        c.zero_()
         ts = [buffers[n] if n in written else buffers[n].contiguous() for n in params]
         if tma:         # a tensor descriptor's base must be 16-byte aligned (a view may not be)
             ts = [t if n in written or t.data_ptr() % 16 == 0 else t.clone() for n, t in zip(params, ts)]
             if not interpreted():
                 _descriptor_scratch()
         with interpreting() if interpreted() else contextlib.nullcontext():
-            fn[grid](*ts, c, num_warps=warps, num_stages=stages)
+            fn[grid](*ts, c, *needs, num_warps=warps, num_stages=stages)
 
     return launch, source, params
