@@ -254,6 +254,8 @@ def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_
     assert {t.split for t in ranked_tiles(prefill, H100)} == {1}
     causal = chain_body(whole(compile_h100(sdpa(is_causal=True), *qkv(b=1, h=2, lq=64, lk=1024, e=64)).primgraph))
     assert {t.split for t in ranked_tiles(causal, H100)} == {1}
+    with pytest.raises(ValueError, match="keys split only evenly, under an online softmax without key bounds"):
+        chain_kernels(causal, ChainTile(16, 64, 64, 64, 4, 1, split=2), "k")
     from tilefuse.families.chain import _schedule
     t = next(t for t in ranked_tiles(decode, H100) if t.split == 8)
     s = _schedule(decode, t, H100)

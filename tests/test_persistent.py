@@ -204,7 +204,8 @@ def test_a_phase_waits_for_the_phases_it_depends_on_and_counts_itself_done():
     (``dependencies``); each task counted done (release) after a CTA barrier; loads of what an
     earlier phase wrote bypass L1; and no two tensors the run touches share arena bytes (phases
     that do not depend on each other may run at once)."""
-    from tilefuse.codegen.triton.persistent import persistent_module, task_dependencies
+    from tilefuse.codegen.dependencies import task_dependencies
+    from tilefuse.codegen.triton.persistent import persistent_module
     from tilefuse.runtime.memory import plan_memory
     model, (inputs,) = zoo.build("bert", "tiny")
     compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
@@ -300,7 +301,7 @@ def test_the_simulated_dram_queue_and_prefetches():
 def test_phases_wait_for_the_phases_whose_tensors_they_touch():
     """``dependencies``: a phase waits for the earlier phases that write what it reads or writes or
     read what it writes, less those implied by another it waits for."""
-    from tilefuse.codegen.triton.persistent import dependencies
+    from tilefuse.codegen.dependencies import dependencies
     reads = [["x", "w0"], ["a", "w1"], ["a"], ["b", "c"], ["x"], ["d"], ["e"]]
     writes = [["a"], ["b"], ["c"], ["d"], ["e"], ["a"], ["f"]]
     # 1 and 2 both read a (from 0): side by side; 4 touches nothing written before it; 5 rewrites
@@ -407,7 +408,8 @@ def test_tile_level_dependencies_wait_for_the_tasks_whose_tiles_they_touch():
     program over all of them), for the whole phase (a barrier); a phase rewriting what an earlier
     one read waits for the tasks that read those rows.  The persistent kernel (its tasks' done
     flags, the table of what each waits for) equals the same kernels run one after another."""
-    from tilefuse.codegen.triton.persistent import compile_persistent, needs_table, task_dependencies
+    from tilefuse.codegen.dependencies import task_dependencies
+    from tilefuse.codegen.triton.persistent import compile_persistent, needs_table
     from tilefuse.ir.expr import binary
     from tilefuse.ir.expr import Const
     from tilefuse.ir.dtypes import DType

@@ -8,7 +8,7 @@ load's and store's index is bounded over those ranges (``analysis/index``).  A b
 every element the program touches: a data-dependent index spans its dimension, a loop's bounds
 (causal, windowed) are ignored.  So two programs whose boxes of a tensor do not meet touch no
 common element of it: what a persistent kernel's tile-level dependencies rest on
-(``codegen/triton/persistent.task_dependencies``).  A kernel whose writes depend on which program
+(``codegen/dependencies.task_dependencies``).  A kernel whose writes depend on which program
 runs them (an ``Arrive``'s tail: the last of a group to arrive) has no boxes (None).
 """
 from __future__ import annotations
@@ -53,11 +53,6 @@ def program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str],
     return out
 
 
-def meet(a: Box, b: Box) -> bool:
-    """Whether two boxes of one tensor share an element."""
-    return all(lo1 <= hi2 and lo2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
-
-
 def _collect(body, loads: list, stores: list) -> bool:
     """Every load and store of ``body`` (through loops, states, dots); False at an ``Arrive``."""
     ok = True
@@ -81,23 +76,29 @@ def _collect(body, loads: list, stores: list) -> bool:
 
 
 def _ranges(k: Kernel, pid: int, maps) -> dict[Var, tuple[int, int]]:
-    """The variables' ranges in program ``pid``: each program-split axis over its tile (through
-    its dimension's task mapping), a ``within`` axis over its parent's tile, the rest whole."""
-    tile: dict[str, int] = {}
+    """The variables' ranges in program ``pid``: each program-split axis over its tiles (through
+    its dimension's task mapping; the span of them where a program takes several), a ``within``
+    axis over its parent's, the rest whole."""
+    tiles: dict[str, tuple[int, int]] = {}
     for g, m in enumerate(maps):
         p = pid % k.grid[g]
         pid //= k.grid[g]
-        (t, *_), axes = m(p), k.sharing(g)
-        tile.update((a.name, i) for a, i in zip(axes, t))
+        axes = k.sharing(g)
+        for t in m(p):
+            for a, i in zip(axes, t):
+                lo, hi = tiles.get(a.name, (i, i))
+                tiles[a.name] = (min(lo, i), max(hi, i))
     out: dict[Var, tuple[int, int]] = {}
     for a in k.axes:
-        if a.name in tile:
-            lo, span = tile[a.name] * a.block, a.block
+        if a.name in tiles:
+            first, last = tiles[a.name]
+            lo, hi = first * a.block, (last + 1) * a.block - 1
         elif a.within:
-            lo, span = tile[a.within] * a.span, a.span
+            first, last = tiles[a.within]
+            lo, hi = first * a.span, (last + 1) * a.span - 1
         else:
-            lo, span = 0, a.extent
-        out.update(_unravel(a, lo, min(lo + span, a.extent) - 1))
+            lo, hi = 0, a.extent - 1
+        out.update(_unravel(a, lo, min(hi, a.extent - 1)))
     return out
 
 

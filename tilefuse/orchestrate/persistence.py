@@ -144,7 +144,8 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     (Cost, schedule) of the plan's kernel ``k``; ``carried``: the runs of the plan this one was
     carried from (a bucket's): the candidates, their binaries not compiled again (the same kernels
     at another size: the same tiles, so the same registers and shared memory)."""
-    from ..codegen.triton.persistent import prefetches, resident, task_dependencies
+    from ..codegen.dependencies import task_dependencies
+    from ..codegen.triton.persistent import prefetches, resident
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
     chosen, rows = [], []
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))

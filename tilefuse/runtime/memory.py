@@ -73,7 +73,7 @@ def plan_memory(plan: Plan, pg: PrimGraph, kernels: Sequence = (),
     only.  Zeroed scratch (counters) is not placed here: it must stay zero between launches.
     A tensor alive during one of the persistent ``runs`` (first, past the last kernel) is kept
     alive through the whole run: its phases may run side by side, so no two of the tensors they
-    touch may share bytes (``codegen/triton/persistent.dependencies`` orders them by name)."""
+    touch may share bytes (``codegen/dependencies`` orders them by name)."""
     types = pg.types
     keep = set(plan.sources) | set(plan.outputs)
     live = {n: (types[n].nbytes, lt.first, lt.last) for n, lt in plan.lifetimes.items() if n not in keep}

@@ -53,13 +53,14 @@ import torch
 
 from ...ir.expr import Expr, Load, walk
 from ..kernel import Kernel
-from ..regions import meet, program_boxes
+from ..dependencies import Waits, task_dependencies
 from .emit import triton_source
 from .interpreter import interpreted, interpreting
 
 COUNTERS = "tf_counters"     # int32 [1 + phases + tasks]: the task counter, each phase's done count,
                              # each task's done flag (set where a later task waits for it alone)
 NEEDS = "tf_needs"           # int32: per task, where in it the tasks it waits for one by one are
+TILE_LANES = 32              # earlier tasks a waiting task checks at once (a block of flags)
 PREFETCH_FN = "tf_prefetch_l2"
 LINE_BYTES = 128             # an L2 line: one prefetch each
 PREFETCH_LANES = 128         # lines a program asks for at once (one per thread at 4 warps)
@@ -187,100 +188,6 @@ def {PREFETCH_FN}(ptr, first, numel, task, tasks, LINE: tl.constexpr, LANES: tl.
         at = tl.where(at < hi, at, lo)
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];\\n\\tmov.u32 $0, 0;", "=r,l", [ptr + at],
                                   dtype=tl.int32, is_pure=False, pack=1)"""
-
-
-def dependencies(reads: Sequence[Sequence[str]], writes: Sequence[Sequence[str]]) -> list[tuple[int, ...]]:
-    """Per phase, the earlier phases its tasks wait for: those that write a tensor it reads or
-    writes, or read a tensor it writes, less those implied by another it waits for."""
-    out: list[tuple[int, ...]] = []
-    before: list[set[int]] = []              # per phase, every phase done before it starts
-    for p, (ins, outs) in enumerate(zip(reads, writes)):
-        r, w = set(ins), set(outs)
-        direct = {q for q in range(p) if set(writes[q]) & (r | w) or set(reads[q]) & w}
-        implied = set().union(*(before[q] for q in direct)) if direct else set()
-        out.append(tuple(sorted(direct - implied)))
-        before.append(direct | implied)
-    return out
-
-
-MAX_PAIRS = 1 << 18          # task pairs an edge's tile analysis may test; more: a phase barrier
-TILE_LANES = 32              # earlier tasks a waiting task checks at once
-
-
-@dataclass(frozen=True)
-class Waits:
-    """What each phase's tasks wait for: ``after[p]``, the phases waited for whole (their done
-    counts); ``tiles[p]``, ``{phase d: per task of p, the tasks of d it waits for}`` (their done
-    flags): the edges where a task touches what only some of the earlier phase's tasks do."""
-    after: tuple[tuple[int, ...], ...]
-    tiles: tuple[dict[int, tuple[tuple[int, ...], ...]], ...]
-
-    def needs(self, p: int) -> list[tuple[int, int]] | None:
-        """Per task of phase ``p``, the (phase, task) pairs it waits for one by one; None: none."""
-        if not self.tiles[p]:
-            return None
-        count = len(next(iter(self.tiles[p].values())))
-        return [[(d, u) for d, per in sorted(self.tiles[p].items()) for u in per[t]] for t in range(count)]
-
-
-def task_dependencies(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                      writes: Sequence[Sequence[str]]) -> Waits:
-    """Tile-level dependencies (Souffle's one-relies-on-one against one-relies-on-many): for each
-    earlier phase ``d`` a phase touches (``dependencies``' test, on every pair: a tile-level edge
-    implies nothing about the phases behind it), each of its tasks waits for the tasks of ``d``
-    whose boxes of a shared tensor meet its own (``codegen/regions.program_boxes``: what ``d``'s
-    task writes and this one reads or writes, or ``d``'s reads and this one's writes); where every
-    task needs every task of ``d`` (a GEMM's K over the whole activation, a row reduction over all
-    columns), or the boxes are unknown, the edge is a phase barrier.  Barriers implied by another
-    barrier are dropped (happens-before is transitive through whole phases), and so is a
-    tile-level edge to a phase a barrier already orders."""
-    touched = [set(reads[q]) | set(writes[q]) for q in range(len(kernels))]
-    count: dict[str, int] = {}
-    for t in touched:
-        for n in t:
-            count[n] = count.get(n, 0) + 1
-    cache: dict[int, list | None] = {}
-
-    def boxes(q: int):
-        """Phase ``q``'s tasks' boxes of the tensors another phase touches too."""
-        if q not in cache:
-            cache[q] = program_boxes(kernels[q], reads[q], writes[q], {n for n in touched[q] if count[n] > 1})
-        return cache[q]
-
-    after, tiles, before = [], [], []
-    for p in range(len(kernels)):
-        r, w = set(reads[p]), set(writes[p])
-        direct = [q for q in range(p) if set(writes[q]) & (r | w) or set(reads[q]) & w]
-        whole, mine = [], {}
-        for d in direct:
-            shared = (set(writes[d]) & (r | w)) | (set(reads[d]) & w)
-            bd, bp = boxes(d), boxes(p)
-            if bd is None or bp is None or len(bd) * len(bp) > MAX_PAIRS:
-                whole.append(d)
-                continue
-            need = tuple(tuple(u for u, (ur, uw) in enumerate(bd) if _conflict(ur, uw, tr, tw, shared))
-                         for tr, tw in bp)
-            if all(len(n) == len(bd) for n in need):
-                whole.append(d)
-            elif any(need):             # (no task touching a task of ``d``'s: no edge at all)
-                mine[d] = need
-        closure = set().union(*(before[d] for d in whole)) if whole else set()
-        after.append(tuple(sorted(set(whole) - closure)))
-        tiles.append({d: n for d, n in mine.items() if d not in closure | set(whole)})
-        before.append(set(whole) | closure)
-    return Waits(tuple(after), tuple(tiles))
-
-
-def _conflict(ur, uw, tr, tw, shared) -> bool:
-    """Whether an earlier task (``ur``/``uw``: its boxes read and written) and a later one
-    (``tr``/``tw``) touch a common element of a shared tensor that the earlier one writes, or
-    that the earlier one reads and the later one writes."""
-    for n in shared:
-        if n in uw and ((n in tr and meet(uw[n], tr[n])) or (n in tw and meet(uw[n], tw[n]))):
-            return True
-        if n in ur and n in tw and meet(ur[n], tw[n]):
-            return True
-    return False
 
 
 def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],

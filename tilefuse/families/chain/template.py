@@ -208,6 +208,8 @@ def split_kernels(b, t, name: str) -> tuple[Kernel, Kernel]:
     were all masked) and runs the epilogue on ``coeff(M, Σ w_s·l_s) × Σ w_s·acc_s`` (the softmax's
     row coefficient: ``1/sum``, guarded where every key is masked), as the one-kernel form does."""
     sm, types, nin = b.softmax, b.group.types, len(b.inputs)
+    if sm is None or b.causal is not None or b.window is not None or b.extent(b.nvars) % t.split:
+        raise ValueError(f"{name}: the keys split only evenly, under an online softmax without key bounds")
     partials = chain_kernel(b, t, name, split=True)
     f32 = DType.float32
     sv = Var("s")
