@@ -250,7 +250,8 @@ def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_
     decode = chain_body(whole(compile_h100(sdpa(), *qkv(b=1, h=8, lq=1, lk=1024, e=64, dtype=torch.float16)).primgraph))
     splits = {t.split for t in ranked_tiles(decode, H100)}
     assert {1, 2, 4, 8, 16} <= splits
-    prefill = chain_body(whole(compile_h100(sdpa(), *qkv(b=2, h=80, lq=256, lk=256, e=64, dtype=torch.float16)).primgraph))
+    prefill = chain_body(whole(compile_h100(sdpa(), *qkv(b=2, h=80, lq=256, lk=256, e=64,
+                                                          dtype=torch.float16)).primgraph))
     assert {t.split for t in ranked_tiles(prefill, H100)} == {1}
     causal = chain_body(whole(compile_h100(sdpa(is_causal=True), *qkv(b=1, h=2, lq=64, lk=1024, e=64)).primgraph))
     assert {t.split for t in ranked_tiles(causal, H100)} == {1}

@@ -36,8 +36,10 @@ def test_a_gather_reads_its_table_whole_and_an_arrive_has_no_boxes():
     from tilefuse.ir.dtypes import DType, TensorType
     from tilefuse.ir.expr import Load, Var
     i, j = Var("i"), Var("j")
-    ids, table, out = TensorType((8,), DType.int64), TensorType((100, 16), DType.float32), TensorType((8, 16), DType.float32)
-    axes = (TileAxis("x", (i,), (8,), 4, 0, grid=0, block_name="XBLOCK"), TileAxis("y", (j,), (16,), 16, 1, block_name="YBLOCK"))
+    ids, table = TensorType((8,), DType.int64), TensorType((100, 16), DType.float32)
+    out = TensorType((8, 16), DType.float32)
+    axes = (TileAxis("x", (i,), (8,), 4, 0, grid=0, block_name="XBLOCK"),
+            TileAxis("y", (j,), (16,), 16, 1, block_name="YBLOCK"))
     body = (Store(0, (i, j), Load(1, (Load(0, (i,), DType.int64), j), DType.float32)),)
     k = Kernel("gather", (ids, table), (out,), axes, body, 4, 1)
     boxes = program_boxes(k, ["ids", "table"], ["out"], {"ids", "table", "out"})

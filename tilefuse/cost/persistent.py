@@ -2,30 +2,31 @@
 
 A persistent kernel's programs take tasks in order from a queue (``codegen/triton/persistent.py``):
 each task is one program of one phase.  The schedule is list-scheduled here, event by event: a
-worker (a program; one per SM) takes the next task when it is free, pays the queue's atomic (a
-round trip to L2) and then waits until the task's dependencies are done — every task of each phase
-it waits for whole (``Phase.after``; by default the phase before), and each earlier task it waits
-for alone (``Phase.needs``: tile-level edges), seen by an acquiring read (another round trip) — and runs the task, which is counted done by a posted release (``red``: the worker
-does not wait for it; the count reaches L2 half a round trip later).  A task runs as long as one
-program of its kernel runs in that kernel's own launch (the kernel's modelled body divided by its
-waves: ``Cost.waves``), a conservative figure: one program alone on an SM is no slower than one
-sharing it.  The kernel's time is one launch plus the makespan.  Everything here is MODELLED.
+worker (a program; one per SM) takes the next task when it is free, pays the queue's atomic (a round
+trip to L2) and then waits until the task's dependencies are done — every task of each phase it
+waits for whole (``Phase.after``; by default the phase before), and each earlier task it waits for
+alone (``Phase.needs``: tile-level edges), seen by an acquiring read (another round trip) — and runs
+the task, which is counted done by a posted release (``red``: the worker does not wait for it; the
+count reaches L2 half a round trip later).  A task runs as long as one program of its kernel runs in
+that kernel's own launch (the kernel's modelled body divided by its waves: ``Cost.waves``), a
+conservative figure: one program alone on an SM is no slower than one sharing it.  The kernel's time
+is one launch plus the makespan.  Everything here is MODELLED.
 
-DRAM and prefetch (with a ``dram_rate``, bytes/s): the tasks' own DRAM bytes (each task its share
-of its kernel's, asked for when it starts) are served in order at that rate, phase by phase
-(phases side by side each at the full rate: the makespan's floor below bounds them together), so a
-task ends no earlier than its phase's bytes up to its own are delivered; prefetches
-(``codegen/triton/persistent.prefetches``) use what is left: a phase's tasks, when taken and
-before any wait, ask L2 for an equal share of the next weights later phases read (what no phase of
-the kernel writes), and a share arrives once every byte asked for before it, demand or prefetch,
-has crossed the bus.  The bytes prefetched for a phase are the first of its DRAM bytes, and its
-tasks read its bytes in equal slices in task order (a GEMV's row blocks): task ``i``'s slice is
-prefetched in the part the prefetches reached, which arrives as the asks covering it do; the
-task waits for that part and reads the rest itself, through the queue and at most at the rate its
-own requests in flight draw (``Phase.solo_rate``: Little's law), taking no less than its *warm*
-time (its kernel's modelled body with every DRAM byte read from L2).  Demand ahead of prefetch, no bytes-in-flight bound on a prefetch (it waits for no
-reply), and the slices' order are assumptions until a GPU measures them.  The makespan is at least
-every phase's DRAM bytes at the DRAM rate.
+DRAM and prefetch (with a ``dram_rate``, bytes/s): the tasks' own DRAM bytes (each task its share of
+its kernel's, asked for when it starts) are served in order at that rate, phase by phase (phases
+side by side each at the full rate: the makespan's floor below bounds them together), so a task ends
+no earlier than its phase's bytes up to its own are delivered; prefetches
+(``codegen/triton/persistent.prefetches``) use what is left: a phase's tasks, when taken and before
+any wait, ask L2 for an equal share of the next weights later phases read (what no phase of the
+kernel writes), and a share arrives once every byte asked for before it, demand or prefetch, has
+crossed the bus.  The bytes prefetched for a phase are the first of its DRAM bytes, and its tasks
+read its bytes in equal slices in task order (a GEMV's row blocks): task ``i``'s slice is prefetched
+in the part the prefetches reached, which arrives as the asks covering it do; the task waits for
+that part and reads the rest itself, through the queue and at most at the rate its own requests in
+flight draw (``Phase.solo_rate``: Little's law), taking no less than its *warm* time (its kernel's
+modelled body with every DRAM byte read from L2).  Demand ahead of prefetch, no bytes-in-flight
+bound on a prefetch (it waits for no reply), and the slices' order are assumptions until a GPU
+measures them.  The makespan is at least every phase's DRAM bytes at the DRAM rate.
 """
 from __future__ import annotations
 

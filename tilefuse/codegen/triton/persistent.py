@@ -21,26 +21,28 @@ interpreter the programs run one after another: the first takes every task in or
 wait is already met.
 
 Memory ordering: a task's stores are made visible before it is counted done (a CTA barrier, then
-atomic adds with release semantics to its phase's count and, where a later task waits for it
-alone, its own flag); a wait reads each count or flag with acquire semantics (a block of flags
-at once, until all are set), and a phase implied by another one waited for whole is not waited
-for again (that one's tasks acquired it before releasing theirs: happens-before is transitive; a
-tile-level edge implies nothing about the phases behind it, so those are kept); a phase's loads of tensors an earlier phase of the
-launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never reads a line its
-SM cached before another SM rewrote it.  Dependencies are by tensor name, which is exact only
-because no two tensors a run touches share arena bytes (``runtime/memory.plan_memory`` keeps each
-alive through the runs it meets): two phases that do not depend on each other may run at once.
+atomic adds with release semantics to its phase's count and, where a later task waits for it alone,
+its own flag); a wait reads each count or flag with acquire semantics (a block of flags at once,
+until all are set), and a phase implied by another one waited for whole is not waited for again
+(that one's tasks acquired it before releasing theirs: happens-before is transitive; a tile-level
+edge implies nothing about the phases behind it, so those are kept); a phase's loads of tensors an
+earlier phase of the launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never
+reads a line its SM cached before another SM rewrote it. Dependencies are by tensor name, which is
+exact only because no two tensors a run touches share arena bytes (``runtime/memory.plan_memory``
+keeps each alive through the runs it meets): two phases that do not depend on each other may run at
+once.
 
 Prefetch: the weights the phases read (what no phase of the kernel writes, nor gathers from: an
-embedding table's rows are picked by data) form one stream in the order they are first read; each phase's tasks, once taken and before they wait, ask L2 for an equal
-share each of the stream's next part (``prefetches``: up to ``PREFETCH_WINDOW`` bytes past what the
-phases so far have read), one ``prefetch.global.L2`` per 128-byte line, so weights come from DRAM
-while earlier phases run and wait at their barriers.  A part is asked for only where what the
-phases in between read fits beside it in L2 (``PREFETCH_REACH``): a line evicted before its use
-is a wasted DRAM read (a GEMV's weights, read once, are loaded evict-first and do not count).
-A prefetch is a hint: it changes no value (L2 is the point of coherence,
-and a line fetched early is the line any later load sees), so it needs no ordering argument, and
-Triton's interpreter, which cannot run PTX, runs the kernel without it.
+embedding table's rows are picked by data) form one stream in the order they are first read; each
+phase's tasks, once taken and before they wait, ask L2 for an equal share each of the stream's next
+part (``prefetches``: up to ``PREFETCH_WINDOW`` bytes past what the phases so far have read), one
+``prefetch.global.L2`` per 128-byte line, so weights come from DRAM while earlier phases run and
+wait at their barriers. A part is asked for only where what the phases in between read fits beside
+it in L2 (``PREFETCH_REACH``): a line evicted before its use is a wasted DRAM read (a GEMV's
+weights, read once, are loaded evict-first and do not count). A prefetch is a hint: it changes no
+value (L2 is the point of coherence, and a line fetched early is the line any later load sees), so
+it needs no ordering argument, and Triton's interpreter, which cannot run PTX, runs the kernel
+without it.
 """
 from __future__ import annotations
 
@@ -89,11 +91,12 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                writes: Sequence[Sequence[str]]) -> list[list[Prefetch]]:
     """Per phase, what its tasks prefetch (the module docstring): the stream is every tensor of
     ``PREFETCH_MIN_BYTES`` or more that no phase writes, at the phase that first reads it (not the
-    first phase: nothing runs before it), unless that phase gathers from it (``gathers``); phase ``p`` asks for the stream from where the asks so
-    far end (or what phases up to ``p`` read, if further) to ``PREFETCH_WINDOW`` bytes past the
-    latter, stopping at the first tensor whose reader is more than ``PREFETCH_REACH`` bytes of
-    phase inputs away (inputs a phase streams evict-first, ``Kernel.streamed``, do not count: they
-    push nothing out of L2).  The cost model reads the same list."""
+    first phase: nothing runs before it), unless that phase gathers from it (``gathers``); phase
+    ``p`` asks for the stream from where the asks so far end (or what phases up to ``p`` read, if
+    further) to ``PREFETCH_WINDOW`` bytes past the latter, stopping at the first tensor whose reader
+    is more than ``PREFETCH_REACH`` bytes of phase inputs away (inputs a phase streams evict-first,
+    ``Kernel.streamed``, do not count: they push nothing out of L2). The cost model reads the same
+    list."""
     written = {n for outs in writes for n in outs}
     seen: set[str] = set()
     stream = []                                  # (reader, name, numel, itemsize, stream offset)
@@ -316,7 +319,8 @@ def _blocks(k: Kernel):
 
 
 def persistent_module(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                      writes: Sequence[Sequence[str]], prefetch: bool = True) -> tuple[str, list[str], list[int] | None]:
+                      writes: Sequence[Sequence[str]],
+                      prefetch: bool = True) -> tuple[str, list[str], list[int] | None]:
     """(the source of the persistent kernel ``name`` of ``kernels`` as phases, its tensors in
     parameter order, its ``NEEDS`` table or None); ``prefetch``: with the phases' L2 prefetches
     (not for the interpreter)."""
