@@ -72,8 +72,10 @@ def _row(model: str, graph: bool, compiled) -> dict:
         row["persistent" if mode else "plain"] = {
             "kernels": len(c.kernels), "launches": launches, "est_us": r.est_total_us,
             "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3)}
-        if mode:
-            row["runs"] = r.persistent
+        if mode:    # the runs as reported, less each task's tile-level waits (the edges say which
+            # phases wait for some tasks of which: the record stays small; the report redraws from them)
+            row["runs"] = [{**run, "phases": [{k: v for k, v in ph.items() if k != "needs"} for ph in run["phases"]]}
+                           for run in r.persistent]
     p, q = row["plain"], row["persistent"]
     print(f"{model[:24]:24s} {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
           f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "

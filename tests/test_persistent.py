@@ -76,8 +76,8 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         assert max(t.end for t in tasks) * 1e6 + launch_us == pytest.approx(r["persistent_us"], abs=0.01)
         kinds = [e["kind"] for e in r["edges"]]
         assert kinds.count("phase barrier") == sum(len(p["after"]) for p in r["phases"])
-        assert kinds.count("tile") == sum(len({_phase_of(r, u) for n in p.get("needs", ()) for u in n})
-                                          for p in r["phases"])
+        assert kinds.count("tile") == sum(len({_phase_of(r, u) for runs in p.get("needs", ()) for a, b in runs
+                                               for u in range(a, b + 1)}) for p in r["phases"])
     for i, j in compiled.persistent:
         tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
@@ -201,7 +201,7 @@ def test_runs_stop_at_what_cannot_be_a_phase_and_where_a_collective_is_waited_fo
 def test_a_phase_waits_for_the_phases_it_depends_on_and_counts_itself_done():
     """The driver's structure, which the deadlock argument rests on: tasks taken in order from one
     counter; a phase waits (acquire) for the task count of each earlier phase it depends on
-    (``dependencies``); each task counted done (release) after a CTA barrier; loads of what an
+    (``task_dependencies``); each task counted done (release) after a CTA barrier; loads of what an
     earlier phase wrote bypass L1; and no two tensors the run touches share arena bytes (phases
     that do not depend on each other may run at once)."""
     from tilefuse.codegen.dependencies import task_dependencies
@@ -299,14 +299,16 @@ def test_the_simulated_dram_queue_and_prefetches():
 
 
 def test_phases_wait_for_the_phases_whose_tensors_they_touch():
-    """``dependencies``: a phase waits for the earlier phases that write what it reads or writes or
-    read what it writes, less those implied by another it waits for."""
-    from tilefuse.codegen.dependencies import dependencies
+    """``task_dependencies`` by name (no kernels: every edge a barrier): a phase waits for the
+    earlier phases that write what it reads or writes or read what it writes, less those implied
+    by another it waits for."""
+    from tilefuse.codegen.dependencies import task_dependencies
     reads = [["x", "w0"], ["a", "w1"], ["a"], ["b", "c"], ["x"], ["d"], ["e"]]
     writes = [["a"], ["b"], ["c"], ["d"], ["e"], ["a"], ["f"]]
     # 1 and 2 both read a (from 0): side by side; 4 touches nothing written before it; 5 rewrites
     # a (which 0 wrote, 1 and 2 read) and reads d: waiting for 3 implies the rest
-    assert dependencies(reads, writes) == [(), (0,), (0,), (1, 2), (), (3,), (4,)]
+    waits = task_dependencies(None, reads, writes)      # by name alone: every edge a barrier
+    assert waits.after == ((), (0,), (0,), (1, 2), (), (3,), (4,)) and not any(waits.tiles)
 
 
 def test_the_weights_stream_is_prefetched_a_window_ahead_within_the_l2s_reach():

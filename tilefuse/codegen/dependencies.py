@@ -1,14 +1,15 @@
 """What each phase of a persistent kernel waits for (issue #25): whole earlier phases, or, where
 the data allows it, only the earlier tasks whose tiles its own tiles touch.
 
-``dependencies``: by tensor name, the earlier phases that write what a phase reads or writes, or
-read what it writes, less those implied by another it waits for.  ``task_dependencies``: the same
-edges at tile granularity (Souffle's one-relies-on-one against one-relies-on-many), from each
-program's bounding boxes (``codegen/regions.py``); the persistent kernel reads them as done flags
+``task_dependencies``: by tensor name, the earlier phases that write what a phase reads or writes,
+or read what it writes; each edge at tile granularity where the data allows it (Souffle's
+one-relies-on-one against one-relies-on-many), from each program's bounding boxes
+(``codegen/regions.py``), else a barrier, barriers implied by another dropped; the persistent kernel reads them as done flags
 (``codegen/triton/persistent.py``), the cost model as each task's waits (``cost/persistent.py``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -16,20 +17,6 @@ import numpy as np
 
 from .kernel import Kernel
 from .regions import program_boxes
-
-
-def dependencies(reads: Sequence[Sequence[str]], writes: Sequence[Sequence[str]]) -> list[tuple[int, ...]]:
-    """Per phase, the earlier phases its tasks wait for: those that write a tensor it reads or
-    writes, or read a tensor it writes, less those implied by another it waits for."""
-    out: list[tuple[int, ...]] = []
-    before: list[set[int]] = []              # per phase, every phase done before it starts
-    for p, (ins, outs) in enumerate(zip(reads, writes)):
-        r, w = set(ins), set(outs)
-        direct = {q for q in range(p) if set(writes[q]) & (r | w) or set(reads[q]) & w}
-        implied = set().union(*(before[q] for q in direct)) if direct else set()
-        out.append(tuple(sorted(direct - implied)))
-        before.append(direct | implied)
-    return out
 
 
 MAX_PAIRS = 1 << 18          # task pairs an edge's tile analysis may test; more: a phase barrier
@@ -43,7 +30,7 @@ class Waits:
     after: tuple[tuple[int, ...], ...]
     tiles: tuple[dict[int, tuple[tuple[int, ...], ...]], ...]
 
-    def needs(self, p: int) -> list[tuple[int, int]] | None:
+    def needs(self, p: int) -> list[list[tuple[int, int]]] | None:
         """Per task of phase ``p``, the (phase, task) pairs it waits for one by one; None: none."""
         if not self.tiles[p]:
             return None
@@ -51,18 +38,26 @@ class Waits:
         return [[(d, u) for d, per in sorted(self.tiles[p].items()) for u in per[t]] for t in range(count)]
 
 
-def task_dependencies(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
+def task_dependencies(kernels: Sequence[Kernel] | None, reads: Sequence[Sequence[str]],
                       writes: Sequence[Sequence[str]]) -> Waits:
     """Tile-level dependencies (Souffle's one-relies-on-one against one-relies-on-many): for each
-    earlier phase ``d`` a phase touches (``dependencies``' test, on every pair: a tile-level edge
-    implies nothing about the phases behind it), each of its tasks waits for the tasks of ``d``
+    earlier phase ``d`` a phase touches (one that writes a tensor it reads or writes, or reads a
+    tensor it writes; every such pair: a tile-level edge implies nothing about the phases behind
+    it), each of its tasks waits for the tasks of ``d``
     whose boxes of a shared tensor meet its own (``codegen/regions.program_boxes``: what ``d``'s
     task writes and this one reads or writes, or ``d``'s reads and this one's writes); where every
     task needs every task of ``d`` (a GEMM's K over the whole activation, a row reduction over all
     columns), or the boxes are unknown, the edge is a phase barrier.  Barriers implied by another
     barrier are dropped (happens-before is transitive through whole phases), and so is a
-    tile-level edge to a phase a barrier already orders."""
-    touched = [set(reads[q]) | set(writes[q]) for q in range(len(kernels))]
+    tile-level edge to a phase a barrier already orders.  Without ``kernels`` (None) every edge is
+    a barrier: the dependencies by name alone.  The last few answers are kept (a run's analysis
+    serves its plan, its source and its binary)."""
+    return _waits(None if kernels is None else tuple(kernels), tuple(map(tuple, reads)), tuple(map(tuple, writes)))
+
+
+@functools.lru_cache(maxsize=8)
+def _waits(kernels, reads, writes) -> Waits:
+    touched = [set(reads[q]) | set(writes[q]) for q in range(len(reads))]
     count: dict[str, int] = {}
     for t in touched:
         for n in t:
@@ -71,12 +66,14 @@ def task_dependencies(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
 
     def boxes(q: int):
         """Phase ``q``'s tasks' boxes of the tensors another phase touches too."""
+        if kernels is None:
+            return None
         if q not in cache:
             cache[q] = program_boxes(kernels[q], reads[q], writes[q], {n for n in touched[q] if count[n] > 1})
         return cache[q]
 
     after, tiles, before = [], [], []
-    for p in range(len(kernels)):
+    for p in range(len(reads)):
         r, w = set(reads[p]), set(writes[p])
         direct = [q for q in range(p) if set(writes[q]) & (r | w) or set(reads[q]) & w]
         whole, mine = [], {}

@@ -116,6 +116,18 @@ def epilogue_store(o, einl: Inliner, acc: int, c, avars, ext) -> AccStore | None
     return AccStore(o.name, store, acc_at(value, acc, index, dt, dict(zip(ovars, store))))
 
 
+def unravel(pos: Expr, vs, ext) -> dict:
+    """The variables ``vs`` (row-major, extents ``ext``) at linear position ``pos``: a split's
+    local position made global (split-K's K, flash-decoding's keys) and read back as the
+    contraction's own variables."""
+    out, inner = {}, 1
+    for j in range(len(vs) - 1, -1, -1):
+        e = pos if inner == 1 else binary("floordiv", pos, inner)
+        out[vs[j]] = e if j == 0 else binary("mod", e, ext[j])
+        inner *= ext[j]
+    return out
+
+
 def acc_reads(value: Expr, acc: int) -> set:
     """The indices ``value`` reads the accumulator (input slot ``acc``) at."""
     return {ld.index for ld in walk(value) if isinstance(ld, Load) and ld.tensor == acc}

@@ -263,8 +263,8 @@ def _prefetching(timed: list[tuple[Phase, Work]], asks: list, tgt: Target) -> li
 def _row(kernel: str, p: Phase) -> dict:
     """A phase as the report records it (enough to redraw its schedule: ``report/gantt.py``)."""
     row = {"kernel": kernel, "tasks": p.tasks, "task_us": round(p.task_s * 1e6, 4), "after": list(p.after or ())}
-    if p.needs:
-        row["needs"] = [list(n) for n in p.needs]
+    if p.needs:     # per task, the earlier tasks it waits for alone as [first, last] runs
+        row["needs"] = [_runs(n) for n in p.needs]
     if p.warm_s is not None:
         row["warm_us"] = round(p.warm_s * 1e6, 4)
     if p.prefetch_bytes:
@@ -277,6 +277,18 @@ def _row(kernel: str, p: Phase) -> dict:
     if p.solo_rate:
         row["solo_rate"] = p.solo_rate
     return row
+
+
+def _runs(ids) -> list[list[int]]:
+    """Sorted task indices as ``[first, last]`` runs of consecutive ones (a row block's tasks are
+    one run: the report stays small; ``report/gantt.timeline`` expands them)."""
+    out: list[list[int]] = []
+    for u in ids:
+        if out and out[-1][1] == u - 1:
+            out[-1][1] = u
+        else:
+            out.append([u, u])
+    return out
 
 
 def _longest_fit(kernels: Sequence, i: int, j: int, types, tgt: Target) -> int:

@@ -25,7 +25,7 @@ def timeline(row: dict) -> list:
                     p.get("prefetch_bytes", 0), tuple((q, b) for q, b in p.get("prefetch_for", ())),
                     p.get("dram_bytes", 0), p.get("fetched_bytes", 0), solo_rate=p.get("solo_rate", 0.0),
                     after=tuple(p["after"]) if "after" in p else None,
-                    needs=tuple(tuple(n) for n in p.get("needs", ())))
+                    needs=tuple(tuple(u for a, b in runs for u in range(a, b + 1)) for runs in p.get("needs", ())))
               for p in row["phases"]]
     return schedule(phases, row["programs"], row["atomic_us"] * 1e-6, row.get("dram_rate", 0.0))
 

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 
 from ...analysis.classify import Category
 from ...cost.dot import legacy_mma, ranking_seconds, tensor_cores
-from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.work import work
 from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
@@ -147,7 +146,7 @@ def _best(scheds: list["ChainSchedule"], target: Target) -> list["ChainSchedule"
     tiles, fewer warps and stages."""
     scored = []
     for s in scheds:
-        sec = Cost.of((s.work, *s.then), target).seconds if s.then else estimate(s.work, target).seconds
+        sec = Cost.of((s.work, *s.then), target).seconds
         t = s.tile
         if math.isfinite(sec):
             sec = ranking_seconds(sec, t.bm, t.warps, s.body.in1, target, 1 + len(s.then))

@@ -30,6 +30,7 @@ from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Binary, Const, Load, Select, Unary, Value, Var, binary, cast, select, substitute, transform, \
     unary
 from ...transform.simplify import simplify
+from ..anchor import unravel
 from .body import unmasked
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
@@ -181,13 +182,7 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
 def _split_keys(b, local: Var, chunk: int) -> dict:
     """The key variables at (split ``s``, local position ``local``): the global position
     ``s·chunk + local`` unravelled (keys divide evenly: ``space.split_counts``)."""
-    pos = binary("add", binary("mul", Var("s"), chunk), local)
-    out, inner = {}, 1
-    for j in range(len(b.nvars) - 1, -1, -1):
-        e = pos if inner == 1 else binary("floordiv", pos, inner)
-        out[b.nvars[j]] = e if j == 0 else binary("mod", e, b.ext[b.nvars[j]])
-        inner *= b.ext[b.nvars[j]]
-    return out
+    return unravel(binary("add", binary("mul", Var("s"), chunk), local), b.nvars, [b.ext[v] for v in b.nvars])
 
 
 def split_workspaces(b, t) -> tuple[TensorType, ...]:

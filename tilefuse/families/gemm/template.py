@@ -32,6 +32,7 @@ from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, substitute, transform, walk
 from ...transform.simplify import simplify
+from ..anchor import unravel
 from .body import GemmBody
 from .space import GemmTile
 
@@ -187,12 +188,7 @@ def _split_partials(b: GemmBody, t: GemmTile, slot: int):
 
     def k_vars(local: Var) -> dict:
         """The contraction's K variables at (split, local position): the global position unravelled."""
-        out, inner = {}, 1
-        for j in range(len(b.kvars) - 1, -1, -1):
-            e = global_k(local) if inner == 1 else binary("floordiv", global_k(local), inner)
-            out[b.kvars[j]] = e if j == 0 else binary("mod", e, kext[j])
-            inner *= kext[j]
-        return out
+        return unravel(global_k(local), b.kvars, kext)
 
     def operand(e, local: Var):
         """The operand over a split's K range, zero past K's end (when the last range is ragged)."""
