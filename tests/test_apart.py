@@ -22,9 +22,11 @@ def test_each_pair_of_an_encoder_block_gets_its_reason(block):
     rows = block.why_apart()
     names = [k.name for k in block.report.kernels]
     pairs = {(r.producer, r.consumer): r for r in rows}
-    # the LayerNorm kernel feeds the Q/K/V projection, whose output feeds attention: contractions
-    # no family builds as one kernel
-    first = pairs[(0, 1)]
+    # the Q/K/V projection (its LayerNorm in the prologue) feeds attention: contractions no family
+    # builds as one kernel
+    qkv = next(j for j, k in enumerate(block.report.kernels) if k.family == "gemm")
+    first = pairs[(qkv, qkv + 1)]
+    assert block.report.kernels[qkv + 1].family == "chain"
     assert first.reason == "family" and "contraction" in first.detail and first.apart_us > 0
     # the block's input reaches the output projection's residual through the attention kernels
     skip = next(r for r in rows if r.reason == "between")

@@ -8,10 +8,12 @@ is solved on its own and the plans stitch by name.
 
 ``split_segments`` works from the front: the next cut is the position, among the next
 ``caps.max_prims``, outside attention's two contractions (a softmax's probabilities and the
-product that reads them on either side would keep the chain family from the pair), where the
-fewest tensors are live (see ``crossing``; a value live over more
+product that reads them on either side would keep the chain family from the pair), leaving no
+segment shorter than ``SHORT`` prims where the window allows, where the fewest tensors are live (see ``crossing``; a value live over more
 than ``max_prims`` prims, an attention mask every layer reads, is not counted: it crosses every
-cut), then the fewest bytes, then one where the values made in the segment and read after the cut
+cut), then outside a normalized operand (between a row reduction, an RMSNorm's or LayerNorm's,
+and the contraction reading what it normalized: the gemm family reduces such rows in its
+prologue), then the fewest bytes, then one where the values made in the segment and read after the cut
 feed contractions (``_Readers.fed``), then the latest.  If the piece's execution states or convex sets overflow the caps (``TooManyStates``)
 the window is halved and the cut chosen again; a single prim always fits, so splitting never fails.
 Preferring the latest of equal cuts packs segments full, and on a stack of identical layers the
@@ -195,6 +197,9 @@ def split_segments(pg: PrimGraph, caps: Caps = DEFAULT_CAPS) -> list[Segment]:
     return out
 
 
+SHORT = 4       # prims: a shorter segment (a transpose on its own) is cut only where no other fits
+
+
 class _Readers:
     """Which prims read each prim's value, and which prims are contractions (for cut choice)."""
 
@@ -208,16 +213,24 @@ class _Readers:
                     self.readers[pos[name]].append(k)
         self.gemm = [classify(p) is Category.contraction for p in pg.prims]
         # attention: the cuts between a contraction and the contraction reading what a softmax (a
-        # row max) made of its value, each as (first, last) of the cut positions
+        # row max) made of its value; a normalized operand: the cuts between a reduction and the
+        # contraction reading what the reduction scaled, with no contraction between, where only
+        # contractions read it (a pre-norm projection's input, not a post-norm residual); each as
+        # (first, last) of the cut positions
         source, softmax = [-1] * len(pg.prims), [False] * len(pg.prims)
+        reduced = [-1] * len(pg.prims)      # the latest reduction since the last contraction
         self.attention: list[tuple[int, int]] = []
+        self.normalized: list[tuple[int, int]] = []
         for k, p in enumerate(pg.prims):
             ins = [pos[n] for n in p.inputs if n in pos]
             if self.gemm[k]:
                 self.attention += [(source[i] + 1, k) for i in ins if softmax[i] and source[i] >= 0]
+                self.normalized += [(reduced[i] + 1, k) for i in ins
+                                    if reduced[i] >= 0 and all(self.gemm[r] for r in self.readers[i])]
                 source[k] = k
                 continue
             source[k] = max((source[i] for i in ins), default=-1)
+            reduced[k] = k if p.reduce is not None else max((reduced[i] for i in ins), default=-1)
             softmax[k] = any(softmax[i] for i in ins) or (p.reduce is not None and p.reduce.combiner == "max"
                                                           and source[k] >= 0)
 
@@ -239,10 +252,18 @@ class _Readers:
         the one reading the softmax of its value after it): the chain family's kernel needs both."""
         return any(a <= k <= b for a, b in self.attention)
 
+    def inside_normalized(self, k: int) -> bool:
+        """Whether cut ``k`` falls between a reduction and the contraction reading what it
+        normalized (an RMSNorm before a projection): the gemm family's prologue needs both."""
+        return any(a <= k <= b for a, b in self.normalized)
+
 
 def _best_cut(lo: int, hi: int, count: list[int], nbytes: list[int], readers: _Readers) -> int:
-    """The cut in (lo, hi] outside attention's contractions (``_Readers.inside_attention``) with
-    the fewest live tensors, then the fewest bytes, then one whose values made in the segment all
-    feed contractions after it (``_Readers.fed``), then the latest."""
-    return min(range(lo + 1, hi + 1), key=lambda k: (readers.inside_attention(k), count[k], nbytes[k],
+    """The cut in (lo, hi] outside attention's contractions (``_Readers.inside_attention``), not
+    leaving a segment shorter than ``SHORT`` where the window allows, with the fewest live
+    tensors, then outside a normalized operand (``_Readers.inside_normalized``), then the fewest
+    bytes, then one whose values made in the segment all feed contractions after it
+    (``_Readers.fed``), then the latest."""
+    return min(range(lo + 1, hi + 1), key=lambda k: (readers.inside_attention(k), k - lo < SHORT < hi - lo,
+                                                     count[k], readers.inside_normalized(k), nbytes[k],
                                                      not readers.fed(lo, k, hi), -k))

@@ -8,7 +8,9 @@ rest of the group is fused after scheduling (Hidet §2.5):
 
 - **prologue**: the members the contraction reads through (transposes, reshapes, broadcasts,
   padding, elementwise scales, gathers) are inlined into its operand expressions, so they become
-  the operand loads;
+  the operand loads; a reduction over each of A's rows (an RMSNorm's or LayerNorm's statistics)
+  runs over the program's rows before the K loop, which reads its result per row (the rows are
+  read twice, on chip or from L2, and the normalized rows never written);
 - **epilogue**: the members that read the contraction's value are inlined at the accumulator's
   coordinates.  Each output is stored through the inverse of the index map it reads the
   accumulator by (a permutation and reshape of the accumulator's axes: the attention heads'
@@ -18,8 +20,9 @@ rest of the group is fused after scheduling (Hidet §2.5):
   and the last program of each row block to finish reduces the block's rows from L2 and stores
   what depends on them, in the same launch.
 
-Rejected (cheaply, the common case): groups without exactly one two-operand contraction, with a
-reduction or an opaque prim in the prologue, with a prologue value that is also written out,
+Rejected (cheaply, the common case): groups without exactly one two-operand contraction, with an
+opaque prim, with a prologue reduction that is not per row of A (or that B reads), with a
+prologue value that is also written out,
 with a member that neither feeds nor reads the contraction and is a reduction or written out
 (otherwise it is recomputed in the epilogue), or an epilogue that reads the accumulator at more
 than one position per output element.  Contractions in integer or float64
@@ -51,7 +54,7 @@ from ...ir.prim import Prim, Reduction
 from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
 from .body import GemmBody, TwoPhase, gemm_body
 from .space import GemmShape, GemmTile, tile_space
-from .template import gemm_kernels
+from .template import gemm_kernels, prologue_block
 
 TOP_K = 3
 
@@ -138,6 +141,8 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     def take(tiles, count: int) -> None:
         got = 0
         for t in tiles:
+            if t.bb and body.prologue:
+                continue        # the stencil path has no prologue reductions
             s = _schedule(body, t, target, forms)
             sec = Cost.of((s.work, *s.then), target).seconds
             if math.isfinite(sec):
@@ -208,6 +213,8 @@ def _bound(body: GemmBody, t: GemmTile, forms: dict) -> tuple:
         forms[key] = gemm_kernels(body, t, "gemm")
     first, *rest = forms[key]
     blocks = {"BLOCK_M": t.bm, "BLOCK_N": t.bn, "BLOCK_K": t.bk, "FIX_M": t.fixup, "BLOCK_B": t.bb or 1}
+    if body.prologue:
+        blocks["PBLOCK"] = prologue_block(body, t.bm)
     return (replace(first.bound(blocks, t.warps, t.stages), swizzle=t.swizzle), *rest)
 
 

@@ -49,6 +49,10 @@ class GemmBody:
     instances: tuple[Instance, ...]          # epilogue row reductions over N (their reduced vars are nvars)
     stores: tuple[AccStore, ...]
     phases: TwoPhase | None = None           # how the epilogue splits when rows span tiles
+    # prologue row reductions (an RMSNorm's or LayerNorm's statistics of A's rows): each reduced
+    # over its own variables for the program's rows before the K loop, read by ``a`` as
+    # Value(slot) (slots from ``prologue_slot``), in dependency order
+    prologue: tuple[Instance, ...] = ()
 
     @property
     def acc(self) -> int:
@@ -79,7 +83,7 @@ def gemm_body(group: Group) -> GemmBody | None:
     if ops is None or c.out.dtype not in DOT_DTYPES or c.out.numel == 0 or 0 in c.reduce.extents:
         return None     # empty: nothing to tile (an empty K is the library's zeros)
     pro = upstream(c, members)
-    if any(members[n].reduce is not None for n in pro) or any(n in group.outputs for n in pro):
+    if any(n in group.outputs for n in pro):
         return None
     epi = [p for p in group.prims if p.name not in pro and p is not c]
     down = downstream(c, members)
@@ -96,12 +100,14 @@ def gemm_body(group: Group) -> GemmBody | None:
     # prologue: the operands, with every member the contraction reads through inlined
     inl = Inliner({n: members[n] for n in pro}, group.inputs)
     body = inl.resolve(c, dict(zip(c.axes, avars)) | dict(zip(c.reduce.axes, kvars)))
-    if inl.instances:
-        return None
-    operands = split_operands(body, set(bvars) | set(mvars) | set(kvars), set(bvars) | set(nvars) | set(kvars),
-                         set(mvars), set(nvars))
+    rows = set(bvars) | set(mvars)
+    if any(not free_vars(e) <= rows for i in inl.instances for e in i.index):
+        return None     # a prologue reduction varying along K or N (a softmax over M): not a row's
+    operands = split_operands(body, rows | set(kvars), set(bvars) | set(nvars) | set(kvars), set(mvars), set(nvars))
     if operands is None:
         return None
+    if any(isinstance(x, Value) for x in walk(operands[1])):
+        return None     # B reading a reduction (a normalized weight)
     dt = c.out.dtype
     a, b, in_dt = dot_operands(*operands, dt)
 
@@ -124,8 +130,30 @@ def gemm_body(group: Group) -> GemmBody | None:
     size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in instances for _ in walk(i.body))
     if size > MAX_EXPR_NODES:
         return None
+    a, prologue = _prologue_slots(a, inl.instances, prologue_slot(acc, instances))
     return GemmBody(group, c.name, group.inputs, avars, bvars, mvars, nvars, kvars, ext, a, b, in_dt, dt, instances,
-                    tuple(stores), _two_phase(instances, stores, acc, avars, dt) if instances else None)
+                    tuple(stores), _two_phase(instances, stores, acc, avars, dt) if instances else None, prologue)
+
+
+def prologue_slot(acc: int, instances) -> int:
+    """The first result slot of the prologue's reductions: past every slot a template gives the
+    accumulator, the epilogue's reductions and split-K's sums (at most ``acc + 2 + len(instances)``)."""
+    return acc + 3 + len(instances)
+
+
+def _prologue_slots(a: Expr, instances, first: int) -> tuple[Expr, tuple[Instance, ...]]:
+    """A's expression and the prologue's reductions with the reductions renumbered from slot
+    ``first`` (the inliner numbers them after the inputs, where the accumulator is)."""
+    if not instances:
+        return a, ()
+    moved = {i.slot: first + j for j, i in enumerate(instances)}
+
+    def renumber(e: Expr) -> Expr:
+        return transform(e, lambda n: Value(moved[n.slot], n.dtype) if isinstance(n, Value) and n.slot in moved
+                         else None)
+
+    return renumber(a), tuple(Instance(moved[i.slot], i.prim, i.index, renumber(i.body), i.rvars, i.rext,
+                                       i.combiner, i.dtype) for i in instances)
 
 
 def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) -> tuple[Instance, ...] | None:

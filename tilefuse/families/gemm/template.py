@@ -39,6 +39,7 @@ from .space import GemmTile
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 REDUCE_BLOCK = 1024     # outputs per program of the split-K reduction kernel
 MAX_UNROLL = 25         # taps of a stencil whose loop is unrolled (up to 5 x 5: all loads in flight)
+PROLOGUE_VALUES = 4096  # a prologue reduction's fp32 tile, [BLOCK_M, PBLOCK], before the K loop
 
 
 def gemm_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, ...]:
@@ -68,14 +69,16 @@ def gemm_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     if t.dot:
         kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
         axes = _dot_axes(b, t, b.kvars, kavars, kext)
-        body: list = [Dot(b.acc, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
-                          b.in_dtype, b.out_dtype, note)]
+        body: list = _prologue(b, t, axes, 1)
+        body.append(Dot(b.acc, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
+                        b.in_dtype, b.out_dtype, note))
     else:
         # small M: every row in the program, the products reduced over K in fp32 (a GEMV)
         axes = [TileAxis("m", b.mvars, _ext(b, b.mvars), t.bm, 0, block_name="BLOCK_M"),
                 _n_axis(b, t), TileAxis("k", b.kvars, kext, t.bk, 2, block_name="BLOCK_K")]
         product = binary("mul", cast(b.a, DType.float32), cast(b.b, DType.float32))
-        body = [Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.out_dtype, note)]
+        body = _prologue(b, t, axes, 2)
+        body.append(Reduce(b.acc, product, "k", "sum", DType.float32, 0.0, b.out_dtype, note))
     _batch_axis(b, axes)
     body += [reduction(inst, inst.body, "n") for inst in b.instances]
     body += _stores(b, {})
@@ -114,8 +117,9 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     axes += [TileAxis("fm", fm, _ext(b, b.mvars), t.fixup, 0, block_name="FIX_M", within="m", span=t.bm),
              TileAxis("fn", fn, _ext(b, b.nvars), pow2(shape.n), 1, block_name="FIX_N")]
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
-    body: list = [Dot(b.acc + 1, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
-                      b.in_dtype, b.out_dtype, note)]
+    body: list = _prologue(b, t, axes, 1)
+    body.append(Dot(b.acc + 1, substitute(b.a, dict(zip(b.kvars, kavars))), b.b, "m", "n", "k", "ka",
+                    b.in_dtype, b.out_dtype, note))
     body += [st for j, st in enumerate(_stores(b, moved)) if j in ph.early]
     outputs = [types[st.tensor] for st in b.stores]
     pre_type = TensorType(b.acc_shape, ph.pre.dtype)
@@ -157,6 +161,8 @@ def _stencil_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     axis, unrolled up to ``MAX_UNROLL`` taps), whose products accumulate on CUDA cores in fp32;
     then the epilogue."""
     shape, types = b.shape, b.group.types
+    if b.prologue:
+        raise ValueError(f"{name}: the stencil path has no prologue reductions")
     bn = tuple(b.bvars) + tuple(b.nvars)          # N's variables (extent 1) ride on the batch axis
     axes = (TileAxis("m", b.mvars, _ext(b, b.mvars), t.bm, 0, grid=0, block_name="BLOCK_M"),
             TileAxis("b", bn, _ext(b, bn), t.bb, 1, grid=1, block_name="BLOCK_B"),
@@ -176,8 +182,8 @@ def _stencil_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
 
 def _split_partials(b: GemmBody, t: GemmTile, slot: int):
     """Split-K's partial products: the axes (``s``, the split, on the next program-id dimension),
-    the ``Dot`` over the split's K range into result ``slot``, and the fp32 workspace type
-    ``[split, *acc]``."""
+    the prologue's reductions (over whole rows in every split) and the ``Dot`` over the split's K
+    range into result ``slot``, and the fp32 workspace type ``[split, *acc]``."""
     ext, shape = b.ext, b.shape
     kc = t.k_range(shape.k)
     sv, kl, kal = Var("s"), Var("kl"), Var("kal")
@@ -203,7 +209,7 @@ def _split_partials(b: GemmBody, t: GemmTile, slot: int):
     ws = TensorType((t.split,) + b.acc_shape, DType.float32)
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}], K split {t.split} ways"
     dot = Dot(slot, operand(b.a, kal), operand(b.b, kl), "m", "n", "k", "ka", b.in_dtype, DType.float32, note)
-    return axes, dot, ws
+    return axes, (*_prologue(b, t, axes, 1), dot), ws
 
 
 def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
@@ -213,7 +219,7 @@ def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     Slots: the inputs, then the workspace read back; results move one slot up.  Outputs: the
     stores, the workspace, the tiles' counters."""
     types, nin = b.group.types, len(b.inputs)
-    axes, dot, ws = _split_partials(b, t, b.acc + 1)
+    axes, steps, ws = _split_partials(b, t, b.acc + 1)
     sr = Var("sr")
     axes.append(TileAxis("r", (sr,), (t.split,), 1, -1, block_name="RBLOCK"))
     total = b.acc + 2
@@ -225,7 +231,7 @@ def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     tiles = [a for a in axes if a.grid is not None and a.name != "s"]      # an output tile's programs
     counters = TensorType((math.prod(max(a.chunks, 1) for a in tiles),), DType.int32)
     group = tuple(a.name for a in tiles)
-    body = (dot, Store(len(outputs), (Var("s"),) + b.avars, Value(b.acc + 1, f32)),
+    body = (*steps, Store(len(outputs), (Var("s"),) + b.avars, Value(b.acc + 1, f32)),
             Arrive(len(outputs) + 1, group, t.split, (sums, *stores)))
     head = (f"{name}: gemm kernel (tilefuse), anchor {b.anchor}, {t}: K split {t.split} ways in one launch, "
             f"the last split of each output tile to finish sums the partials (in{nin}) and runs the epilogue")
@@ -238,9 +244,9 @@ def _split_in_launch(b: GemmBody, t: GemmTile, name: str) -> Kernel:
 def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]:
     shape, types = b.shape, b.group.types
     sv = Var("s")
-    axes, dot, ws = _split_partials(b, t, b.acc)
+    axes, steps, ws = _split_partials(b, t, b.acc)
     first = Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), (ws,), tuple(axes),
-                   (dot, Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
+                   (*steps, Store(0, (sv,) + b.avars, Value(b.acc, DType.float32))),
                    t.warps, t.stages, (f"{name}_partials: gemm kernel (tilefuse), split-K partial products, {t}",),
                    swizzle=t.swizzle, workspaces=frozenset({0}), tma=t.tma, streamed=streamed(b, t))
     # the reduction: the splits summed, then the epilogue; one program per REDUCE_BLOCK outputs,
@@ -271,6 +277,26 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
     second = Kernel(name, tuple(types[n] for n in b.inputs) + (ws,), tuple(types[st.tensor] for st in b.stores),
                     axes2, tuple(body), warps, 1, _comments(b, head), transient=frozenset({nin}))
     return first, second
+
+
+def _prologue(b: GemmBody, t: GemmTile, axes: list, dim: int) -> list[Reduce]:
+    """The prologue's row reductions (an RMSNorm's sum of squares, a LayerNorm's mean and
+    variance), each over an axis of its own on tile dimension ``dim`` (``p<j>``, ``PBLOCK`` wide,
+    looped) for the program's rows, before the K loop that reads them through A: the rows are
+    read twice, once for their statistics and once as the operand, instead of a kernel that
+    writes the normalized rows and a GEMM that reads them back."""
+    out = []
+    for j, inst in enumerate(b.prologue):
+        axes.append(TileAxis(f"p{j}", inst.rvars, inst.rext, prologue_block(b, t.bm), dim, block_name="PBLOCK"))
+        out.append(reduction(inst, inst.body, f"p{j}"))
+    return out
+
+
+def prologue_block(b: GemmBody, bm: int) -> int:
+    """The prologue reductions' chunk: ``PROLOGUE_VALUES`` over the tile's rows, 16 at least,
+    no wider than the widest reduction."""
+    widest = max(math.prod(i.rext) for i in b.prologue)
+    return min(pow2(widest), max(16, PROLOGUE_VALUES // bm))
 
 
 def _ext(b, vs) -> tuple[int, ...]:

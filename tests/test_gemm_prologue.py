@@ -1,0 +1,123 @@
+"""Row reductions in the gemm family's prologue: an RMSNorm or LayerNorm before a projection is one
+kernel, whose programs reduce their rows of A before the K loop reads them normalized.  Every
+form of the template (the dot path, the small-M path of a decode step's GEMV, split-K in one or
+two launches, a two-phase epilogue) runs under the interpreter against eager torch and the
+reference executor."""
+import pytest
+import torch
+
+from tilefuse.families.gemm import GemmTile, gemm_body
+from tilefuse.orchestrate.segment import SHORT, _best_cut, _Readers
+
+from gemm_eval import HALF_TOL, _cache, _seed, check_planned, compile_h100, forced, whole  # noqa: F401
+
+
+class _RMSNormLinear(torch.nn.Module):
+    """transformers' LlamaRMSNorm (fp32 statistics, the normalized rows cast back, then the
+    weight) before a projection."""
+
+    def __init__(self, d=64, n=48):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(d) + 0.5)
+        self.proj = torch.nn.Linear(d, n, bias=False)
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.proj(self.weight * h.to(x.dtype))
+
+
+def _layernorm_linear(d=64, n=48, softmax=False):
+    ln, proj = torch.nn.LayerNorm(d), torch.nn.Linear(d, n)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.uniform_(-0.5, 0.5)
+
+    def fn(x):
+        y = proj(ln(x))
+        return torch.softmax(y, -1) if softmax else y
+    return fn
+
+
+@pytest.mark.parametrize("rows", [1, 24], ids=["decode-gemv", "prefill"])
+def test_rmsnorm_before_a_projection_is_one_kernel(rows):
+    model = _RMSNormLinear().eval().half()
+    x = torch.randn(1, rows, 64).half() * 3
+    cm = check_planned(model, x, kernels=1, tol=HALF_TOL[torch.float16])
+    (k,) = cm.kernels
+    assert "PBLOCK" in k.source and "reducemean" in k.name
+    # the normalized rows are never written: the kernel reads the input and the two weights only
+    assert len(k.inputs) == 3 and len(k.outputs) == 1
+
+
+_FORMS = {
+    "dot": GemmTile(16, 16, 16, 4, 2),
+    "small-m": GemmTile(1, 16, 32, 4, 1, dot=False),
+    "split-k": GemmTile(16, 16, 16, 4, 2, 1, True, 2),
+    "split-k-in-launch": GemmTile(16, 16, 16, 4, 2, 1, True, 2, in_launch=True),
+}
+
+
+@pytest.mark.parametrize("form", sorted(_FORMS))
+def test_layernorm_prologue_in_every_form(form):
+    """A LayerNorm's three row reductions (sum, shifted sum, shifted squares), each over the
+    program's rows before the K loop; with split-K every split reduces whole rows."""
+    rows = 1 if form == "small-m" else 20
+    built, body = forced(_layernorm_linear(), _FORMS[form], torch.randn(rows, 64) * 2 + 1)
+    assert len(body.prologue) == 3 and all(i.rext == (64,) for i in body.prologue)
+    assert built.source.count("PBLOCK") >= 3
+
+
+def test_layernorm_prologue_with_a_two_phase_epilogue():
+    """Row reductions on both sides: the LayerNorm's over K before the loop, a softmax's over N
+    (wider than the tile) after it, in two phases."""
+    built, body = forced(_layernorm_linear(softmax=True), GemmTile(16, 16, 16, 4, 2, fixup=4),
+                         torch.randn(20, 64), tol=dict(rtol=1e-4, atol=1e-5))
+    assert body.prologue and body.instances and "tl.atomic_add(" in built.source
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, w: torch.softmax(x, 0) @ w,                        # over M: varies along K
+    lambda x, w: x @ (w / w.abs().sum()),                        # a normalized weight: B reads it
+], ids=["softmax-over-rows", "normalized-weight"])
+def test_a_reduction_that_is_not_per_row_of_a_stays_out(fn):
+    cm = compile_h100(fn, torch.randn(12, 32), torch.randn(32, 16))
+    assert gemm_body(whole(cm.primgraph)) is None
+
+
+def test_segments_keep_a_pre_norm_with_its_projection():
+    """The cuts between an RMSNorm's reduction and the projection reading only what it
+    normalized are avoided among equally live cuts; a post-norm value a residual also reads
+    sets no such span."""
+    pre = compile_h100(_RMSNormLinear().eval(), torch.randn(1, 4, 64)).primgraph
+    readers = _Readers(pre)
+    red = next(k for k, p in enumerate(pre.prims) if p.reduce is not None)
+    mm = len(pre.prims) - 1
+    assert all(readers.inside_normalized(k) for k in range(red + 1, mm + 1))
+    assert not readers.inside_normalized(red)
+    ln = torch.nn.LayerNorm(64)
+    proj = torch.nn.Linear(64, 64)
+
+    def post_norm(x):
+        h = ln(x)
+        return h + proj(h)
+    post = compile_h100(post_norm, torch.randn(4, 64)).primgraph
+    assert not _Readers(post).normalized
+
+
+class _FlatReaders:
+    def inside_attention(self, k):
+        return False
+
+    def inside_normalized(self, k):
+        return False
+
+    def fed(self, lo, k, hi):
+        return True
+
+
+def test_a_cut_leaves_no_short_segment_where_the_window_allows():
+    count = [0, 1, 3, 3, 3, 3, 2, 3, 3, 3, 3]          # fewest live tensors right after the first prim
+    nbytes = [0] * len(count)
+    assert _best_cut(0, 10, count, nbytes, _FlatReaders()) == 6
+    assert _best_cut(0, SHORT, count, nbytes, _FlatReaders()) == 1     # a window no longer than SHORT
