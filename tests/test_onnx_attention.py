@@ -76,3 +76,9 @@ def test_distilbert_through_onnx_has_one_attention_kernel_per_layer(dynamo, tmp_
     chains = [k for k in plan.report.kernels if k.family == "chain"]
     assert len(chains) == cfg.n_layers, [(k.family, k.ops) for k in plan.report.kernels]
     assert all(any(op.startswith("Softmax") for op in k.ops) for k in chains)
+    with torch.no_grad():                       # the imported graph against eager
+        want = model(ids, attention_mask=mask).last_hidden_state
+    from tilefuse.orchestrate.plan import execute_reference
+    feeds = dict(zip(plan.input_names, (ids, mask)))
+    got = execute_reference(plan.plan, plan.primgraph, feeds)[0]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
