@@ -121,3 +121,17 @@ def test_a_cut_leaves_no_short_segment_where_the_window_allows():
     nbytes = [0] * len(count)
     assert _best_cut(0, 10, count, nbytes, _FlatReaders()) == 6
     assert _best_cut(0, SHORT, count, nbytes, _FlatReaders()) == 1     # a window no longer than SHORT
+
+
+@pytest.mark.parametrize("rows", [1, 128], ids=["gemv", "tiles"])
+def test_a_norm_prologue_compiles_for_sm90_without_spills(rows):
+    """FROM THE BINARY (sm_90, compiled here): the reduction loop before the K loop costs no
+    spills, and a 128-row problem keeps its projection on wgmma, pipelined."""
+    model = _RMSNormLinear(256, 512).eval().half()
+    cm = compile_h100(model, torch.randn(1, rows, 256).half())
+    (k,) = cm.kernels
+    assert "PBLOCK" in k.source
+    (row,) = (r.as_dict() for r in cm.native())
+    assert row["spill_bytes"] == 0 and row["registers"] < 255, row
+    if rows > 1:
+        assert row["mma"] == "wgmma" and row["pipelined"], row
