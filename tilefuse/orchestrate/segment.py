@@ -9,13 +9,14 @@ is solved on its own and the plans stitch by name.
 ``split_segments`` works from the front: the next cut is the position, among the next
 ``caps.max_prims``, outside attention's two contractions (a softmax's probabilities and the
 product that reads them on either side would keep the chain family from the pair), leaving no
-segment shorter than ``SHORT`` prims where the window allows, where the fewest tensors are live (see ``crossing``; a value live over more
-than ``max_prims`` prims, an attention mask every layer reads, is not counted: it crosses every
-cut), then outside a normalized operand (between a row reduction, an RMSNorm's or LayerNorm's,
-and the contraction reading what it normalized: the gemm family reduces such rows in its
-prologue), then the fewest bytes, then one where the values made in the segment and read after the cut
-feed contractions (``_Readers.fed``), then the latest.  If the piece's execution states or convex sets overflow the caps (``TooManyStates``)
-the window is halved and the cut chosen again; a single prim always fits, so splitting never fails.
+segment shorter than ``SHORT`` prims where the window allows, where the fewest tensors are live
+(see ``crossing``; a value live over more than ``max_prims`` prims, an attention mask every layer
+reads, is not counted: it crosses every cut), then outside a normalized operand (between a row
+reduction, an RMSNorm's or LayerNorm's, and the contraction reading only what it normalized: the
+gemm family reduces such rows in its prologue), then the fewest bytes, then one where the values
+made in the segment and read after the cut feed contractions (``_Readers.fed``), then the latest.
+If the piece's execution states or convex sets overflow the caps (``TooManyStates``) the window
+is halved and the cut chosen again; a single prim always fits, so splitting never fails.
 Preferring the latest of equal cuts packs segments full, and on a stack of identical layers the
 cuts settle into the same phase of every layer, so the segments repeat and are solved once.
 
