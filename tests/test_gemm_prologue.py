@@ -135,3 +135,11 @@ def test_a_norm_prologue_compiles_for_sm90_without_spills(rows):
     assert row["spill_bytes"] == 0 and row["registers"] < 255, row
     if rows > 1:
         assert row["mma"] == "wgmma" and row["pipelined"], row
+
+
+def test_the_stencil_path_refuses_a_prologue_reduction_by_name():
+    from tilefuse.families.gemm.template import gemm_kernels
+    cm = compile_h100(_layernorm_linear(), torch.randn(4, 64))
+    body = gemm_body(whole(cm.primgraph))
+    with pytest.raises(ValueError, match="gemm_x: the stencil path has no prologue reductions"):
+        gemm_kernels(body, GemmTile(16, 1, 1, 4, 1, 1, dot=False, bb=16), "gemm_x")

@@ -144,16 +144,16 @@ def prologue_slot(acc: int, instances) -> int:
 def _prologue_slots(a: Expr, instances, first: int) -> tuple[Expr, tuple[Instance, ...]]:
     """A's expression and the prologue's reductions with the reductions renumbered from slot
     ``first`` (the inliner numbers them after the inputs, where the accumulator is)."""
-    if not instances:
-        return a, ()
     moved = {i.slot: first + j for j, i in enumerate(instances)}
+    return renumber(a, moved), tuple(Instance(moved[i.slot], i.prim, i.index, renumber(i.body, moved), i.rvars,
+                                              i.rext, i.combiner, i.dtype) for i in instances)
 
-    def renumber(e: Expr) -> Expr:
-        return transform(e, lambda n: Value(moved[n.slot], n.dtype) if isinstance(n, Value) and n.slot in moved
-                         else None)
 
-    return renumber(a), tuple(Instance(moved[i.slot], i.prim, i.index, renumber(i.body), i.rvars, i.rext,
-                                       i.combiner, i.dtype) for i in instances)
+def renumber(e: Expr, moved: dict) -> Expr:
+    """``e`` reading results (``Value``) from the slots ``moved`` gives them."""
+    if not moved:
+        return e
+    return transform(e, lambda n: Value(moved[n.slot], n.dtype) if isinstance(n, Value) and n.slot in moved else None)
 
 
 def _row_reductions(einl: Inliner, acc: int, avars, nvars, ext, c_dtype: DType) -> tuple[Instance, ...] | None:

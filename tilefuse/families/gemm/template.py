@@ -33,7 +33,7 @@ from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, substitute, transform, walk
 from ...transform.simplify import simplify
 from ..anchor import unravel
-from .body import GemmBody
+from .body import GemmBody, renumber
 from .space import GemmTile
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
@@ -124,7 +124,7 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     outputs = [types[st.tensor] for st in b.stores]
     pre_type = TensorType(b.acc_shape, ph.pre.dtype)
     if ph.source < 0:                      # the workspace of pre-reduction values
-        body.append(Store(len(outputs), b.avars, _renumber(ph.pre, moved)))
+        body.append(Store(len(outputs), b.avars, renumber(ph.pre, moved)))
         outputs.append(pre_type)
     counters = TensorType((shape.batch * -(-shape.m // t.bm),), DType.int32)
     # the last program of the row block: rows FIX_M at a time, each whole
@@ -133,7 +133,7 @@ def _two_phase_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     where = dict(zip(b.mvars + b.nvars, fm + fn))
 
     def late(e: Expr) -> Expr:
-        e = _renumber(transform(e, lambda n: reread if n is ph.pre else None), moved)
+        e = renumber(transform(e, lambda n: reread if n is ph.pre else None), moved)
         return simplify(substitute(e, where), ranges)
 
     fix: list = [reduction(replace(i, slot=i.slot + 1), late(i.body), "fn") for i in b.instances]
@@ -263,7 +263,7 @@ def _split_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, Kernel]
                  TileAxis("n", b.nvars, _ext(b, b.nvars), n2, 1, block_name="BLOCK_N"),
                  TileAxis("r", (sv,), (t.split,), s2, 2, block_name="RBLOCK"))
         body = [Reduce(nin + 1, partial, "r", "sum", DType.float32, 0.0, b.out_dtype, sums)]
-        body += [reduction(replace(i, slot=i.slot + 1), _renumber(i.body, moved), "n") for i in b.instances]
+        body += [reduction(replace(i, slot=i.slot + 1), renumber(i.body, moved), "n") for i in b.instances]
         warps = 8 if xr * n2 * s2 >= 8 * REDUCE_BLOCK else 4
     else:
         axes2 = (TileAxis("x", b.avars, b.acc_shape, min(REDUCE_BLOCK, pow2(math.prod(b.acc_shape))), 0, grid=0,
@@ -327,7 +327,7 @@ def _stores(b, moved: dict) -> list[Store]:
     """The epilogue's stores, simplified over the accumulator's ranges; ``moved`` renumbers result
     slots (the split-K reduction reads the accumulator from another slot)."""
     ranges = extent_ranges({v: b.ext[v] for v in b.avars})
-    return [Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(_renumber(st.value, moved), ranges))
+    return [Store(j, tuple(simplify(e, ranges) for e in st.index), simplify(renumber(st.value, moved), ranges))
             for j, st in enumerate(b.stores)]
 
 
@@ -337,13 +337,6 @@ def _stores_of(b, acc: Value) -> list[Store]:
     rounded = cast(acc, b.out_dtype)
     return [replace(st, value=transform(st.value, lambda e: rounded if isinstance(e, Value) and e.slot == b.acc
                                         else None)) for st in _stores(b, {})]
-
-
-def _renumber(e: Expr, moved: dict) -> Expr:
-    """``e`` reading results (``Value``) from the slots ``moved`` gives them."""
-    if not moved:
-        return e
-    return transform(e, lambda n: Value(moved[n.slot], n.dtype) if isinstance(n, Value) and n.slot in moved else None)
 
 
 def _comments(b, *head: str, pre: str = "") -> tuple[str, ...]:
