@@ -73,17 +73,25 @@ def contraction_operands(p: Prim) -> tuple[tuple, tuple, tuple] | None:
     composed reshape reads it as the constant 0) is a batch axis; any other read by neither
     makes it no GEMM.
     """
-    if not _is_contraction(p.axes, p.body, p.reduce):
+    if p.is_opaque:
         return None
-    facs = [f for f in _factors(p.body) if any(isinstance(n, Load) for n in walk(f))]
+    return _contraction_operands(p.axes, p.body, p.reduce, p.out.shape)
+
+
+@lru_cache(maxsize=1 << 14)     # asked for the same prims many times while planning, as _classify
+def _contraction_operands(axes: tuple[Var, ...], body: Expr, reduce: Reduction | None,
+                          shape: tuple[int, ...]) -> tuple[tuple, tuple, tuple] | None:
+    if not _is_contraction(axes, body, reduce):
+        return None
+    facs = [f for f in _factors(body) if any(isinstance(n, Load) for n in walk(f))]
     if len(facs) != 2:
         return None
-    a, b = (_vars(f) & set(p.axes) for f in facs)
-    unread = set(p.axes) - a - b
-    if any(n != 1 for v, n in zip(p.axes, p.out.shape) if v in unread):
+    a, b = (_vars(f) & set(axes) for f in facs)
+    unread = set(axes) - a - b
+    if any(n != 1 for v, n in zip(axes, shape) if v in unread):
         return None
     a, b = a | unread, b | unread
-    order = lambda vs: tuple(v for v in p.axes if v in vs)  # noqa: E731 - keep axis order
+    order = lambda vs: tuple(v for v in axes if v in vs)  # noqa: E731 - keep axis order
     return order(a & b), order(a - b), order(b - a)
 
 

@@ -51,6 +51,18 @@ def make_candidate(seg: Segment, members: int, out_mask: int) -> Candidate:
     return Candidate(members, out_mask, names, inputs, seg.names(out_mask), prims)
 
 
+def structure(cand: Candidate, types) -> tuple:
+    """A name-free key of what the candidate computes: its prims' signatures wired by position
+    (inputs first, then members), the inputs' types, which members it writes.  Equal keys (a
+    layer's kernel and the next layer's, in segments that are not identical) cost alike: the
+    families see a group only through these (``tests/test_costing.py`` checks it)."""
+    idx: dict[str, int] = {}
+    for n in (*cand.inputs, *cand.names):
+        idx.setdefault(n, len(idx))
+    return (tuple((p.signature, tuple(idx[n] for n in p.inputs)) for p in cand.prims),
+            tuple(types[n] for n in cand.inputs), tuple(idx[n] for n in cand.outputs))
+
+
 def remap(cand: Candidate, seg: Segment) -> Candidate:
     """The same candidate (by position) in a segment with the same canonical key."""
     return make_candidate(seg, cand.members, cand.out_mask)

@@ -4,7 +4,9 @@ Every family proposes its top schedules for a group (most reject it at once); ea
 the cost model as the plan will run (per-launch, or as a node of a CUDA graph) and the fastest
 wins.  A measured time (``cost/measure.py``) overrides the model for the schedule it was measured
 on.  Results are memoized per candidate, so the plan's kernels carry the schedule they were costed
-with.
+with.  The time the planner asks for (``__call__``) is memoized by the candidate's structure too
+(``candidates.structure``): a repeated layer's candidates are costed once, the schedules only for
+what a plan keeps.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Mapping, Sequence
 from ..cost.target import Target
 from ..families import FAMILIES, Cost, Group, KernelFamily, Schedule
 from ..ir.dtypes import TensorType
-from .candidates import Candidate
+from .candidates import Candidate, structure
 
 
 class Coster:
@@ -38,6 +40,7 @@ class Coster:
         self.grounded = grounded or {}        # schedule key -> its cost from its compiled binary
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
         self._adopted: dict[int, tuple[Cost, Schedule]] = {}
+        self._seconds: dict[tuple, float | None] = {}     # structure -> the best time
 
     def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
         """Every family's top schedules for the candidate, each costed: the fastest family's
@@ -99,6 +102,11 @@ class Coster:
         return opts[0] if opts else None
 
     def __call__(self, cand: Candidate) -> float | None:
-        got = self.best(cand)
-        return None if got is None else got[0].seconds
+        """The candidate's best time (None: no family builds it), one structure costed once
+        (measured and grounded times are keyed by structure too: ``Schedule.key``)."""
+        key = structure(cand, self.types)
+        if key not in self._seconds:
+            got = self.best(cand)
+            self._seconds[key] = None if got is None else got[0].seconds
+        return self._seconds[key]
 
