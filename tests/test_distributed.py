@@ -180,8 +180,9 @@ def _run(cases: list[str]) -> dict[int, dict]:
     return results
 
 
-# the default run: the LLaMA layer holds the MLP's column-then-row pattern (twice); all with --runslow
-DEFAULT_CASES = ["collectives", "llama_layer", "overlap"]
+# the default run: the MLP's column-then-row pattern, every collective, the overlap; the LLaMA
+# layer (the pattern twice, with sharded attention heads) with --runslow
+DEFAULT_CASES = ["collectives", "mlp", "overlap"]
 
 
 def test_tensor_parallel_models_run_through_tilefuse_kernels_on_every_rank(request):

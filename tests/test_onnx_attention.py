@@ -60,7 +60,8 @@ def test_the_nan_guard_keeps_attention_one_chain_kernel(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo-exporter", "torchscript-exporter"])
+@pytest.mark.parametrize("dynamo", [True, pytest.param(False, marks=pytest.mark.slow)],   # the legacy
+                         ids=["dynamo-exporter", "torchscript-exporter"])       # TorchScript exporter: --runslow
 def test_distilbert_through_onnx_has_one_attention_kernel_per_layer(dynamo, tmp_path):
     import transformers
     cfg = transformers.DistilBertConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, hidden_dim=64,

@@ -186,7 +186,7 @@ def test_difference_holds_each_type_to_its_tolerance(dtype, err):
     assert difference(torch.tensor([1, 2]), torch.tensor([1, 3])) is not None
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=pytest.mark.slow)], ids=str)
 def test_16_bit_models_are_held_to_a_float64_run_not_to_eager_rounding(dtype, monkeypatch):
     # eager and the reference round a 16-bit BERT in different places; layer by layer the two
     # drift apart by more than one rounding (bf16: 0.04 of 0.43), though neither is wrong

@@ -32,12 +32,23 @@ from .common import Imported
 FOLD_LIMIT = 1 << 22
 
 
-def decomposition_table():
-    """Core ATen decompositions, minus the ops with a canonical node worth keeping whole."""
-    table = torch.export.default_decompositions()
-    for op in KEEP_WHOLE:
-        table.pop(op, None)
-    return table
+def decomposition_table() -> dict:
+    """Core ATen decompositions, minus the ops with a canonical node worth keeping whole, as a
+    dict.  torch builds its table anew on every call by asking the dispatcher for every
+    CompositeImplicitAutograd op (a quarter of exporting a small model); it is built once here
+    for each set of those ops (a custom op registered later makes a new table)."""
+    global _TABLE
+    ops = tuple(torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd"))
+    got = _TABLE
+    if got is None or got[0] != ops:
+        table = torch.export.default_decompositions()
+        for op in KEEP_WHOLE:
+            table.pop(op, None)
+        got = _TABLE = (ops, dict(table.items()))
+    return dict(got[1])
+
+
+_TABLE: tuple[tuple, dict] | None = None       # (the CompositeImplicitAutograd ops, the table)
 
 
 def import_torch(model, example_inputs: tuple, *, example_kwargs: Mapping[str, Any] | None = None,
