@@ -89,10 +89,29 @@ def _pb_index(path: str) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _node_cases() -> dict:
-    from onnx.backend.test.loader import load_node_model_tests
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return {t.name: t for t in load_node_model_tests()}
+    """The onnx package's node cases by name.  Its loader imports every case module, which
+    computes each case's expected outputs (~9 s); every test process (each xdist worker) needs
+    them, so the first one pickles them under a lock for this onnx and numpy, and the others load
+    that (a file that does not load is made again)."""
+    import pickle
+    import tempfile
+
+    from filelock import FileLock
+    path = os.path.join(tempfile.gettempdir(), f"tilefuse-onnx-node-cases-{onnx.__version__}-{np.__version__}.pkl")
+    with FileLock(path + ".lock"):
+        try:
+            with open(path, "rb") as f:
+                return pickle.load(f)
+        except Exception:  # noqa: BLE001 - missing or unreadable: made again below
+            pass
+        from onnx.backend.test.loader import load_node_model_tests
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            got = {t.name: t for t in load_node_model_tests()}
+        with tempfile.NamedTemporaryFile("wb", dir=os.path.dirname(path), delete=False) as f:
+            pickle.dump(got, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(f.name, path)
+        return got
 
 
 # ---------------------------------------------------------------------- running one case
@@ -324,7 +343,7 @@ def outcome_of(kind: str, case: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _model_outcome(case: str) -> str:
-    """Shared by the per-case test and the pass-fraction test (the pipeline runs once per case)."""
+    """One model case's outcome (memoized: the pipeline runs once per case and process)."""
     model, ins, outs = _load_model_case(os.path.join(DATA, case))
     reason = _skip_reason(model, ins, outs)
     return f"skip: {reason}" if reason else run_case(model, ins, outs)

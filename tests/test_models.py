@@ -125,7 +125,8 @@ def assert_close_relative(got: torch.Tensor, want: torch.Tensor, what: str) -> N
 # windowed and reduced attention), the other pairs' second under --runslow (LLaMA's SDPA attention
 # with a padded batch row stays checked against eager in test_masks.py, its h100 plan emulated)
 SLOW_PAIRS = {("gpt2", "eager"), ("vit", "eager"), ("swin", "sdpa"), ("segformer", "eager"), ("llama", "sdpa"),
-              ("bert", "eager")}     # (BERT's eager attention: through torch.compile below, and ONNX)
+              ("bert", "eager"),     # (BERT's eager attention: through torch.compile below, and ONNX)
+              ("mobilenet_v2", None)}    # (depthwise blocks: EfficientNet's, and tests/test_gemm.py)
 PARAMS = [pytest.param(n, a, id=f"{n}-{a}" if a else n,
                        marks=[pytest.mark.slow] if (n, a) in SLOW_PAIRS else [])
           for n, (_, attns) in MODELS.items() for a in attns]
