@@ -55,6 +55,18 @@ def test_launch_follows_the_plan_mode():
     assert eager.seconds - graph.seconds == pytest.approx(H100.launch_s - H100.launch_graph_s)
 
 
+def test_a_kernel_reading_nothing_from_dram_waits_one_l2_round_trip_not_a_dram_one():
+    """What a kernel writes lands in L2 (written back later): a kernel whose only DRAM bytes are its
+    stores (a persistent kernel's phase reading what an earlier phase wrote) fills from L2."""
+    from dataclasses import replace
+    loads = Work(1, 1024, 2048, 0.0, 67e12, 1024, Resources(4))        # 1 KB read from DRAM, 1 KB written
+    stores_only = replace(loads, dram_stored=1024.0)                  # the same bytes: only the store in DRAM
+    gap = estimate(loads, H100).seconds - estimate(stores_only, H100).seconds
+    assert gap == pytest.approx(H100.dram_latency_s - H100.l2_latency_s)
+    plan, _ = plan_op("Relu", [meta(64, 64, dtype=torch.float16)], (64, 64))
+    assert plan.kernels[0].schedule.work.dram_stored == 64 * 64 * 2   # the printed kernel's store
+
+
 def test_rereads_are_charged_at_l2_not_free():
     t = TensorType((4096, 4096), DType.float16)                     # 32 MiB: fits in half of L2
     dram, l2 = split_l2([4096 * 2 * 3], 4096, 512, [t], H100)       # three passes over each row

@@ -15,7 +15,7 @@ bytes one program keeps in flight, per-program resources) and timed on a ``Targe
   the fraction of the SMs' warp schedulers its warps occupy, so a partial last wave (or a small
   grid) pays through idle SMs (wave quantization), not through a factor;
 * fill: one memory latency before the first bytes arrive (DRAM's; L2's for work that reads nothing
-  from DRAM: a persistent kernel's phase whose inputs L2 holds);
+  from DRAM: a persistent kernel's phase whose inputs L2 holds; what a kernel writes lands in L2);
 * program cost: each program costs ``program_cycles`` of its SM's time (dispatch, prologue), so a
   huge grid of tiny programs pays per program.
 
@@ -103,6 +103,8 @@ class Work:
                                # last program of each group, after an Arrive): timed without a launch
     serial_chunks: float = 0.0  # loop chunks of a program whose loads its tensor cores wait for
                                # (a dot loop at num_stages 1: Triton issues no loads ahead)
+    dram_stored: float = 0.0   # of dram_bytes, bytes written: they land in L2 (written back to DRAM
+                               # later), so a kernel whose other DRAM bytes are none waits on L2 only
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,9 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
         # an SM hide one another's waits, the SM's waves run one after another
         comp += waves * w.serial_chunks * target.l2_latency_s / max(min(occ, -(-programs // target.sm_count)), 1)
     body = max(dram, l2, comp)
-    # the fill: one round trip before the first bytes arrive (from L2 where nothing comes from DRAM:
-    # a persistent kernel's phase reading what an earlier phase wrote)
-    fill = target.dram_latency_s if w.dram_bytes > 0 else target.l2_latency_s
+    # the fill: one round trip before the first bytes arrive (from L2 where nothing is read from
+    # DRAM: a persistent kernel's phase reading what an earlier phase wrote; stores wait on none)
+    fill = target.dram_latency_s if w.dram_bytes > w.dram_stored else target.l2_latency_s
     overhead = fill + -(-programs // target.sm_count) * target.program_cycles / target.clock_hz
     if target.program_s:      # an interpreting target runs programs and their loop chunks one by one
         overhead += target.program_s * programs * max(w.chunks, 1)

@@ -234,7 +234,7 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
     return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
                 inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
                 requested_bytes=requested + p.stored + p.scratch,
-                store_bytes=(p.stored + p.scratch) if p.tail else 0.0)
+                store_bytes=(p.stored + p.scratch) if p.tail else 0.0, dram_stored=p.stored + scratch_dram)
 
 
 def _window(kernel: Kernel, concurrent: int) -> dict:

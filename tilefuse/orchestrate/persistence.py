@@ -221,9 +221,9 @@ def _planned(pk, scheduled: Callable, launch_s: float, tgt: Target, cuda_graph: 
 
 def _less_dram(phase: Phase, work: Work, nbytes: float, tgt: Target) -> tuple[Phase, Work]:
     """A phase (and its work) with ``nbytes`` of its DRAM bytes read from L2 instead: its time
-    scaled as its kernel's modelled body is (the body's fill an L2 round trip once no DRAM byte is
-    left).  MODELLED."""
-    got = min(float(nbytes), work.dram_bytes)
+    scaled as its kernel's modelled body is (the body's fill an L2 round trip once it reads nothing
+    from DRAM; what it writes stays DRAM bytes, written back from L2).  MODELLED."""
+    got = min(float(nbytes), work.dram_bytes - work.dram_stored)     # (what it writes lands in L2)
     if got <= 0:
         return phase, work
     less = replace(work, dram_bytes=work.dram_bytes - got)
