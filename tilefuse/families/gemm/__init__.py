@@ -135,7 +135,8 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     """The ``TOP_K`` first tiles of the shape's ranking that the group's own kernels can run
     (its prologue and epilogue add registers), and when none of those is off the wgmma path, the
     first that is (the ranking's preference may have put it behind wgmma tiles that the group's
-    own epilogue slows down), fastest first on those kernels (``_ranking``)."""
+    own epilogue slows down), and likewise the first tensor-core tile over the whole K
+    (``_whole_k``), fastest first on those kernels (``_ranking``)."""
     out, forms = [], {}
 
     def take(tiles, count: int) -> None:
@@ -155,7 +156,16 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     shape = body.shape
     if not any(_legacy(s.tile, shape, target) for _, s in out):
         take(_legacy_ranked(shape, target), 1)
+    if not any(_whole_k(s.tile) for _, s in out):
+        take((t for t in ranked if _whole_k(t)), 1)
     return [s for _, s in sorted(out, key=lambda kv: kv[0])][:TOP_K]
+
+
+def _whole_k(t: GemmTile) -> bool:
+    """A tensor-core tile whose programs each run the whole K loop: on a plain GEMV the split-K
+    and small-M tiles can rank ahead of it, while a group's prologue (recomputed per split, or per
+    row on the small-M path) and epilogue can make it the group's fastest."""
+    return t.dot and t.split == 1 and not t.bb
 
 
 def _legacy(t: GemmTile, s: GemmShape, target: Target) -> bool:
