@@ -640,3 +640,21 @@ def test_a_gemvs_weights_are_streamed_evict_first_and_a_gemms_are_not():
         assert bool(b.kernels[0].streamed) == streamed
         with torch.no_grad():
             torch.testing.assert_close(c.emulate(x), lin(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_gemv_group_is_offered_a_whole_k_tensor_core_tile():
+    """BERT's pooler: the first token's row, a projection with its bias, a tanh (M = 1).  On the
+    plain GEMV the small-M and split-K tiles rank first; with the slice, the bias and the tanh an
+    unsplit 16-row tile is the group's fastest, so the family offers the first one."""
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(768, 768).half().eval()
+    fn = lambda x: torch.tanh(dense(x[:, 0]))                              # noqa: E731
+    x = torch.randn(1, 8, 768, dtype=torch.float16)
+    shape_first = ranked_tiles(GemmShape(1, 1, 768, 768, DType.float16), H100)[:3]
+    assert not any(t.dot and t.split == 1 for t in shape_first)           # the premise
+    cm = compile_h100(fn, x)
+    scheds = GemmFamily().schedules(whole(cm.primgraph), H100)
+    assert scheds[0].tile.dot and scheds[0].tile.split == 1, [s.tile.key() for s in scheds]
+    (k,) = gemm_kernels(cm)
+    assert k.est_us == pytest.approx(GemmFamily().cost(scheds[0], H100).seconds * 1e6, abs=1e-3)   # (rounded)
+    torch.testing.assert_close(run_cpu(cm, x)[0].float(), eager(fn, x)[0].float(), **HALF_TOL[torch.float16])
