@@ -1,5 +1,6 @@
 """The planner's cost function memoizes a candidate's time by its structure (``candidates.structure``):
 a repeated layer's candidates are costed once, and the time is the one costing them afresh gives."""
+import pytest
 import torch
 
 import tilefuse
@@ -19,7 +20,8 @@ class Block(torch.nn.Module):
         return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
 
 
-def _two_layers():
+@pytest.fixture(scope="module")
+def two_layers():
     torch.manual_seed(0)
     model = torch.nn.Sequential(Block(), Block()).eval().half()
     x = torch.randn(16, 64, dtype=torch.float16)
@@ -30,8 +32,8 @@ def _candidates(pg, coster):
     return [c for seg in split_segments(pg) for c, _ in enumerate_candidates(seg, coster)]
 
 
-def test_a_structure_is_costed_once_at_the_time_costing_it_afresh_gives():
-    pg = _two_layers()
+def test_a_structure_is_costed_once_at_the_time_costing_it_afresh_gives(two_layers):
+    pg = two_layers
     target = Target.get("h100")
     coster = Coster(pg.types, target)
     costed = set()
@@ -54,10 +56,10 @@ def test_a_structure_is_costed_once_at_the_time_costing_it_afresh_gives():
         assert t == (None if best is None else best[0].seconds), str(c)
 
 
-def test_a_measured_time_serves_every_candidate_of_its_structure():
+def test_a_measured_time_serves_every_candidate_of_its_structure(two_layers):
     """Measured times are keyed by structure (``Schedule.key``): the other layer's twin of a
     measured kernel takes its time too, memoized or costed afresh."""
-    pg = _two_layers()
+    pg = two_layers
     target = Target.get("h100")
     modelled = Coster(pg.types, target)
     cands = _candidates(pg, modelled)

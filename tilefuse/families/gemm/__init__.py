@@ -165,7 +165,7 @@ def _whole_k(t: GemmTile) -> bool:
     """A tensor-core tile whose programs each run the whole K loop: on a plain GEMV the split-K
     and small-M tiles can rank ahead of it, while a group's prologue (recomputed per split, or per
     row on the small-M path) and epilogue can make it the group's fastest."""
-    return t.dot and t.split == 1 and not t.bb
+    return t.dot and t.split == 1
 
 
 def _legacy(t: GemmTile, s: GemmShape, target: Target) -> bool:
