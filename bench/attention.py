@@ -34,7 +34,9 @@ MEASURED (only where CUDA is available; ``--device cuda`` is the default there),
 ``sdpa_flash`` (SDPA under ``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``; if flash refuses the
 shape the default backend runs and the record says so), ``torch_compile_max_autotune``
 (``torch.compile(fn, mode="max-autotune")``, its compile time is its first call) and
-``tilefuse`` (``tilefuse.compile(fn, inputs, target="auto")``, called once to JIT its kernels).
+``tilefuse`` (``tilefuse.compile(fn, inputs, target="auto")``, called once to JIT its kernels) and
+``tilefuse_graph`` (the same with ``cuda_graph=True``: the kernel replayed as a CUDA graph, so the
+host's per-call path is not in the time; CUDA only).
 Timing: ``tilefuse.cost.measure.cuda_timer`` (``--warmup`` untimed calls, then ``--runs`` calls
 each between CUDA events with a 256 MiB L2 flush before each; median, p10, p90).  Every variant's
 output is compared with an fp32 eager reference (tf32 off): relative L2 error, pass at <= 1e-2
@@ -71,7 +73,7 @@ MCFUSER = [("S1", 8, 512, 512, 64), ("S2", 12, 512, 512, 64), ("S3", 16, 512, 51
 LLM_HEADS, LLM_KV_HEADS, LLM_HEAD_DIM = 32, 8, 128
 PREFILL = (512, 1024, 2048, 4096)
 DECODE_KV = 4096
-VARIANTS = ("eager", "sdpa_flash", "torch_compile_max_autotune", "tilefuse")
+VARIANTS = ("eager", "sdpa_flash", "torch_compile_max_autotune", "tilefuse", "tilefuse_graph")
 TOL_FP16 = 1e-2          # relative L2 error against the fp32 reference (gpu_models.TOL["float16"])
 
 
@@ -383,7 +385,7 @@ def run_variants(variants: dict, inputs: tuple, ref, timer, device: str, modelle
             rec.update(median_us=round(t.median_s * 1e6, 3), p10_us=round(_percentile(us, 0.1), 3),
                        p90_us=round(_percentile(us, 0.9), 3), runs=len(us),
                        tflops=round(useful_flops / t.median_s / 1e12, 1) if t.median_s > 0 else None)
-            if name == "tilefuse" and modelled_us:
+            if name.startswith("tilefuse") and modelled_us:
                 rec["modelled_us_for_target"] = modelled_us
         except Exception as e:       # recorded; the run goes on
             rec["error"] = f"{stage}: {type(e).__name__}: {e}"[:1500]
@@ -393,12 +395,13 @@ def run_variants(variants: dict, inputs: tuple, ref, timer, device: str, modelle
     return out
 
 
-def tilefuse_variant(fn, inputs, timer_device: str):
-    """prepare() for the tilefuse variant: compile for this machine's device (target auto)."""
+def tilefuse_variant(fn, inputs, timer_device: str, cuda_graph: bool = False):
+    """prepare() for the tilefuse variant: compile for this machine's device (target auto);
+    ``cuda_graph``: the plan replayed as one CUDA graph (the kernel's time without the host's)."""
     def prepare():
         import tilefuse
         t0 = time.perf_counter()
-        cm = tilefuse.compile(fn, inputs, target="auto")
+        cm = tilefuse.compile(fn, inputs, target="auto", cuda_graph=cuda_graph)
         r = cm.report
         return cm, {"compile_s": round(time.perf_counter() - t0, 3), "target": r.target,
                     "num_kernels": r.num_kernels, "families": [k.family for k in r.kernels],
@@ -548,7 +551,8 @@ def measure_case(case: Case, device: str, args) -> dict:
     prep = {"eager": lambda: (eager_fn(case, device), {"what": "q@k^T*scale, mask, softmax, @v in torch"}),
             "sdpa_flash": flash_prepare,
             "torch_compile_max_autotune": torch_compile_variant(fn),
-            "tilefuse": tilefuse_variant(fn, real, device)}
+            "tilefuse": tilefuse_variant(fn, real, device),
+            "tilefuse_graph": tilefuse_variant(fn, real, device, cuda_graph=True)}
     chosen = {v: prep[v] for v in args.variants}
     timer = make_timer(device, args.warmup, args.runs)
     out = run_variants(chosen, real, ref, timer, device, None, case.useful_flops)

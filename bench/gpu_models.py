@@ -12,7 +12,11 @@ Per model (tilefuse/zoo.py: random weights, nothing downloaded) and variant:
   (the next replay overwrites them), as tilefuse's graph replay does;
 - tilefuse: ``tilefuse.compile(model, inputs, target="auto")``; kernels are generated and
   JIT-compiled at the first call (``first_call_s``);
-- tilefuse_graph: the same plan with ``cuda_graph=True`` (CUDA only).
+- tilefuse_graph: the same plan with ``cuda_graph=True`` (CUDA only);
+- tilefuse_persistent: ``persistent="auto"`` (issue #25: runs of consecutive kernels launched as one
+  persistent kernel where the simulated schedule models faster), per launch;
+- tilefuse_persistent_graph: ``persistent="auto", cuda_graph=True`` (planned for graph replay: the
+  choice of runs depends on the launch mode), CUDA only.
 
 Timing: warm-up calls, then ``--runs`` calls, each isolated (synchronize; CUDA events around the
 call; synchronize) over 4 rotating input sets; median, p10, p90 in ms.  On CPU, host
@@ -51,7 +55,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_MODELS = ("bert", "gpt2", "vit", "resnet", "llama")
-VARIANTS = ("eager", "inductor", "inductor_graph", "tilefuse", "tilefuse_graph")
+VARIANTS = ("eager", "inductor", "inductor_graph", "tilefuse", "tilefuse_graph", "tilefuse_persistent",
+            "tilefuse_persistent_graph")
+GRAPH_VARIANTS = ("tilefuse_graph", "inductor_graph", "tilefuse_persistent_graph")
 # Relative L2 error allowed against the fp32 model (and at least 4x eager's own error in the dtype):
 # fp32 differs by summation order only (contractions run on cuBLAS/cuDNN), with room for a tf32 path
 # (~3e-4); fp16/bf16 by their rounding through a dozen layers (eager fp16 lands near 1e-3).
@@ -107,7 +113,7 @@ def skipped_variants(args) -> dict[str, str]:
     """Variants not run in this configuration, with the reason recorded in the JSON."""
     out = {}
     for v in VARIANTS:
-        if v in ("tilefuse_graph", "inductor_graph") and args.device != "cuda":
+        if v in GRAPH_VARIANTS and args.device != "cuda":
             out[v] = "CUDA-graph replay needs a CUDA device"
         elif v not in args.variants:
             out[v] = "not requested (--variants)" if args.device == "cuda" \
@@ -419,6 +425,17 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
 
     measure("tilefuse", plain)
     measure("tilefuse_graph", tilefuse_graph)
+
+    def persistent(graph: bool):
+        def prepare():
+            m, secs = timer.wall(lambda: tilefuse.compile(model, inputs[0], target="auto", time_limit=args.time_limit,
+                                                          cuda_graph=graph, persistent="auto"))
+            launches = len(m.kernels) - sum(j - i - 1 for i, j in m.persistent)
+            return m, {**plan_info(m, secs), "launches": launches,
+                       "persistent_runs": [[i, j] for i, j in m.persistent]}
+        return prepare
+    measure("tilefuse_persistent", persistent(False))
+    measure("tilefuse_persistent_graph", persistent(True))
     rec["speedups"] = speedups(rec["variants"])
     return rec
 
@@ -445,12 +462,12 @@ def speedups(variants: dict) -> dict:
         return x.get("median_ms") if "error" not in x and x.get("check", {}).get("pass", v == "eager") else None
     eager, inductor, inductor_graph = good("eager"), good("inductor"), good("inductor_graph")
     out = {}
-    for v in ("inductor", "inductor_graph", "tilefuse", "tilefuse_graph"):
+    for v in VARIANTS[1:]:
         t = good(v)
         if v in variants:
             out[v] = {"vs_eager": round(eager / t, 3) if t and eager else None,
                       "vs_inductor": round(inductor / t, 3) if t and inductor and v != "inductor" else None}
-            if v == "tilefuse_graph":
+            if v in ("tilefuse_graph", "tilefuse_persistent_graph"):
                 out[v]["vs_inductor_graph"] = round(inductor_graph / t, 3) if t and inductor_graph else None
     return out
 
@@ -595,6 +612,7 @@ def table(doc: dict) -> str:
             chk = x.get("check", {})
             status = "ERROR" if "error" in x else ("ok" if chk.get("pass") else "WRONG")
             plan = f"{x['num_kernels']}/{x['num_ops']}" if "num_kernels" in x else "-"
+            plan = f"{x['launches']} launches, {plan}" if "launches" in x else plan
             rows.append([name, v, _f(x.get("compile_s"), ".1f"), _f(x.get("first_call_s"), ".2f"),
                          _f(x.get("median_ms"), ".3f"), _f(x.get("p10_ms"), ".3f"), _f(x.get("p90_ms"), ".3f"),
                          _f(sp.get("vs_eager"), ".2f"), _f(sp.get("vs_inductor"), ".2f"),

@@ -8,6 +8,7 @@
 #   STEPS="tests check sanitize" CHECK_MODELS=bert,llama bash bench/gpu_suite.sh   # sanitize: when check faulted
 #   STEPS=attention ATTN_SHAPES=mcfuser bash bench/gpu_suite.sh      # MCFuser's S1-S9
 #   STEPS=persistent bash bench/gpu_suite.sh      # persistent kernels call after call; CUDA graphs per size
+#   STEPS=decode bash bench/gpu_suite.sh          # a decode step: eager, inductor graphs, tilefuse, persistent
 # Needs highspy as a wheel in .whl/ (bench/README.md says how); carry: [".whl"].
 set -u
 OUT=${OUT:-/tmp/gpu_suite}
@@ -34,10 +35,11 @@ for s in $STEPS; do case $s in
   check) step ${T_CHECK:-90} check python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" --out "$OUT/gpu_check.json"; CHECK_RC=$LAST_RC ;;
   sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
   models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
-  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
+  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
-  persistent) step ${T_PERSIST:-240} persistent python3 -m pytest tests/test_gpu.py -m gpu --runslow -q -rs -p no:cacheprovider -k "persistent or generation_with_cuda_graphs" ;;
+  persistent) TILEFUSE_PERSISTENT_CALLS=${PERSISTENT_CALLS:-10000} step ${T_PERSIST:-240} persistent python3 -m pytest tests/test_gpu.py -m gpu --runslow -q -rs -p no:cacheprovider -n 3 -k "persistent or generation_with_cuda_graphs" ;;
+  decode) step ${T_DECODE:-300} decode python3 bench/gpu_decode.py --layers ${DECODE_LAYERS:-2} --calls ${PERSISTENT_CALLS:-10000} --out "$OUT/gpu_decode.json" ;;
   *) echo "unknown step $s" | tee -a "$LOG" ;;
 esac; done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
