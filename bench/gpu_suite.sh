@@ -9,7 +9,8 @@
 #   STEPS=attention ATTN_SHAPES=mcfuser bash bench/gpu_suite.sh      # MCFuser's S1-S9
 #   STEPS=persistent bash bench/gpu_suite.sh      # persistent kernels call after call; CUDA graphs per size
 #   STEPS=decode bash bench/gpu_suite.sh          # a decode step: eager, inductor graphs, tilefuse, persistent
-# Needs highspy as a wheel in .whl/ (bench/README.md says how); carry: [".whl"].
+# Needs highspy and tilefuse's own wheel in .whl/ (bench/README.md says how; tilefuse's for its
+# metadata: torch.compile finds backend="tilefuse" by its entry point); carry: [".whl"].
 set -u
 OUT=${OUT:-/tmp/gpu_suite}
 STEPS=${STEPS:-tests check sanitize launch models attention kernels}
@@ -18,7 +19,8 @@ CHECK_MODELS=${CHECK_MODELS:-bert,llama,resnet}   # bert before llama: the order
 mkdir -p "$OUT"
 LOG=$OUT/suite.log
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TILEFUSE_CACHE_DIR=/tmp/tf_cache
+# the working tree before /tmp/site: the wheel's tilefuse is there for its entry point, not its code
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 TILEFUSE_CACHE_DIR=/tmp/tf_cache
 step() {  # step SECONDS NAME COMMAND...
   local limit=$1 name=$2; shift 2
   echo "=== $name (limit ${limit}s): $*" | tee -a "$LOG"
@@ -31,10 +33,10 @@ step() {  # step SECONDS NAME COMMAND...
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"; } 2>&1 | tee -a "$LOG"
 TGT=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -qi h200 && echo h200 || echo h100)
 for s in $STEPS; do case $s in
-  tests) step ${T_TESTS:-110} tests python3 -m pytest tests/test_gpu.py tests/test_library_kernels.py tests/test_measure_timers.py -m gpu -q -rs -p no:cacheprovider -n 4 ;;
+  tests) step ${T_TESTS:-110} tests python3 -m pytest tests/test_gpu.py tests/test_library_kernels.py tests/test_measure_timers.py -m gpu -q -rs -p no:cacheprovider -n 6 ;;
   check) step ${T_CHECK:-90} check python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" --out "$OUT/gpu_check.json"; CHECK_RC=$LAST_RC ;;
   sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
-  models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
+  models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" ${MODEL_VARIANTS:+--variants "$MODEL_VARIANTS"} --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
   attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;

@@ -85,6 +85,21 @@ def test_wrong_input_shape_and_dtype_at_call_time(block):
         c(x.to("meta"))
 
 
+def test_a_cpu_scalar_input_goes_to_the_models_device_and_a_cpu_tensor_does_not():
+    """PyTorch lets a 0-dim CPU tensor stand beside device tensors (transformers' static cache,
+    compiled with its prefill, reads its CPU length counter): the call copies it over; a CPU tensor
+    of any other rank is the caller's mistake.  (The meta device stands in for CUDA here.)"""
+    def f(x, n):
+        return x * n
+    x, n = torch.randn(4, 8), torch.tensor(3.0)
+    c = tilefuse.compile(f, (x, n), target="cpu")
+    feeds = c._check([x.to("meta"), n], torch.device("meta"))
+    assert [t.device.type for t in feeds.values()] == ["meta", "meta"] and feeds[list(feeds)[1]].shape == ()
+    one = tilefuse.compile(f, (x, n.reshape(1)), target="cpu")
+    with pytest.raises(InputError, match=r"\(#1\) is on cpu.*runs on meta"):
+        one._check([x.to("meta"), n.reshape(1)], torch.device("meta"))
+
+
 def test_cuda_graph_replay_needs_a_cuda_target(block):
     model, x = block
     with pytest.raises(ValueError, match="cuda_graph=True needs backend='triton' and a CUDA target"):

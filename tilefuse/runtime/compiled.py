@@ -95,6 +95,10 @@ class CompiledModel:
             if t.dtype != d.type.dtype.to_torch():
                 raise InputError(f"input '{d.name}' (#{k}) has dtype {str(t.dtype).replace('torch.', '')}, "
                                  f"the model expects {d.type.dtype.value}")
+            if t.device.type != device.type and t.dim() == 0 and t.device.type == "cpu":
+                # a CPU scalar beside device tensors, which PyTorch allows (transformers' static
+                # cache compiled with its prefill reads its CPU length counter): copied over
+                t = t.to(device)
             if t.device.type != device.type:
                 raise InputError(f"input '{d.name}' (#{k}) is on {t.device}; the model was compiled for "
                                  f"{self.target.name} and runs on {device.type}: "

@@ -264,15 +264,17 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
             driver.append(f"            while tl.atomic_add({COUNTERS} + {d + 1}, 0, sem=\"acquire\") < {_tasks(phases[d])}:")
             driver.append("                pass")
         if tiled and waits.tiles[p]:        # the earlier tasks it needs: their flags, a block at a time
-            acq = f"tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\")"
+            # the spin carries a scalar, not the block of flags: Triton 3.6 fails to compile a while
+            # loop carrying a tensor there (TritonGPURemoveLayoutConversions; 3.9 compiles both)
+            acq = f"tl.min(tl.where(i < hi, tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\"), 1))"
             driver += [f"            lo = tl.load({NEEDS} + t)",
                        f"            hi = tl.load({NEEDS} + t + 1)",
                        f"            for b in range(lo, hi, {TILE_LANES}):",
                        f"                i = b + tl.arange(0, {TILE_LANES})",
                        f"                u = tl.load({NEEDS} + i, mask=i < hi, other=0)",
-                       f"                seen = {acq}",
-                       "                while tl.min(tl.where(i < hi, seen, 1)) == 0:",
-                       f"                    seen = {acq}"]
+                       f"                done = {acq}",
+                       "                while done == 0:",
+                       f"                    done = {acq}"]
         ids = _program_ids(phase.grid, f"(t - {start})")
         blocks = [str(a.block) for a in _blocks(phase)]
         driver.append(f"            {phase.name}({', '.join([pointer[n] for n in names] + ids + blocks)})")
