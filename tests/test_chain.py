@@ -378,3 +378,18 @@ def test_an_epilogue_member_reading_the_first_product_rejects_the_chain():
     cm = compile_h100(fn, x, w)
     assert chain_body(whole(cm.primgraph)) is None
     torch.testing.assert_close(run_cpu(cm, x, w)[0], fn(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_chain_tiles_read_through_tensor_descriptors_only_where_they_loop():
+    """TMA on sm_90 only for tiles that stream keys or K through a loop: a loopless program loads
+    one tile (no copy to overlap), and on the H200 the loopless 64-row TMA kernels of MCFuser's
+    S4/S5 (Triton 3.6) returned NaN while the looping ones were right (bench/README.md)."""
+    from tilefuse.cost.target import Target
+    from tilefuse.families.chain.space import ChainShape, chain_tiles
+    s4 = ChainShape(batch=12, m=256, n=256, k=64, h=64, itemsize=2)
+    tiles = chain_tiles(s4, Target.get("h200"))
+    loopless = [t for t in tiles if t.bn >= s4.n and t.bk >= s4.k]
+    looping = [t for t in tiles if t.bn < s4.n or t.bk < s4.k]
+    assert loopless and looping
+    assert not any(t.tma for t in loopless) and all(t.tma for t in looping)
+    assert not any(t.tma for t in chain_tiles(s4, Target.get("a100")))

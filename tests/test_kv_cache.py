@@ -133,7 +133,11 @@ def test_cuda_graph_replay_writes_a_donated_cache_in_place_and_captures_per_cach
     (cache,) = set(cm.program._aliases.values())
     feeds = seen[-1]
     assert feeds[cache].data_ptr() == model.cache.data_ptr()
-    replay = GraphReplay(cm.program, graph=lambda: _FakeGraph(replay), capture=lambda g: contextlib.nullcontext())
+    # the Linear's weight and bias, lifted into inputs by dynamo, are static: read in place, not copied
+    weight = next(n for n, t in feeds.items() if t.data_ptr() == model.proj.weight.data_ptr())
+    assert weight in cm.static_inputs and cache in cm.static_inputs and len(cm.static_inputs) == 3
+    replay = GraphReplay(cm.program, graph=lambda: _FakeGraph(replay), capture=lambda g: contextlib.nullcontext(),
+                         static=cm.static_inputs)
     before = model.cache.clone()
     feeds = {**feeds, next(n for n, t in feeds.items() if t.dtype == torch.int64): torch.tensor([9])}
     outs = replay.run(feeds)
@@ -143,6 +147,15 @@ def test_cuda_graph_replay_writes_a_donated_cache_in_place_and_captures_per_cach
     torch.testing.assert_close(model.cache[:, :, :9], before[:, :, :9])
     replay.run(feeds)
     assert len(replay.graphs) == 1
+    (captured,) = replay.graphs.values()
+    assert captured.static_in[weight].data_ptr() == model.proj.weight.data_ptr()
+    x = next(n for n, t in feeds.items() if t.dtype == torch.float32 and t.dim() == 3)
+    assert captured.static_in[x].data_ptr() != feeds[x].data_ptr()       # an activation: copied in
+    with torch.no_grad():                     # a weight changed in place: the next replay reads it
+        model.proj.weight.mul_(2)
+        want = model.cache.clone().index_copy_(2, torch.tensor([9]), model.proj(feeds[x]).view(1, 1, 2, 8).transpose(1, 2))
+    replay.run(feeds)
+    torch.testing.assert_close(model.cache, want, rtol=1e-5, atol=1e-5)
     first = model.cache.clone()
     other = {**feeds, cache: before.clone()}
     replay.run(other)

@@ -586,6 +586,7 @@ def _compile_forward(gm: fx.GraphModule, example_inputs, *, options: dict, templ
                              time_limit=options.get("time_limit", 10.0), cuda_graph=options.get("cuda_graph", False),
                              measure=options.get("measure", False), check=check, template=template,
                              sizes=sizes, persistent=options.get("persistent", False))
+        compiled.static_inputs = frozenset(placeholders[k].name for k in _static_indices() if k in tensor_pos)
         if backend == "triton" and not options.get("plan_only"):
             compiled.program  # generate the kernels now, while a failure can still fall back to eager
     record = _specializing.get()
@@ -613,6 +614,14 @@ def _written_back(placeholders: list) -> frozenset:
         return frozenset()
     return frozenset(p for p, info in zip(placeholders, meta.input_info)
                      if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata)
+
+
+def _static_indices() -> list[int]:
+    """The graph's inputs that AOT autograd knows to keep their addresses from call to call (the
+    parameters and buffers dynamo lifts into inputs, tensors marked ``mark_static_address``)."""
+    from torch._guards import TracingContext
+    ctx = TracingContext.try_get()
+    return list(getattr(getattr(ctx, "fw_metadata", None), "static_input_indices", None) or ())
 
 
 def _device_target(example_inputs) -> str:

@@ -55,6 +55,10 @@ class CompiledModel:
         self.source_onnx = None     # the ONNX model compiled (``compile_onnx``): a saved package keeps it
         # the plan as a template for other sizes of the same program (``orchestrate/instantiate.py``)
         self.template = None
+        # inputs that stay where they are call after call (a torch.compile'd graph's parameters,
+        # buffers and tensors marked static: ``frontend/dynamo.py``): a CUDA-graph replay reads them
+        # in place rather than copying them (``runtime/cudagraph.py``)
+        self.static_inputs: frozenset[str] = frozenset()
 
     def save(self, path, *, onnx_model=None):
         """Write this compiled model to ``path`` (a ``.tfz`` package: ``runtime/package.py``), to
@@ -142,7 +146,7 @@ class CompiledModel:
                 with self._replay_lock:        # one capture, one set of static buffers
                     if self._replay is None:
                         from .cudagraph import GraphReplay
-                        self._replay = GraphReplay(self.program)
+                        self._replay = GraphReplay(self.program, static=self.static_inputs)
                     outs = self._replay.run(feeds)
             else:
                 outs = self._run_pooled(feeds)

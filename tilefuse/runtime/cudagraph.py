@@ -11,6 +11,11 @@ its output is that tensor itself (no clone, and AOT's copy back is a self-copy).
 to the pointers it was captured with, so replays are keyed by the donated tensors' addresses: a
 call with other cache tensors (another ``generate()`` with a new cache) captures a graph of its
 own (the last ``KEEP`` kept), never writing into the tensors of an earlier call.
+
+A static input (``static``: the parameters and buffers a torch.compile'd graph receives as inputs,
+and tensors marked with ``torch._dynamo.mark_static_address``) is not copied either: it is read
+where it lies, like a donated one, and keys the graphs by its address the same way (copying a
+model's weights into static buffers on every call would cost more than the graph saves).
 """
 from __future__ import annotations
 
@@ -33,20 +38,25 @@ class _Captured:
 class GraphReplay:
     KEEP = 4          # graphs kept, one per set of donated tensors (least recently used dropped)
 
-    def __init__(self, program: Program, graph: Callable | None = None, capture: Callable | None = None):
+    def __init__(self, program: Program, graph: Callable | None = None, capture: Callable | None = None,
+                 static: frozenset[str] = frozenset()):
         """``graph``/``capture``: the graph type and its capture context (``torch.cuda.CUDAGraph``,
-        ``torch.cuda.graph``; replaceable to test the bookkeeping without a GPU)."""
+        ``torch.cuda.graph``; replaceable to test the bookkeeping without a GPU); ``static``: the
+        names of the static inputs (module docstring), each one an input of the program."""
         if graph is None and program.device.type != "cuda":
             raise ValueError(f"CUDA-graph replay needs a CUDA device; this program runs on {program.device}")
         self.program = program
         self._graph = graph or torch.cuda.CUDAGraph
         self._capture_in = capture or torch.cuda.graph
         self.donated = sorted(set(program._aliases.values()))
+        # read in place, not copied: donated and static inputs (the graphs are keyed by their addresses)
+        self.held = sorted(set(self.donated) | set(static))
         self.graphs: collections.OrderedDict[tuple, _Captured] = collections.OrderedDict()
 
     def _capture(self, feeds: Mapping[str, torch.Tensor]) -> _Captured:
-        # donated inputs are the caller's tensors (written in place); the others static copies
-        static_in = {n: t if n in self.donated else t.clone() for n, t in feeds.items()}
+        # donated and static inputs are the caller's tensors (donated ones written in place); the
+        # others copies the replays refresh
+        static_in = {n: t if n in self.held else t.clone() for n, t in feeds.items()}
         if self.program.device.type == "cuda":
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -65,7 +75,7 @@ class GraphReplay:
         return _Captured(graph, static_in, static_out)
 
     def run(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-        key = tuple(feeds[n].data_ptr() for n in self.donated)
+        key = tuple(feeds[n].data_ptr() for n in self.held)
         got = self.graphs.get(key)
         if got is None:
             got = self.graphs[key] = self._capture(feeds)
@@ -74,7 +84,7 @@ class GraphReplay:
         else:
             self.graphs.move_to_end(key)
             for n, t in feeds.items():
-                if n not in self.donated:
+                if n not in self.held:
                     got.static_in[n].copy_(t)
         got.graph.replay()
         # a donated tensor's output is the caller's own memory (the key matched its address)

@@ -64,7 +64,8 @@ class ChainTile:
 def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splittable: bool = False) -> list[ChainTile]:
     """Every tile of the space (module docstring), sizes × warps × stages; through tensor
     descriptors on sm_90 where the dots run on tensor cores (``tensor_cores``; off them a
-    descriptor tile is pulled from shared memory into registers); with ``splittable`` (an online
+    descriptor tile is pulled from shared memory into registers) and the tile loops over keys or
+    K; with ``splittable`` (an online
     softmax without key bounds), the tiles whose grid leaves SMs idle also with the keys split
     (``split_counts``)."""
     out = []
@@ -74,7 +75,11 @@ def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splitt
         if smem <= SMEM_SLACK * target.smem_per_block and bh * NARROW_H >= bn:
             programs = s.batch * -(-s.m // bm) * -(-s.h // bh)
             splits = (1,) + (split_counts(s.n, bn, programs, target.sm_count) if splittable else ())
-            out += [ChainTile(bm, bn, bk, bh, w, st, tma, k) for k in splits for w in WARPS for st in STAGES]
+            # descriptors only where a loop streams tiles through them: the one tile a program of a
+            # loopless chain loads gains nothing from a TMA copy, and on the H200 (Triton 3.6) the
+            # loopless 64-row TMA kernels of MCFuser's S4/S5 returned NaN (bench/README.md)
+            looped = tma and (bn < s.n or bk < s.k)
+            out += [ChainTile(bm, bn, bk, bh, w, st, looped, k) for k in splits for w in WARPS for st in STAGES]
     return out
 
 
