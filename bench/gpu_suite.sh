@@ -40,7 +40,12 @@ for s in $STEPS; do case $s in
   attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
-  persistent) TILEFUSE_PERSISTENT_CALLS=${PERSISTENT_CALLS:-10000} step ${T_PERSIST:-240} persistent python3 -m pytest tests/test_gpu.py -m gpu --runslow -q -rs -p no:cacheprovider -n 3 -k "persistent or generation_with_cuda_graphs" ;;
+  persistent)   # each test in its own process and time limit: a hang or a failure names its test
+    for t in "test_persistent_kernels_equal_eager_call_after_call[bert]" "test_persistent_kernels_equal_eager_call_after_call[llama]" \
+             test_generation_with_cuda_graphs_replays_one_graph_per_size test_generation_with_cuda_graphs_and_a_static_cache_writes_it_in_place \
+             test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager; do
+      TILEFUSE_PERSISTENT_CALLS=${PERSISTENT_CALLS:-10000} step ${T_PERSIST:-60} "persistent $t" python3 -m pytest "tests/test_gpu.py::$t" -m gpu --runslow -q -rs --tb=short -p no:cacheprovider
+    done ;;
   decode) step ${T_DECODE:-300} decode python3 bench/gpu_decode.py --layers ${DECODE_LAYERS:-2} --calls ${PERSISTENT_CALLS:-10000} --out "$OUT/gpu_decode.json" ;;
   *) echo "unknown step $s" | tee -a "$LOG" ;;
 esac; done
