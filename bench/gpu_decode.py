@@ -23,7 +23,8 @@ attends over the same prefix, so calls are alike and independent.  Variants (eac
 
 Timing: ``--warmup`` calls, then ``--runs`` calls, each isolated (synchronize, CUDA events around
 it), median/p10/p90 in µs (on CPU: host time of interpreted kernels, which says nothing about
-speed).  Correctness: every variant's hidden state on 4 tokens against an fp32 copy of the model
+speed); on CUDA also ``device_busy_us``, the GPU's own time per step (torch.profiler's device
+operations over 20 steps, durations summed; the counter's rewind, one fill per layer, included).  Correctness: every variant's hidden state on 4 tokens against an fp32 copy of the model
 with its own fp32 cache (relative L2 error <= max(1e-2, 4 x eager fp16's)), and its cache row
 against eager's.  Race check: the persistent variants are called ``--calls`` times on random
 tokens and every ``--check-every``-th output is checked the same way.  Roofline: the weights
@@ -222,6 +223,9 @@ def main(argv=None) -> int:
                     us.append(1e6 * timer.once(lambda: run(tokens[k % CHECK_TOKENS])))
             out.update(median_us=round(gm.percentile(us, 0.5), 2), p10_us=round(gm.percentile(us, 0.1), 2),
                        p90_us=round(gm.percentile(us, 0.9), 2), runs=args.runs)
+            if dev == "cuda":     # the GPU's own time per step, apart from the host's
+                with torch.no_grad():
+                    out.update(gm.device_busy(step, list(tokens)))
             if "persistent" in v and args.calls:
                 stage = "race check"
                 fails, checked, t0 = [], 0, time.perf_counter()
@@ -240,7 +244,7 @@ def main(argv=None) -> int:
         except Exception as e:
             out["error"] = f"{stage}: " + gm.error_text(e)
         ok = "error" not in out and out["check"]["pass"] and not out.get("race_check", {}).get("failures")
-        print(f"{v:26s} " + (f"{out['median_us']:9.1f} us  check {'ok' if ok else 'FAILED'}"
+        print(f"{v:26s} " + (f"{out['median_us']:9.1f} us (device {out.get('device_busy_us', '-')})  check {'ok' if ok else 'FAILED'}"
                              f"  launches {out.get('launches', '-')}  modelled {out.get('est_total_us', '-')} us"
                              + (f"  race {out['race_check']['failures']}/{out['race_check']['checked']} failed"
                                 if "race_check" in out else "")

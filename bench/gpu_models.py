@@ -20,7 +20,8 @@ Per model (tilefuse/zoo.py: random weights, nothing downloaded) and variant:
 
 Timing: warm-up calls, then ``--runs`` calls, each isolated (synchronize; CUDA events around the
 call; synchronize) over 4 rotating input sets; median, p10, p90 in ms.  On CPU, host
-``perf_counter``.
+``perf_counter``.  On CUDA also the GPU's own time per call apart from the host's
+(``device_busy_us``: torch.profiler's device operations over 20 calls, their durations summed).
 
 Correctness: every variant's outputs (on two input sets with different values, so a CUDA graph
 must refresh its static inputs) are compared with an fp32 copy of the model on the same device:
@@ -288,6 +289,31 @@ def time_calls(timer: Timer, call, inputs: list, warmup: int, runs: int) -> dict
             "runs": runs, "warmup": warmup}
 
 
+def device_busy(call, inputs: list, calls: int = 20) -> dict:
+    """The GPU's own time per call, apart from the host's: torch.profiler's CUDA activity over
+    ``calls`` calls (kernels, copies and memsets, each its device duration), summed and divided
+    by the calls; and the device operations per call.  CUDA only; a profiler that fails is
+    recorded (``device_busy_error``), not raised: the call's timing stands without it."""
+    try:
+        return _device_busy(call, inputs, calls)
+    except Exception as e:
+        return {"device_busy_error": f"{type(e).__name__}: {e}"[:500]}
+
+
+def _device_busy(call, inputs: list, calls: int) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for k in range(calls):
+            call(inputs[k % len(inputs)])
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(e.time_range.elapsed_us() for e in events)
+    return {"device_busy_us": round(busy / calls, 2), "device_ops_per_call": round(len(events) / calls, 1),
+            "profiled_calls": calls}
+
+
 @contextlib.contextmanager
 def full_fp32(torch):
     """The reference in true fp32: cuDNN convolutions (and matmuls) without tf32 meanwhile."""
@@ -369,6 +395,8 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
             stage = begin("timing")
             with torch.no_grad():
                 out.update(time_calls(timer, call, inputs, args.warmup, args.runs))
+                if dev == "cuda":
+                    out.update(device_busy(call, inputs))
             del out["error"]
         except Exception as e:
             out["error"] = f"{stage}: " + error_text(e)
