@@ -13,7 +13,12 @@ inside the loop (what a caller waits for when the GPU keeps up):
   (tilefuse's runtime and every launch path it takes: Triton, cuBLAS/cuDNN, torch);
 - ``call_us`` / ``call_per_kernel_us``: a whole ``CompiledModel`` call (inputs checked, outputs
   made), and per kernel;
-- ``graph_call_us``: the same plan replayed as one CUDA graph (inputs copied in, outputs cloned).
+- ``graph_call_us``: the same plan replayed as one CUDA graph (inputs copied in, outputs cloned);
+- ``persistent_program_us`` / ``persistent_call_us``: the plan with every run of kernels as one
+  persistent kernel (``persistent=True``): ``Program.run`` and a whole call, one launch each
+  (the second GPU session measured small BERT so at 286 µs a call against 150 as a graph: this
+  says how much of it is tilefuse's Python, how much Triton's launch of a kernel of many
+  pointers, ``persistent_params``).
 
 Without CUDA only the tilefuse figures are taken, with every launch stubbed out (what tilefuse's
 own Python costs; no Triton, no device).
@@ -70,6 +75,7 @@ def main(argv=None) -> int:
 
     import tilefuse
     from tilefuse import zoo
+    from tilefuse.runtime.executor import Program
     cuda = torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     out = {"device": torch.cuda.get_device_name() if cuda else "cpu (launches stubbed)",
@@ -93,12 +99,23 @@ def main(argv=None) -> int:
     if cuda:
         prog = cm.program
     else:                             # the h100 plan's program on the CPU, library kernels stubbed too
-        from tilefuse.runtime.executor import Program
         for b in cm.kernels:
             object.__setattr__(b, "run", lambda ins, outs: None)
         prog = Program(cm.plan, cm.primgraph, torch.device("cpu"), cm.kernels, cm.memory)
     feeds = dict(zip(cm.input_names, cm.imported.flatten_inputs(inputs, {})))
     out["program_us"] = host_us(lambda: prog.run(feeds), args.calls, sync)
+    pm = tilefuse.compile(model, inputs, target="auto" if cuda else "h100", persistent=True)
+    if not cuda:
+        import tilefuse.codegen.triton.persistent as pk
+        pk.interpreted = lambda: False
+        for b in pm.kernels:
+            object.__setattr__(b, "run", lambda ins, outs: None)
+    pprog = pm.program if cuda else Program(pm.plan, pm.primgraph, torch.device("cpu"), pm.kernels, pm.memory,
+                                               persistent=pm.persistent, programs=132, donate=True)
+    out["persistent_runs"] = [list(r) for r in pm.persistent]
+    out["persistent_params"] = sum(len(set(n for ks in pm.kernels[i:j] for n in (*ks.inputs, *ks.outputs)))
+                                   for i, j in pm.persistent)
+    out["persistent_program_us"] = host_us(lambda: pprog.run(feeds), args.calls, sync)
     out["program_per_kernel_us"] = round(out["program_us"] / n, 2)
     if cuda:
         out["call_us"] = host_us(lambda: cm(*inputs), args.calls, sync)
@@ -107,6 +124,7 @@ def main(argv=None) -> int:
         g = tilefuse.CompiledModel(cm.imported, cm.primgraph, cm.plan, cm.report, cm.backend, cm.target, cm.kernels,
                                    cuda_graph=True, memory=cm.memory)
         out["graph_call_us"] = host_us(lambda: g(*inputs), args.calls, sync)
+        out["persistent_call_us"] = host_us(lambda: pm(*inputs), args.calls, sync)
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
