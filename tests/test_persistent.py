@@ -93,6 +93,12 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     binary = compile_native_persistent("prefetching", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90)
     assert binary.prefetches > 0 and not binary.spills, binary
     assert "prefetch.global.L2" in pk.persistent_module("pk", tiles, reads, writes)[0]
+    # a tile wait spins on a scalar: Triton 3.6 (the GPU machine's) cannot compile a while loop
+    # carrying the block of flags (bench/README.md, the second GPU session), 3.9 compiles both
+    waiting = next(pk.persistent_module("pk", *run_phases(compiled.kernels, i, j)[:3])[0]
+                   for i, j in compiled.persistent
+                   if any(e["kind"] == "tile" for r in rows if r["first"] == i for e in r["edges"]))
+    assert "while done == 0:" in waiting and "while tl.min(" not in waiting
     assert "prefetch.global.L2" not in pk.persistent_module("pk", tiles, reads, writes, prefetch=False)[0]
 
 
