@@ -232,10 +232,13 @@ def test_a_phase_waits_for_the_phases_it_depends_on_and_counts_itself_done():
     assert after[0] == () and all(a or waits.tiles[p] for p, a in enumerate(after) if p)
     assert driver.count("tl.atomic_add(tf_counters, 1)") == 2
     for p, a in enumerate(after):
-        for d in a:
-            assert f"tl.atomic_add(tf_counters + {d + 1}, 0, sem=\"acquire\") < {tasks[d]}:" in driver
-    # a phase waiting for some tasks of an earlier one reads their flags (before and in its spin)
-    assert driver.count("sem=\"acquire\")") == sum(map(len, after)) + 2 * len(tiled)
+        for d in a:      # spins on loads (no read-modify-write queue at L2), then acquires once
+            spin = f"while tl.load(tf_counters + {d + 1}, volatile=True) < {tasks[d]}:"
+            assert spin in driver and f"tl.atomic_add(tf_counters + {d + 1}, 0, sem=\"acquire\")" in \
+                driver.split(spin)[1].split("\n")[2]
+    # a phase waiting for some tasks of an earlier one spins on their flags' loads, then acquires them
+    assert driver.count("sem=\"acquire\")") == sum(map(len, after)) + len(tiled)
+    assert driver.count("volatile=True") == sum(map(len, after)) + 2 * len(tiled)
     assert (table is None) == (not tiled)
     assert driver.count("sem=\"release\")") == len(steps) + len(flagged)
     assert driver.count("tl.debug_barrier()") == len(steps)

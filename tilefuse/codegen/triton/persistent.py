@@ -22,8 +22,11 @@ wait is already met.
 
 Memory ordering: a task's stores are made visible before it is counted done (a CTA barrier, then
 atomic adds with release semantics to its phase's count and, where a later task waits for it alone,
-its own flag); a wait reads each count or flag with acquire semantics (a block of flags at once,
-until all are set), and a phase implied by another one waited for whole is not waited for again
+its own flag); a wait spins on plain volatile loads of the count or flags (a block of flags at
+once, until all are set: loads of one line are served side by side, where read-modify-writes
+would queue at L2 behind the producers' own adds), then reads each once more with an acquire
+read-modify-write, which synchronizes with every release counted into the value it sees (later
+adds to the same counter continue the release sequence), and a phase implied by another one waited for whole is not waited for again
 (that one's tasks acquired it before releasing theirs: happens-before is transitive; a tile-level
 edge implies nothing about the phases behind it, so those are kept); a phase's loads of tensors an
 earlier phase of the launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never
@@ -261,20 +264,22 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
             driver.append(f"            {PREFETCH_FN}({pointer[f.tensor]}, {f.first}, {f.numel}, t - {start}, {end - start}, "
                           f"{max(LINE_BYTES // f.itemsize, 1)}, {PREFETCH_LANES})")
         for d in after[p]:
-            driver.append(f"            while tl.atomic_add({COUNTERS} + {d + 1}, 0, sem=\"acquire\") < {_tasks(phases[d])}:")
+            driver.append(f"            while tl.load({COUNTERS} + {d + 1}, volatile=True) < {_tasks(phases[d])}:")
             driver.append("                pass")
+            driver.append(f"            tl.atomic_add({COUNTERS} + {d + 1}, 0, sem=\"acquire\")")
         if tiled and waits.tiles[p]:        # the earlier tasks it needs: their flags, a block at a time
             # the spin carries a scalar, not the block of flags: Triton 3.6 fails to compile a while
             # loop carrying a tensor there (TritonGPURemoveLayoutConversions; 3.9 compiles both)
-            acq = f"tl.min(tl.where(i < hi, tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\"), 1))"
+            seen = f"tl.min(tl.load({COUNTERS} + {flags} + u, mask=i < hi, other=1, volatile=True))"
             driver += [f"            lo = tl.load({NEEDS} + t)",
                        f"            hi = tl.load({NEEDS} + t + 1)",
                        f"            for b in range(lo, hi, {TILE_LANES}):",
                        f"                i = b + tl.arange(0, {TILE_LANES})",
                        f"                u = tl.load({NEEDS} + i, mask=i < hi, other=0)",
-                       f"                done = {acq}",
+                       f"                done = {seen}",
                        "                while done == 0:",
-                       f"                    done = {acq}"]
+                       f"                    done = {seen}",
+                       f"                tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\")"]
         ids = _program_ids(phase.grid, f"(t - {start})")
         blocks = [str(a.block) for a in _blocks(phase)]
         driver.append(f"            {phase.name}({', '.join([pointer[n] for n in names] + ids + blocks)})")
