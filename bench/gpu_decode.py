@@ -24,7 +24,9 @@ attends over the same prefix, so calls are alike and independent.  Variants (eac
 Timing: ``--warmup`` calls, then ``--runs`` calls, each isolated (synchronize, CUDA events around
 it), median/p10/p90 in µs (on CPU: host time of interpreted kernels, which says nothing about
 speed); on CUDA also ``device_busy_us``, the GPU's own time per step (torch.profiler's device
-operations over 20 steps, durations summed; the counter's rewind, one fill per layer, included).  Correctness: every variant's hidden state on 4 tokens against an fp32 copy of the model
+operations over 20 steps, durations summed; the counter's rewind, one fill per layer, included),
+and for the persistent variants each persistent kernel's measured schedule beside its simulated
+one (``CompiledModel.trace_persistent``: every task's clock readings on the GPU).  Correctness: every variant's hidden state on 4 tokens against an fp32 copy of the model
 with its own fp32 cache (relative L2 error <= max(1e-2, 4 x eager fp16's)), and its cache row
 against eager's.  Race check: the persistent variants are called ``--calls`` times on random
 tokens and every ``--check-every``-th output is checked the same way.  Roofline: the weights
@@ -144,6 +146,23 @@ def main(argv=None) -> int:
             eager_rows.append(new_row(eager_cache))
     eager_err = max(gm.compare(e, r, e, gm.TOL["float16"], None)["rel_l2_vs_fp32"] for e, r in zip(eager_out, ref32))
 
+    def traced(step, tok) -> dict:
+        """The persistent kernels' measured schedules beside the modelled ones
+        (``CompiledModel.trace_persistent`` on the arguments dynamo gives the plan in one step)."""
+        from tilefuse.runtime.compiled import CompiledModel
+        seen, real = {}, CompiledModel.__call__
+        CompiledModel.__call__ = lambda self, *a, **k: seen.update(model=self, args=a) or real(self, *a, **k)
+        try:
+            with torch.no_grad():
+                step(tok)
+        finally:
+            CompiledModel.__call__ = real
+        try:
+            runs = seen["model"].trace_persistent(*seen["args"])
+        except Exception as e:
+            return {"trace_error": gm.error_text(e)}
+        return {"trace": runs, "traced_over_modelled": [r["measured_over_modelled"] for r in runs]}
+
     def check(step, cache, ks) -> dict:
         checks = []
         with torch.no_grad():
@@ -226,6 +245,8 @@ def main(argv=None) -> int:
             if dev == "cuda":     # the GPU's own time per step, apart from the host's
                 with torch.no_grad():
                     out.update(gm.device_busy(step, list(tokens)))
+                if "persistent" in v:
+                    out.update(traced(step, tokens[0]))
             if "persistent" in v and args.calls:
                 stage = "race check"
                 fails, checked, t0 = [], 0, time.perf_counter()

@@ -454,16 +454,26 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
     measure("tilefuse", plain)
     measure("tilefuse_graph", tilefuse_graph)
 
+    traced: dict = {}
+
     def persistent(graph: bool):
         def prepare():
             m, secs = timer.wall(lambda: tilefuse.compile(model, inputs[0], target="auto", time_limit=args.time_limit,
                                                           cuda_graph=graph, persistent="auto"))
             launches = len(m.kernels) - sum(j - i - 1 for i, j in m.persistent)
+            traced["m"] = m
             return m, {**plan_info(m, secs), "launches": launches,
                        "persistent_runs": [[i, j] for i, j in m.persistent]}
         return prepare
-    measure("tilefuse_persistent", persistent(False))
-    measure("tilefuse_persistent_graph", persistent(True))
+    for v in ("tilefuse_persistent", "tilefuse_persistent_graph"):
+        measure(v, persistent(v.endswith("graph")))
+        if dev == "cuda" and "m" in traced and traced["m"].persistent and v in rec["variants"]:
+            try:      # each persistent kernel's measured schedule beside the simulated one
+                runs = traced.pop("m").trace_persistent(*inputs[0])
+                rec["variants"][v].update(trace=runs, traced_over_modelled=[r["measured_over_modelled"] for r in runs])
+            except Exception as e:
+                rec["variants"][v]["trace_error"] = error_text(e)
+            save(rec)
     rec["speedups"] = speedups(rec["variants"])
     return rec
 

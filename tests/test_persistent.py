@@ -83,6 +83,29 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         binary = compile_native_persistent(f"persistent_{i}", tiles, reads, writes,
                                            {**compiled.primgraph.types, **scratch}, 90)
         assert not binary.spills and binary.shared_bytes <= compiled.target.smem_per_block, (i, j, binary)
+    # traced (a GPU's measurement of the schedule, runtime/trace.py): the clock readings compile
+    # for sm_90 beside the phases; a trace equal to the simulated schedule compares as equal
+    from tilefuse.errors import TargetAbsentError
+    from tilefuse.runtime.trace import compare
+    i, j = compiled.persistent[0]
+    tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
+    from tilefuse.codegen.triton.persistent import persistent_module
+    traced = persistent_module("pk", tiles, reads, writes, trace=True)[0]
+    assert traced.count("= tf_clock(t)") == 3 * len(tiles) and traced.count("tl.store(tf_trace") == 4 * len(tiles)
+    binary = compile_native_persistent("traced", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90,
+                                       trace=True)
+    assert not binary.spills, binary
+    row = next(r for r in rows if r["first"] == i)
+    sim = timeline(row)
+    raw = [[1000 + round(t.start * 1e9), 1000 + round(t.start * 1e9), 1000 + round(t.end * 1e9), t.worker]
+           for t in sorted(sim, key=lambda t: (t.phase, t.start))]
+    same = compare(row, raw)
+    assert same["measured_over_modelled"] == pytest.approx(1.0, abs=1e-3) and same["tasks"] == row["tasks"]
+    assert all(ph["measured"]["end_us"] == pytest.approx(ph["modelled"]["end_us"], abs=1e-3) for ph in same["phases"])
+    slow = compare(row, [[2 * a - 1000, 2 * b - 1000, 2 * c - 1000, s] for a, b, c, s in raw])   # at half speed
+    assert slow["measured_over_modelled"] == pytest.approx(2.0, rel=0.02)
+    with pytest.raises(TargetAbsentError):
+        compiled.trace_persistent(*inputs)
     # the weights' L2 prefetches (the tiny model's are under the size worth one: asked for here)
     # are in the binary, one per line a thread asks for; the interpreter's source has none
     from tilefuse.codegen.triton import persistent as pk
@@ -457,3 +480,23 @@ def test_tile_level_dependencies_wait_for_the_tasks_whose_tiles_they_touch():
     torch.testing.assert_close(bufs["b"], a + 2)
     torch.testing.assert_close(bufs["d"], a.flip(0))
     torch.testing.assert_close(bufs["x"], (a + 2) ** 2)
+
+
+def test_a_trace_needs_a_gpu_and_every_task_run():
+    """Tracing reads the GPU's clock (PTX): in Triton's interpreter it is refused with the reason;
+    a trace with a task never run (its clock readings zero) or out of order is refused too."""
+    from tilefuse.codegen.triton.persistent import compile_persistent
+    from tilefuse.runtime.trace import traced_tasks
+    model, (inputs,) = zoo.build("resnet", "tiny")
+    compiled = tilefuse.compile(model, inputs, target="cpu", time_limit=1.0, persistent=True)
+    i, j = compiled.persistent[0]
+    tiles, reads, writes, _ = run_phases(compiled.kernels, i, j)
+    with pytest.raises(ValueError, match="interpreter cannot run"):
+        compile_persistent("pk", tiles, reads, writes, 4, trace=True)
+    with pytest.raises(ValueError, match="interpreter cannot run"):
+        compiled.trace_persistent(*inputs)
+    assert [t.phase for t in traced_tasks([[5, 6, 9, 0], [7, 9, 12, 1], [8, 12, 20, 0]], [2, 1])] == [0, 0, 1]
+    with pytest.raises(ValueError, match="never run"):
+        traced_tasks([[5, 6, 9, 0], [0, 0, 0, 0]], [2])
+    with pytest.raises(ValueError, match="3 tasks"):
+        traced_tasks([[5, 6, 9, 0]] * 3, [2])

@@ -155,6 +155,25 @@ class CompiledModel:
             outs = [o.to(self.device) for o in execute_reference(self.plan, self.primgraph, cpu)]
         return self._owned(outs)
 
+    def trace_persistent(self, *args, **kwargs) -> list[dict]:
+        """MEASURED: one call on ``args`` with every persistent kernel tracing its tasks (the GPU's
+        clock when each was taken, started and done, and its SM), after an untraced warm-up call;
+        per persistent kernel, its measured schedule beside the simulated one the report has
+        (``runtime/trace.compare``).  Needs the GPU the model was compiled for."""
+        from .trace import compare
+        self._require_present()
+        if not self.persistent:
+            raise ValueError("this model has no persistent kernel (compile with persistent=True or 'auto')")
+        feeds = self._check(list(self.imported.flatten_inputs(args, kwargs)))
+        prog = Program(self.plan, self.primgraph, self.device, self.kernels, self.memory,
+                       persistent=self.persistent, programs=self.target.sm_count, donate=True, trace=True)
+        prog.run(feeds)                     # compiles every kernel, warms the caches
+        prog.run(feeds)
+        torch.cuda.synchronize(self.device)
+        rows = {r["first"]: r for r in self.report.persistent if r["launched_as_one"]}
+        return [compare(rows[i], launch.trace.cpu().tolist()) for i, (launch, _) in sorted(prog._persistent.items())
+                if i in rows]       # (a run the Program cut at a kernel it runs apart has no row)
+
     def _owned(self, outs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Outputs the caller owns: a graph output that is an input or a weight is copied."""
         aliased = {d.name for d in self.primgraph.inputs} | {c.name for c in self.primgraph.constants}

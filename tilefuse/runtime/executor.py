@@ -25,7 +25,7 @@ class Program:
 
     def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device, kernels: Sequence[Built],
                  memory: MemoryPlan | None = None, persistent: Sequence[tuple[int, int]] = (),
-                 programs: int = 1, donate: bool = False):
+                 programs: int = 1, donate: bool = False, trace: bool = False):
         if len(kernels) != len(plan.kernels):
             raise ValueError(f"{len(kernels)} built kernels for a plan of {len(plan.kernels)}")
         self.plan, self.device, self.types = plan, device, pg.types
@@ -55,7 +55,8 @@ class Program:
         # an in-place kernel not given its input's memory copies it first: not a phase then
         apart = {k for k, b in enumerate(kernels) if b.inplace and b.outputs[0] not in self._aliases}
         persistent = [r for i, j in persistent for r in _without(i, j, apart)]
-        self._persistent = {i: (_persistent_launch(kernels, i, j, programs), j) for i, j in persistent}
+        # ``trace``: each persistent launch leaves its tasks' clock readings (``runtime/trace.py``)
+        self._persistent = {i: (_persistent_launch(kernels, i, j, programs, trace), j) for i, j in persistent}
         # the persistent kernels' scratch buffers by the names their phases use
         self._scratch = {n: t for i, j in persistent for k in range(i, j)
                          for n, t in zip(scratch_names(k, kernels[k]), self.scratch[k])}
@@ -143,10 +144,10 @@ def run_phases(kernels: Sequence[Built], first: int, last: int) -> tuple[list, l
     return tiles, reads, writes, types
 
 
-def _persistent_launch(steps: Sequence[Built], first: int, last: int, programs: int):
+def _persistent_launch(steps: Sequence[Built], first: int, last: int, programs: int, trace: bool = False):
     from ..codegen.triton.persistent import compile_persistent
     tiles, reads, writes, _ = run_phases(steps, first, last)
-    launch, _, _ = compile_persistent("persistent_" + steps[first].name, tiles, reads, writes, programs)
+    launch, _, _ = compile_persistent("persistent_" + steps[first].name, tiles, reads, writes, programs, trace)
     return launch
 
 

@@ -122,16 +122,18 @@ def compile_native_generic(kernel: Kernel, generic, arch: int) -> Binary:
     return _compile(kernel, generic.source, blocks, arch, {PARAM: "i32"})
 
 
-def compile_native_persistent(name: str, kernels, reads, writes, types, arch: int) -> Binary:
+def compile_native_persistent(name: str, kernels, reads, writes, types, arch: int, trace: bool = False) -> Binary:
     """A persistent kernel of ``kernels`` as phases (``persistent.py``; tensors named by ``reads``
-    and ``writes``, typed by ``types``) compiled for ``arch``; cached like ``compile_native`` (under
-    one name: the binary does not depend on it)."""
-    from .persistent import COUNTERS, NEEDS, persistent_module
-    source, params, table = persistent_module(_NAME, kernels, reads, writes)
+    and ``writes``, typed by ``types``) compiled for ``arch``, with ``trace`` its tasks' clock
+    readings; cached like ``compile_native`` (under one name: the binary does not depend on it)."""
+    from .persistent import COUNTERS, NEEDS, TRACE, persistent_module
+    source, params, table = persistent_module(_NAME, kernels, reads, writes, trace=trace)
     signature = {f"p{k}": _POINTER[types[n].dtype] for k, n in enumerate(params)}
     signature[COUNTERS] = "*i32"
     if table is not None:
         signature[NEEDS] = "*i32"
+    if trace:
+        signature[TRACE] = "*i64"
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
     return _cached(["persistent", arch, source, signature, warps, stages], name,
                    lambda: _build(_jit_function(source, _NAME), signature, {}, len(signature), warps, stages,

@@ -67,6 +67,9 @@ COUNTERS = "tf_counters"     # int32 [1 + phases + tasks]: the task counter, eac
 NEEDS = "tf_needs"           # int32: per task, where in it the tasks it waits for one by one are
 TILE_LANES = 32              # earlier tasks a waiting task checks at once (a block of flags)
 PREFETCH_FN = "tf_prefetch_l2"
+TRACE = "tf_trace"           # int64 [tasks, TRACE_FIELDS] (``trace=True``): per task the GPU's clock
+TRACE_FIELDS = 4             # (ns) when taken, when its waits ended, when counted done, and its SM
+CLOCK_FN, SM_FN = "tf_clock", "tf_smid"
 LINE_BYTES = 128             # an L2 line: one prefetch each
 PREFETCH_LANES = 128         # lines a program asks for at once (one per thread at 4 warps)
 PREFETCH_MIN_BYTES = 64 << 10    # a smaller tensor is a few lines: not worth a task's instructions
@@ -196,6 +199,18 @@ def {PREFETCH_FN}(ptr, first, numel, task, tasks, LINE: tl.constexpr, LANES: tl.
                                   dtype=tl.int32, is_pure=False, pack=1)"""
 
 
+# the GPU's global clock (ns) and the SM a program runs on, read where a task is traced (the
+# argument only gives the value a shape; PTX, so not for the interpreter)
+_TRACE_SOURCE = f"""@triton.jit
+def {CLOCK_FN}(t):
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [t], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def {SM_FN}(t):
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [t], dtype=tl.int32, is_pure=False, pack=1)"""
+
+
 def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                   writes: Sequence[Sequence[str]]) -> list[Kernel]:
     """The kernels as phases: device functions, each input an earlier phase writes read past L1."""
@@ -231,13 +246,15 @@ def needs_table(phases: Sequence[Kernel], waits: Waits) -> list[int] | None:
 
 def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequence[str]],
                       params: Sequence[str], prefetch: Sequence[Sequence[Prefetch]] = (),
-                      after: Sequence[Sequence[int]] | None = None, waits: Waits | None = None) -> str:
+                      after: Sequence[Sequence[int]] | None = None, waits: Waits | None = None,
+                      trace: bool = False) -> str:
     """The module of the persistent kernel ``name``: the phases' functions and the driver, whose
     parameters are ``params`` (tensor names, each a pointer), the counters and, with tile-level
     waits, the ``NEEDS`` table (``needs_table``); ``args``: each phase's tensors in its
     inputs-then-outputs order; ``prefetch[p]``: what phase ``p``'s tasks prefetch (``prefetches``;
     none: no prefetch code); ``after[p]``: the phases phase ``p`` waits for whole (by default each
-    the one before); ``waits``: ``task_dependencies``' (its ``after`` and tile-level edges)."""
+    the one before); ``waits``: ``task_dependencies``' (its ``after`` and tile-level edges);
+    ``trace``: each task writes its ``TRACE_FIELDS`` to a last parameter, ``TRACE`` (GPU only)."""
     if waits is not None:
         after = waits.after
     after = [(p - 1,) if p else () for p in range(len(phases))] if after is None else after
@@ -252,7 +269,7 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
         bodies.extend(lines[1:])
     pointer = {n: f"p{k}" for k, n in enumerate(params)}
     total = sum(_tasks(p) for p in phases)
-    extra = f", {NEEDS}" if tiled else ""
+    extra = (f", {NEEDS}" if tiled else "") + (f", {TRACE}" if trace else "")
     driver = ["@triton.jit", f"def {name}({', '.join(pointer[n] for n in params)}, {COUNTERS}{extra}):",
               f"    t = tl.atomic_add({COUNTERS}, 1)",
               f"    while t < {total}:"]
@@ -260,6 +277,8 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
     for p, (phase, names) in enumerate(zip(phases, args)):
         start, end = end, end + _tasks(phase)
         driver.append(f"        {'if' if p == 0 else 'elif'} t < {end}:")
+        if trace:
+            driver.append(f"            tf_taken = {CLOCK_FN}(t)")
         for f in (prefetch[p] if p < len(prefetch) else ()):
             driver.append(f"            {PREFETCH_FN}({pointer[f.tensor]}, {f.first}, {f.numel}, t - {start}, {end - start}, "
                           f"{max(LINE_BYTES // f.itemsize, 1)}, {PREFETCH_LANES})")
@@ -280,6 +299,8 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
                        "                while done == 0:",
                        f"                    done = {seen}",
                        f"                tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\")"]
+        if trace:
+            driver.append(f"            tf_started = {CLOCK_FN}(t)")
         ids = _program_ids(phase.grid, f"(t - {start})")
         blocks = [str(a.block) for a in _blocks(phase)]
         driver.append(f"            {phase.name}({', '.join([pointer[n] for n in names] + ids + blocks)})")
@@ -287,6 +308,13 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
         if p in flagged:
             driver.append(f"            tl.atomic_add({COUNTERS} + {flags} + t, 1, sem=\"release\")")
         driver.append(f"            tl.atomic_add({COUNTERS} + {p + 1}, 1, sem=\"release\")")
+        if trace:
+            at = f"{TRACE} + {TRACE_FIELDS} * t"
+            driver += [f"            tf_done = {CLOCK_FN}(t)",
+                       f"            tl.store({at}, tf_taken)",
+                       f"            tl.store({at} + 1, tf_started)",
+                       f"            tl.store({at} + 2, tf_done)",
+                       f"            tl.store({at} + 3, {SM_FN}(t).to(tl.int64))"]
     driver.append(f"        t = tl.atomic_add({COUNTERS}, 1)")
     imports = list(dict.fromkeys(head))
     # each phase a function of its own (not inlined): its shared memory and registers are its own,
@@ -296,6 +324,8 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
     helpers = list(dict.fromkeys(b.rstrip("\n") for b in bodies))
     if any(prefetch):
         helpers.append(_PREFETCH_SOURCE)
+    if trace:
+        helpers.append(_TRACE_SOURCE)
     return "\n".join(imports) + "\n\n\n" + "\n\n\n".join(helpers + ["\n".join(driver)]) + "\n"
 
 
@@ -326,27 +356,33 @@ def _blocks(k: Kernel):
 
 
 def persistent_module(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                      writes: Sequence[Sequence[str]],
-                      prefetch: bool = True) -> tuple[str, list[str], list[int] | None]:
+                      writes: Sequence[Sequence[str]], prefetch: bool = True,
+                      trace: bool = False) -> tuple[str, list[str], list[int] | None]:
     """(the source of the persistent kernel ``name`` of ``kernels`` as phases, its tensors in
-    parameter order, its ``NEEDS`` table or None); ``prefetch``: with the phases' L2 prefetches
-    (not for the interpreter)."""
+    parameter order, its ``NEEDS`` table or None); ``prefetch``: with the phases' L2 prefetches,
+    ``trace``: with each task's clock readings (neither for the interpreter)."""
     phases = phase_kernels(kernels, reads, writes)
     params = list(dict.fromkeys(n for ins, outs in zip(reads, writes) for n in (*ins, *outs)))
     args = [list(ins) + list(outs) for ins, outs in zip(reads, writes)]
     ahead = prefetches(kernels, reads, writes) if prefetch else ()
     waits = task_dependencies(kernels, reads, writes)
-    return (persistent_source(name, phases, args, params, ahead, waits=waits), params,
+    return (persistent_source(name, phases, args, params, ahead, waits=waits, trace=trace), params,
             needs_table(kernels, waits))
 
 
 def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                       writes: Sequence[Sequence[str]], programs: int) -> tuple[Callable, str, list[str]]:
+                       writes: Sequence[Sequence[str]], programs: int,
+                       trace: bool = False) -> tuple[Callable, str, list[str]]:
     """(launcher, source, its tensors in parameter order) of the persistent kernel running
     ``kernels`` as phases (their tensors named by ``reads``/``writes``, inputs-then-outputs order);
-    the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs."""
+    the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs.
+    ``trace`` (a GPU's): each launch leaves its tasks' clock readings in ``launcher.trace``, an
+    int64 tensor [tasks, ``TRACE_FIELDS``] (``runtime/trace.py`` reads it)."""
     from .launch import _descriptor_scratch, load_kernel
-    source, params, table = persistent_module(name, kernels, reads, writes, prefetch=not interpreted())
+    if trace and interpreted():
+        raise ValueError("tracing a persistent kernel reads the GPU's clock (PTX), which Triton's "
+                         "interpreter cannot run: it needs a CUDA device")
+    source, params, table = persistent_module(name, kernels, reads, writes, prefetch=not interpreted(), trace=trace)
     fn = load_kernel(source, name)
     total = sum(_tasks(k) for k in kernels)
     size = 1 + len(kernels) + (total if table is not None else 0)
@@ -364,6 +400,9 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
             got = counters[device] = (torch.zeros(size, dtype=torch.int32, device=device), needs)
         c, needs = got
         c.zero_()
+        if trace:
+            launch.trace = torch.zeros((total, TRACE_FIELDS), dtype=torch.int64, device=device)
+            needs = [*needs, launch.trace]
         ts = [buffers[n] if n in written else buffers[n].contiguous() for n in params]
         if tma:         # a tensor descriptor's base must be 16-byte aligned (a view may not be)
             ts = [t if n in written or t.data_ptr() % 16 == 0 else t.clone() for n, t in zip(params, ts)]
