@@ -159,7 +159,9 @@ class CompiledModel:
         """MEASURED: one call on ``args`` with every persistent kernel tracing its tasks (the GPU's
         clock when each was taken, started and done, and its SM), after an untraced warm-up call;
         per persistent kernel, its measured schedule beside the simulated one the report has
-        (``runtime/trace.compare``).  Needs the GPU the model was compiled for."""
+        (``runtime/trace.compare``).  Needs the GPU the model was compiled for.  The plan runs twice
+        on ``args``: an input it updates in place (a KV cache's rows, a length counter) is updated
+        twice."""
         from .trace import compare
         self._require_present()
         if not self.persistent:

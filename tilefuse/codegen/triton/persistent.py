@@ -26,10 +26,10 @@ its own flag); a wait spins on plain volatile loads of the count or flags (a blo
 once, until all are set: loads of one line are served side by side, where read-modify-writes
 would queue at L2 behind the producers' own adds), then reads each once more with an acquire
 read-modify-write, which synchronizes with every release counted into the value it sees (later
-adds to the same counter continue the release sequence), and a phase implied by another one waited for whole is not waited for again
-(that one's tasks acquired it before releasing theirs: happens-before is transitive; a tile-level
-edge implies nothing about the phases behind it, so those are kept); a phase's loads of tensors an
-earlier phase of the launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never
+adds to the same counter continue the release sequence); a phase implied by another one waited
+for whole is not waited for again (that one's tasks acquired it before releasing theirs:
+happens-before is transitive; a tile-level edge implies nothing about the phases behind it, so
+those are kept); a phase's loads of tensors an earlier phase of the launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never
 reads a line its SM cached before another SM rewrote it. Dependencies are by tensor name, which is
 exact only because no two tensors a run touches share arena bytes (``runtime/memory.plan_memory``
 keeps each alive through the runs it meets): two phases that do not depend on each other may run at
