@@ -85,11 +85,11 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
         assert not binary.spills and binary.shared_bytes <= compiled.target.smem_per_block, (i, j, binary)
     # traced (a GPU's measurement of the schedule, runtime/trace.py): the clock readings compile
     # for sm_90 beside the phases; a trace equal to the simulated schedule compares as equal
+    from tilefuse.codegen.triton.persistent import persistent_module
     from tilefuse.errors import TargetAbsentError
     from tilefuse.runtime.trace import compare
     i, j = compiled.persistent[0]
     tiles, reads, writes, scratch = run_phases(compiled.kernels, i, j)
-    from tilefuse.codegen.triton.persistent import persistent_module
     traced = persistent_module("pk", tiles, reads, writes, trace=True)[0]
     assert traced.count("= tf_clock(t)") == 3 * len(tiles) and traced.count("tl.store(tf_trace") == 4 * len(tiles)
     binary = compile_native_persistent("traced", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90,
