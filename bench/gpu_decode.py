@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     tokens = torch.randint(0, args.vocab, (CHECK_TOKENS, 1, 1), generator=g).to(dev)
     pos = torch.tensor([args.prompt], device=dev)
 
-    def new_cache(m, dtype):
+    def new_cache(m):
         cache = StaticCache(config=cfg, max_cache_len=args.cache)
         with torch.no_grad():
             m(input_ids=prompt, past_key_values=cache, cache_position=torch.arange(args.prompt, device=dev))
@@ -120,14 +120,14 @@ def main(argv=None) -> int:
             if getattr(layer, "cumulative_length", None) is not None and torch.is_tensor(layer.cumulative_length):
                 layer.cumulative_length.fill_(args.prompt)
 
-    def step_of(fn, cache):
-        def call(tok):
-            return fn(input_ids=tok, past_key_values=cache, cache_position=pos, use_cache=True).last_hidden_state
+    def call_of(fn, cache):          # one step at the prompt's position, the counter as it is
+        return lambda tok: fn(input_ids=tok, past_key_values=cache, cache_position=pos,
+                              use_cache=True).last_hidden_state
 
+    def rewound(call, cache):        # the counter set back first: every step writes the same row
         def step(tok):
             rewind(cache)
             return call(tok)
-        step.__wrapped__ = call
         return step
 
     def new_row(cache):      # the step's cache row of every layer, keys and values
@@ -135,10 +135,11 @@ def main(argv=None) -> int:
                           for layer in cache.layers]).float()
 
     with torch.no_grad(), gm.full_fp32(torch):
-        ref_step = step_of(model32.forward, new_cache(model32, torch.float32))
+        cache32 = new_cache(model32)
+        ref_step = rewound(call_of(model32.forward, cache32), cache32)
         ref32 = [[ref_step(t).clone()] for t in tokens]
-    eager_cache = new_cache(model, torch.float16)
-    eager_step = step_of(model.forward, eager_cache)
+    eager_cache = new_cache(model)
+    eager_step = rewound(call_of(model.forward, eager_cache), eager_cache)
     with torch.no_grad():
         eager_out, eager_rows = [], []
         for t in tokens:
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
     info = gm.device_info(dev)
     doc = {"what": "one decode step of a LLaMA-shaped model with a static KV cache: MEASURED on the device named",
            "command": "python " + " ".join(sys.argv), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "device": info, "versions": gm.versions(), "config": {k: v for k, v in vars(args).items()},
+           "device": info, "versions": gm.versions(), "config": dict(vars(args)),
            "skipped_variants": skipped, "eager_rel_l2_vs_fp32": eager_err,
            "bytes_moved": moved, "variants": {}}
     if dev == "cuda":
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
         stage = "compile"
         try:
             torch._dynamo.reset()
-            cache = new_cache(model, torch.float16) if v != "eager" else eager_cache
+            cache = new_cache(model) if v != "eager" else eager_cache
             if v == "eager":
                 fn = model.forward
             elif v == "inductor_graph":
@@ -209,7 +210,7 @@ def main(argv=None) -> int:
             else:
                 fn = torch.compile(model.forward, backend="tilefuse",
                                    options={"target": "auto", "time_limit": args.time_limit, **OPTIONS[v]})
-            run = step_of(fn, cache).__wrapped__
+            run = call_of(fn, cache)
             if v == "inductor_graph":
                 inner = run
 
@@ -217,9 +218,7 @@ def main(argv=None) -> int:
                     torch.compiler.cudagraph_mark_step_begin()
                     return inner(tok).clone()
 
-            def step(tok):
-                rewind(cache)
-                return run(tok)
+            step = rewound(run, cache)
             with torch.no_grad():
                 _, first = timer.wall(lambda: step(tokens[0]))
             out["first_call_s"] = round(first, 2)
