@@ -114,3 +114,32 @@ def test_interpreter_reduces_nan_propagating_max_min_with_numpy(reduce, monkeypa
     got = c(x)
     assert torch.isnan(got[2]) and not torch.isnan(got[torch.arange(6) != 2]).any()
     torch.testing.assert_close(got, fn(x), equal_nan=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs kernels only without CUDA")
+def test_interpreted_kernels_skip_overflow_checks_whose_assert_is_dropped(monkeypatch):
+    """The interpreter's signed 32-bit overflow check ends in an assert it drops when its options
+    have debug off: while tilefuse interprets, the check is not computed (outputs still equal
+    eager's), and the interpreter's own options are back as they were afterwards."""
+    from triton.language import semantic
+    from triton.runtime.interpreter import interpreter_builder
+
+    from tilefuse.codegen.triton.interpreter import interpreting
+    before = interpreter_builder.options
+    assert before.sanitize_overflow and not before.debug        # the premise (Triton 3.6 and 3.9)
+    checked = []
+    sanitize = semantic.TritonSemantic.binary_op_sanitize_overflow_impl
+
+    def counted(self, *args):
+        checked.append(self.builder.options.sanitize_overflow)
+        return sanitize(self, *args)
+    monkeypatch.setattr(semantic.TritonSemantic, "binary_op_sanitize_overflow_impl", counted)
+    fn = lambda a: torch.softmax(a[:, ::2] * 3, dim=-1)   # noqa: E731   (strided: index arithmetic)
+    x = torch.randn(5, 40)
+    c = tilefuse.compile(fn, (x,), backend="triton")
+    torch.testing.assert_close(c(x), fn(x))
+    assert checked and not any(checked)
+    assert interpreter_builder.options is before
+    with interpreting():
+        assert not interpreter_builder.options.sanitize_overflow
+    assert interpreter_builder.options is before

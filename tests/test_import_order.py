@@ -76,9 +76,10 @@ NO_TRACE = """
 import os, sys
 import torch
 import triton.language as tl
-from triton.runtime.interpreter import InterpreterBuilder, ReduceOps
+from triton.runtime.interpreter import InterpreterBuilder, ReduceOps, interpreter_builder
 before = (os.environ.get("TRITON_INTERPRET"), tl.max, tl.standard._sum_combine, InterpreterBuilder.create_dot,
-          InterpreterBuilder.cast_impl, InterpreterBuilder.create_masked_load, ReduceOps.apply_impl)
+          InterpreterBuilder.cast_impl, InterpreterBuilder.create_masked_load, ReduceOps.apply_impl,
+          interpreter_builder.options)
 import tilefuse
 assert os.environ.get("TRITON_INTERPRET") is None, "importing tilefuse set TRITON_INTERPRET"
 model = torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.Softmax(-1)).eval()
@@ -87,7 +88,8 @@ compiled = tilefuse.compile(model, (x,), time_limit=1.0)
 torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
 assert any(k.language == "triton" for k in compiled.kernels)
 after = (os.environ.get("TRITON_INTERPRET"), tl.max, tl.standard._sum_combine, InterpreterBuilder.create_dot,
-         InterpreterBuilder.cast_impl, InterpreterBuilder.create_masked_load, ReduceOps.apply_impl)
+         InterpreterBuilder.cast_impl, InterpreterBuilder.create_masked_load, ReduceOps.apply_impl,
+         interpreter_builder.options)
 changed = [k for k, (a, b) in enumerate(zip(before, after)) if a is not b]
 assert not changed, changed
 print("no trace")

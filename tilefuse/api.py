@@ -92,24 +92,28 @@ def _check_frontend_options(fn: str, options: dict, frontend: tuple[str, ...]) -
 
 def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda_graph: bool = False,
                 measured: dict[str, float] | None = None, progress: Callable[[int, int], None] | None = None,
-                solved: dict | None = None, grounded: dict | None = None) -> tuple[dict[str, Plan], Coster]:
+                solved: dict | None = None, grounded: dict | None = None,
+                seconds: dict | None = None) -> tuple[dict[str, Plan], Coster]:
     """Plans for every strategy, costed on the target as they will run (per-launch or in a CUDA
     graph), with measured kernel times (schedule key -> seconds) in place of modelled ones, and
-    costs from compiled binaries (schedule key -> Cost, ``native.ground``) in place of estimates."""
-    coster = Coster(pg.types, target, cuda_graph=cuda_graph, measured=measured, grounded=grounded)
+    costs from compiled binaries (schedule key -> Cost, ``native.ground``) in place of estimates.
+    ``seconds``: candidate structure -> best time, shared by plannings with the same costing."""
+    coster = Coster(pg.types, target, cuda_graph=cuda_graph, measured=measured, grounded=grounded,
+                    seconds=seconds)
     return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress, solved=solved)), coster
 
 
 def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[str, Plan], Coster]:
     """The graph to compile and its plans: ``pg`` or its horizontal rewrite (contractions sharing
     an activation merged, ``transform/horizontal.py``), whichever has the cheaper optimal plan.
-    Segments the two graphs share are solved once."""
+    Segments the two graphs share are solved once, and candidates of the same structure costed once."""
     solved: dict = {}
-    plans, coster = orchestrate(pg, target, solved=solved, **kw)
+    seconds: dict = {}
+    plans, coster = orchestrate(pg, target, solved=solved, seconds=seconds, **kw)
     merged = horizontal(pg)
     if merged is not pg:
         merged = simplify_graph(vertical(merged))      # the slices compose into their readers
-        plans_h, coster_h = orchestrate(merged, target, solved=solved, **kw)
+        plans_h, coster_h = orchestrate(merged, target, solved=solved, seconds=seconds, **kw)
         keep = plans_h["optimal"].cost < plans["optimal"].cost
         _log.info("horizontal: contractions sharing an input merged: optimal %.1f us vs %.1f us as they are: %s",
                   plans_h["optimal"].cost * 1e6, plans["optimal"].cost * 1e6, "merged" if keep else "kept apart")

@@ -30,7 +30,8 @@ class Coster:
 
     def __init__(self, types: Mapping[str, TensorType], target: Target,
                  families: Sequence[KernelFamily] = FAMILIES, *, cuda_graph: bool = False,
-                 measured: Mapping[str, float] | None = None, grounded: Mapping[str, Cost] | None = None):
+                 measured: Mapping[str, float] | None = None, grounded: Mapping[str, Cost] | None = None,
+                 seconds: dict | None = None):
         self.types = types
         self.target = target
         self.families = tuple(families)
@@ -40,7 +41,9 @@ class Coster:
         self.grounded = grounded or {}        # schedule key -> its cost from its compiled binary
         self._options: dict[tuple, list[tuple[Cost, Schedule]]] = {}
         self._adopted: dict[int, tuple[Cost, Schedule]] = {}
-        self._seconds: dict[tuple, float | None] = {}     # structure -> the best time
+        # structure -> the best time; ``seconds`` shares it with another Coster of the same
+        # target, launch mode, measured and grounded times (a rewrite of the same graph)
+        self._seconds: dict[tuple, float | None] = {} if seconds is None else seconds
 
     def options(self, cand: Candidate) -> list[tuple[Cost, Schedule]]:
         """Every family's top schedules for the candidate, each costed: the fastest family's

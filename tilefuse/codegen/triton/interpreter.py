@@ -12,7 +12,8 @@ is loaded, and each launch), and restores on exit everything it changed:
   combiners (``tl.standard._sum_combine``) by identity;
 - four corrections to the interpreter (``_CORRECTIONS``): bf16 products of the values rather than
   of their raw bits, fp32 → bf16 rounded to nearest even, NaN-propagating max/min reduced by
-  numpy, bool masks for masked loads and stores.
+  numpy, bool masks for masked loads and stores; and one saving: no integer overflow checks whose
+  assert the interpreter drops anyway.
 
 The interpreter keeps its program index and patched builder in module globals, so interpreted
 launches are serialized (one lock, re-entrant: a kernel loaded inside a launch's context).
@@ -246,4 +247,19 @@ def _nan_max_min() -> None:
     _set(ReduceOps, "apply_impl", apply_impl)
 
 
-_CORRECTIONS: tuple[Callable[[], None], ...] = (_bf16_dot, _bf16_rounding, _nan_max_min, _bool_masks)
+def _no_dropped_overflow_checks() -> None:
+    """The interpreter (Triton 3.6 and 3.9) evaluates every signed 32-bit add, sub and mul a
+    second time in int64 against the type's bounds for an overflow assert, then drops the assert
+    because its options have ``debug`` off (``device_assert`` returns at once): about 40% of an
+    interpreted kernel's time spent on a check that can never fire.  Where the assert would be
+    dropped, the check is not computed."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+    builder = interpreter.interpreter_builder
+    if builder.options.sanitize_overflow and not builder.options.debug:
+        _set(builder, "options", dataclasses.replace(builder.options, sanitize_overflow=False))
+
+
+_CORRECTIONS: tuple[Callable[[], None], ...] = (_bf16_dot, _bf16_rounding, _nan_max_min, _bool_masks,
+                                                _no_dropped_overflow_checks)
