@@ -48,7 +48,7 @@ def _generate(name: str, batch: int, *, new_tokens: int = NEW_TOKENS, cache: str
         wants = [model.generate(ids, **kw) for ids in prompts]
     planned = _Planned()
     model.forward = torch.compile(model.forward, backend="tilefuse",
-                                  options={"interpreter": True, "time_limit": 2.0, **options})
+                                  options={"interpreter": True, "time_limit": 1.0, **options})
     with warnings.catch_warnings(), torch.no_grad(), planned:
         warnings.simplefilter("error", TilefuseFallbackWarning)      # no graph runs eagerly
         gots = [model.generate(ids, **kw) for ids in prompts]

@@ -27,7 +27,7 @@ def test_node_case(case):
 # Every node case also runs through the whole pipeline with generated kernels (the optimal plan,
 # fused where it pays): a sample of every NODE_SAMPLE-th case by default, all with --runslow
 # (about 6 minutes on 2 cores).  The expectations file holds every case, so both modes are checked.
-NODE_SAMPLE = 6
+NODE_SAMPLE = 12
 
 
 def pytest_generate_tests(metafunc):
