@@ -86,13 +86,41 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict, *, strict: bool =
             # torch's own pytree code warns about its deprecated LeafSpec while exporting
             warnings.filterwarnings("ignore", message=r".*LeafSpec", category=FutureWarning)
             ep = torch.export.export(module, args, kwargs, strict=strict)
-            return ep.run_decompositions(decomposition_table())
+            table = decomposition_table()
+            if decomposed_already(ep, table):
+                ep.graph.eliminate_dead_code()      # (the re-trace would drop unused outputs too)
+                ep.graph_module.recompile()
+                return ep
+            return ep.run_decompositions(table)
     except Exception as e:
         first = str(e).strip().split("\n")[0]
         raise ModelLoadError(f"torch.export could not trace {type(module).__name__}: "
                              f"{type(e).__name__}: {first}") from e
     finally:
         module.train(was_training)
+
+
+def decomposed_already(ep: ExportedProgram, table: Mapping) -> bool:
+    """Whether ``ep.run_decompositions(table)`` would leave the graph as it is (but for unused
+    nodes): every call is an ATen op that no entry of the table decomposes, that has no
+    CompositeImplicitAutograd kernel to decompose it unless the frontend keeps it whole, and that
+    mutates nothing (functionalization has nothing to do), or a ``getitem`` of such an op's
+    results.  torch spends ~0.3 s of fixed overhead on every ``run_decompositions`` call (it
+    re-registers every CompositeImplicitAutograd op of the process), most of a small graph's
+    compile; ``tests/test_torch_frontend.py`` checks that the two paths give the same graph."""
+    for n in ep.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        if n.op != "call_function":
+            return False                            # a submodule (a higher-order op's body)
+        t = n.target
+        if t is operator.getitem:
+            continue
+        if not isinstance(t, torch._ops.OpOverload) or t in table or t._schema.is_mutable:
+            return False
+        if t not in KEEP_WHOLE and torch._C._dispatch_has_kernel_for_dispatch_key(t.name(), "CompositeImplicitAutograd"):
+            return False
+    return True
 
 
 def import_exported(ep: ExportedProgram, name: str = "model") -> Imported:
