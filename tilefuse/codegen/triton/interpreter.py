@@ -250,7 +250,7 @@ def _nan_max_min() -> None:
 def _no_dropped_overflow_checks() -> None:
     """The interpreter (Triton 3.6 and 3.9) evaluates every signed 32-bit add, sub and mul a
     second time in int64 against the type's bounds for an overflow assert, then drops the assert
-    because its options have ``debug`` off (``device_assert`` returns at once): about 40% of an
+    because its options have ``debug`` off (``device_assert`` returns at once): a third of an
     interpreted kernel's time spent on a check that can never fire.  Where the assert would be
     dropped, the check is not computed."""
     import dataclasses
