@@ -315,7 +315,7 @@ def test_the_simulated_dram_queue_and_prefetches():
     early = Phase(1, 1.0, prefetch_bytes=500, prefetch_for=((1, 500),))  # 0.5 s of DRAM, asked at once
     assert simulate([early, cold], 1, 0.0, rate) == pytest.approx(2.0)   # 1 s, then warm: 1 s
     assert simulate([early, cold], 1, 0.0) == pytest.approx(6.0)         # not modelled: cold
-    late = Phase(1, 1.0, prefetch_bytes=3000, prefetch_for=((1, 500),))  # arrives at 3 s
+    late = Phase(1, 1.0, prefetch_bytes=3000, prefetch_for=((1, 3000),))     # one ask: in L2 at 3 s
     assert simulate([late, cold], 1, 0.0, rate) == pytest.approx(3.0)    # warm from 1, waits for it
     slow = Phase(1, 1.0, prefetch_bytes=9000, prefetch_for=((1, 9000),))     # arrives at 9 s
     heavy = Phase(1, 12.0, warm_s=1.0, dram_bytes=9000, fetched_bytes=9000)
@@ -330,9 +330,47 @@ def test_the_simulated_dram_queue_and_prefetches():
     ends = [t.end for t in schedule([replace(ask, prefetch_bytes=500, prefetch_for=((1, 500),)), third],
                                     3, 0.0, rate)][1:]
     assert ends[0] == pytest.approx(1.0 + 4.0 - 3.0 * 0.5) and ends[1:] == pytest.approx([5.0, 5.0])
+    # task i asks for the i-th share of the stream: phase 1's 500 bytes are the first task's
+    # (in L2 at 0.5 s), phase 2's the second's (at 1.0 s), not half of each by each task
+    two = Phase(2, 0.1, prefetch_bytes=1000, prefetch_for=((1, 500), (2, 500)))
+    near = far = Phase(1, 2.0, warm_s=0.2, dram_bytes=500, fetched_bytes=500, after=())
+    ends = [t.end for t in schedule([two, near, far], 4, 0.0, rate)]
+    assert ends[2:] == pytest.approx([0.5, 1.0])
     # a task's own bytes go ahead of prefetches asked for before it: it is not held up by them
     reads = Phase(1, 0.5, dram_bytes=500, prefetch_bytes=4000, prefetch_for=((1, 4000),))
     assert max(t.end for t in schedule([reads], 1, 0.0, rate)) == pytest.approx(0.5)
+
+
+def test_each_task_prefetches_its_share_of_the_stream_in_order(tmp_path):
+    """The prefetch helper of a persistent kernel (its address arithmetic run in the interpreter,
+    the PTX prefetch swapped for a store of the asking task): task ``i`` asks for the lines of the
+    ``i``-th share of the phase's part of the stream, across tensors, each line once."""
+    import importlib.util
+    import re
+
+    import torch
+    from tilefuse.codegen.triton import persistent as pk
+    from tilefuse.codegen.triton.interpreter import interpreting
+    asks = [pk.Prefetch("a", 10, 200, 4, 1), pk.Prefetch("b", 0, 300, 4, 2)]    # 800 + 1200 bytes
+    share = pk.prefetch_share(asks, 3)
+    assert share == 768 and pk.prefetch_share(asks, 1) == 2048          # whole lines: 6, 16
+    helper, swapped = re.subn(r"tl\.inline_asm_elementwise\(\"prefetch\.global\.L2 \[\$1\];.*?pack=1\)",
+                              "tl.store(ptr + at, task + 1 + 0 * at)", pk._PREFETCH_SOURCE, flags=re.S)
+    assert swapped == 1
+    calls = "\n".join(f"    {pk.PREFETCH_FN}({f.tensor}, {f.first}, {f.numel}, {at}, t, {share}, 4, 32, 128)"
+                      for f, at in zip(asks, (0, 800)))
+    path = tmp_path / "prefetch_probe.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + helper + "\n\n\n@triton.jit\n"
+                    "def probe(a, b):\n    t = tl.program_id(0)\n" + calls + "\n")
+    a, b = torch.zeros(256, dtype=torch.int32), torch.zeros(320, dtype=torch.int32)
+    with interpreting():                # (its functions made for the interpreter: loaded inside)
+        spec = importlib.util.spec_from_file_location("prefetch_probe", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.probe[(3,)](a, b)
+    asked = [(n, i, int(v)) for n, x in (("a", a), ("b", b)) for i, v in enumerate(x.tolist()) if v]
+    assert asked == [("a", 10 + 32 * k, 1) for k in range(6)] + [("a", 202, 2)] + \
+        [("b", 32 * k, 2) for k in range(6)] + [("b", 184 + 32 * k, 3) for k in range(4)]
 
 
 def test_phases_wait_for_the_phases_whose_tensors_they_touch():

@@ -17,9 +17,10 @@ its kernel's, asked for when it starts) are served in order at that rate, phase 
 side by side each at the full rate: the makespan's floor below bounds them together), so a task ends
 no earlier than its phase's bytes up to its own are delivered; prefetches
 (``codegen/triton/persistent.prefetches``) use what is left: a phase's tasks, when taken and before
-any wait, ask L2 for an equal share of the next weights later phases read (what no phase of the
-kernel writes), and a share arrives once every byte asked for before it, demand or prefetch, has
-crossed the bus.  The bytes prefetched for a phase are the first of its DRAM bytes, and its tasks
+any wait, ask L2 for an equal share each of the next weights later phases read (what no phase of
+the kernel writes), task ``i`` the ``i``-th share of that part of the stream (the bytes for the
+nearest phase first: ``Phase.prefetch_for`` in the stream's order), and a share arrives once every
+byte asked for before it, demand or prefetch, has crossed the bus.  The bytes prefetched for a phase are the first of its DRAM bytes, and its tasks
 read its bytes in equal slices in task order (a GEMV's row blocks): task ``i``'s slice is prefetched
 in the part the prefetches reached, which arrives as the asks covering it do; the task waits for
 that part and reads the rest itself, through the queue and at most at the rate its own requests in
@@ -42,7 +43,8 @@ class Phase:
     task_s: float              # one task's modelled time
     warm_s: float | None = None    # one task's time with every DRAM byte of its slice in L2 (prefetched)
     prefetch_bytes: float = 0.0    # bytes its tasks ask L2 for, for later phases (an equal share each)
-    prefetch_for: tuple[tuple[int, float], ...] = ()   # (a later phase, bytes asked for it) pairs
+    prefetch_for: tuple[tuple[int, float], ...] = ()   # (a later phase, bytes asked for it) pairs,
+                                                       # in the stream's order (the nearest first)
     dram_bytes: float = 0.0        # its kernel's DRAM bytes (with every phase's: a floor on the run)
     fetched_bytes: float = 0.0     # of those, the first ones, which earlier phases prefetched
     solo_rate: float = 0.0         # bytes/s one of its tasks draws from DRAM alone (its requests in
@@ -86,17 +88,20 @@ def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate:
         done = barrier
         demand = 0.0                         # when this phase's own DRAM bytes so far are delivered
         share = phase.prefetch_bytes / phase.tasks if dram_rate else 0.0
-        asks = [(q, nbytes / phase.tasks) for q, nbytes in phase.prefetch_for]
         slice_ = phase.dram_bytes / phase.tasks
         warm = phase.warm_s is not None and bool(dram_rate) and phase.fetched_bytes > 0 and slice_ > 0
         for i in range(phase.tasks):
             at, w = heapq.heappop(free)
             start = at + atomic_s                           # the queue's atomic
-            if share:                                       # asked for before any wait
-                total = max(total, start) + share / dram_rate
-                for q, nbytes in asks:
-                    got = arrived.setdefault(q, [])
-                    got.append(((got[-1][0] if got else 0.0) + nbytes, total))
+            if share:                                       # asked for before any wait: task i
+                at = 0.0                                    # the stream's i-th share, in order
+                for q, nbytes in phase.prefetch_for:
+                    part = min(at + nbytes, (i + 1) * share) - max(at, i * share)
+                    at += nbytes
+                    if part > 0:
+                        total = max(total, start) + part / dram_rate
+                        got = arrived.setdefault(q, [])
+                        got.append(((got[-1][0] if got else 0.0) + part, total))
             gate = max(barrier, max((out[u].end for u in phase.needs[i]), default=0.0)) if phase.needs \
                 else barrier
             if (after or phase.needs) and start < gate:

@@ -38,8 +38,9 @@ once.
 Prefetch: the weights the phases read (what no phase of the kernel writes, nor gathers from: an
 embedding table's rows are picked by data) form one stream in the order they are first read; each
 phase's tasks, once taken and before they wait, ask L2 for an equal share each of the stream's next
-part (``prefetches``: up to ``PREFETCH_WINDOW`` bytes past what the phases so far have read), one
-``prefetch.global.L2`` per 128-byte line, so weights come from DRAM while earlier phases run and
+part (``prefetches``: up to ``PREFETCH_WINDOW`` bytes past what the phases so far have read), task
+``i`` its ``i``-th share, so the tasks taken first ask for the bytes needed first
+(``prefetch_share``), one ``prefetch.global.L2`` per 128-byte line, so weights come from DRAM while earlier phases run and
 wait at their barriers. A part is asked for only where what the phases in between read fits beside
 it in L2 (``PREFETCH_REACH``): a line evicted before its use is a wasted DRAM read (a GEMV's
 weights, read once, are loaded evict-first and do not count). A prefetch is a hint: it changes no
@@ -134,6 +135,13 @@ def prefetches(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
     return out
 
 
+def prefetch_share(mine: Sequence[Prefetch], tasks: int) -> int:
+    """The bytes each of a phase's ``tasks`` asks for of what it prefetches (``mine``, one part of
+    the stream in order): equal shares, each a whole number of lines, task ``i`` the ``i``-th."""
+    per = -(-sum(f.nbytes for f in mine) // max(tasks, 1))      # (ceiling divisions)
+    return -(-per // LINE_BYTES) * LINE_BYTES
+
+
 def gathers(k: Kernel) -> set[int]:
     """The input slots ``k`` reads through an index that depends on loaded data (an embedding
     table's rows picked by token ids): which bytes it reads is not known ahead, so none are
@@ -185,13 +193,16 @@ def _kept(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]]) -> list[int
     return out
 
 
-# one program's share of a tensor: equal shares, each a whole number of lines; out-of-range lanes
-# repeat the share's first line
+# the part of one tensor in a program's share of the phase's prefetch: the share is bytes
+# [task * share, (task + 1) * share) of the part of the stream the phase asks for (a whole number
+# of lines; the programs taken first ask for the bytes needed first), the tensor's elements
+# [first, first + numel) its bytes [offset, offset + numel * ITEM); out-of-range lanes repeat the
+# first line
 _PREFETCH_SOURCE = f"""@triton.jit
-def {PREFETCH_FN}(ptr, first, numel, task, tasks, LINE: tl.constexpr, LANES: tl.constexpr):
-    share = tl.cdiv(tl.cdiv(numel, tasks), LINE) * LINE
-    lo = first + task * share
-    hi = tl.minimum(lo + share, first + numel)
+def {PREFETCH_FN}(ptr, first, numel, offset, task, share, ITEM: tl.constexpr, LINE: tl.constexpr,
+                  LANES: tl.constexpr):
+    lo = first + tl.maximum(task * share - offset, 0) // ITEM
+    hi = first + tl.minimum((task + 1) * share - offset, numel * ITEM) // ITEM
     for s in range(lo, hi, LANES * LINE):
         at = s + tl.arange(0, LANES) * LINE
         at = tl.where(at < hi, at, lo)
@@ -279,9 +290,12 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
         driver.append(f"        {'if' if p == 0 else 'elif'} t < {end}:")
         if trace:
             driver.append(f"            tf_taken = {CLOCK_FN}(t)")
-        for f in (prefetch[p] if p < len(prefetch) else ()):
-            driver.append(f"            {PREFETCH_FN}({pointer[f.tensor]}, {f.first}, {f.numel}, t - {start}, {end - start}, "
-                          f"{max(LINE_BYTES // f.itemsize, 1)}, {PREFETCH_LANES})")
+        mine = prefetch[p] if p < len(prefetch) else ()
+        share, at = prefetch_share(mine, end - start), 0
+        for f in mine:
+            driver.append(f"            {PREFETCH_FN}({pointer[f.tensor]}, {f.first}, {f.numel}, {at}, t - {start}, "
+                          f"{share}, {f.itemsize}, {max(LINE_BYTES // f.itemsize, 1)}, {PREFETCH_LANES})")
+            at += f.nbytes
         for d in after[p]:
             driver.append(f"            while tl.load({COUNTERS} + {d + 1}, volatile=True) < {_tasks(phases[d])}:")
             driver.append("                pass")
