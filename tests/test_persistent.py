@@ -170,6 +170,73 @@ def test_a_library_call_between_generated_kernels_becomes_a_phase_where_that_pay
     assert again.kernels[1].schedule is plain.plan.kernels[1].schedule
 
 
+class _DecodeLike(torch.nn.Module):
+    """One token through RMS-normed projections (a decode step's shape, no attention): GEMVs whose
+    weights (8-11 MB) the persistent kernel prefetches while the phases before them run."""
+
+    def __init__(self, d=2048, f=2816):
+        super().__init__()
+        self.w = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(d)) for _ in range(3)])
+        self.qkv, self.o = torch.nn.Linear(d, d, bias=False), torch.nn.Linear(d, d, bias=False)
+        self.up, self.down, self.head = (torch.nn.Linear(d, f, bias=False), torch.nn.Linear(f, d, bias=False),
+                                         torch.nn.Linear(d, d, bias=False))
+
+    def norm(self, x, k):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w[k]
+
+    def forward(self, x):
+        h = x + self.o(torch.tanh(self.qkv(self.norm(x, 0))))
+        h = h + self.down(torch.nn.functional.silu(self.up(self.norm(h, 1))))
+        return self.head(self.norm(h, 2))
+
+
+def _decode_like(monkeypatch):
+    """(the h100 plan of ``_DecodeLike``, persistent "auto"; the model; its input; per run
+    ``_warm_tiles`` took: its simulated time before and after, (kernel, programs before, after)
+    of each kernel it re-tiled)."""
+    from tilefuse.orchestrate import persistence
+    torch.manual_seed(0)
+    model, x = _DecodeLike().eval().half(), torch.randn(1, 2048).half()
+    seen = []
+    warm = persistence._warm_tiles
+
+    def spy(plan, kernels, i, j, run, *rest):
+        out = warm(plan, kernels, i, j, run, *rest)
+        seen.append((run[4], out[2][4], [(k, plan.kernels[k].schedule.work.programs, out[0].kernels[k].schedule.work.programs)
+                                          for k in range(i, j) if out[0].kernels[k] is not plan.kernels[k]]))
+        return out
+    monkeypatch.setattr(persistence, "_warm_tiles", spy)
+    compiled = tilefuse.compile(model, (x,), target="h100", time_limit=2.0, persistent="auto")
+    return compiled, model, x, seen
+
+
+def test_a_prefetched_phase_is_re_tiled_where_the_whole_run_then_simulates_faster(monkeypatch):
+    """``_warm_tiles``: a GEMV whose weights earlier phases prefetch draws them from L2, so more
+    programs than its kernel launched alone (bound by DRAM) make the persistent kernel faster in
+    the simulation with its prefetches; the plan, the kernels and the report have the re-tiled
+    schedule (the run against eager: the next test)."""
+    compiled, _, _, seen = _decode_like(monkeypatch)
+    assert compiled.persistent == ((0, len(compiled.kernels)),) and len(seen) == 1
+    before, after, moved = seen[0]
+    assert after < before and moved and all(now > was for _, was, now in moved), seen
+    row = compiled.report.persistent[0]
+    assert row["persistent_us"] == pytest.approx(after * 1e6, abs=1e-3)
+    for k, _, now in moved:
+        assert compiled.plan.kernels[k].schedule.work.programs == now
+        assert compiled.report.kernels[k].schedule == compiled.plan.kernels[k].schedule.key()
+        tiles, _, _, _ = run_phases(compiled.kernels, k, k + 1)
+        assert math.prod(tiles[0].grid) == now and row["phases"][k]["tasks"] == now
+        assert row["phases"][k].get("fetched_bytes", 0) > 0      # its weights were prefetched
+
+
+@pytest.mark.slow          # (13 s in the interpreter: hundreds of programs of 2048-wide GEMVs)
+def test_a_run_with_re_tiled_prefetched_phases_equals_eager(monkeypatch):
+    compiled, model, x, seen = _decode_like(monkeypatch)
+    assert seen[0][2]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=2e-2, atol=2e-2)
+
+
 class _SplitK(torch.nn.Module):
     """A softmax over the batch (a plain kernel: not a reduction per row of the projection's
     operand), a long-K projection with a LayerNorm, also an output (h100: split-K, its partial

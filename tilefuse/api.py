@@ -295,9 +295,9 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     runs, rows = [], []
     if persistent:
         with _stage("choosing persistent kernels"):
-            runs, rows = persistent_plan(phased, kernels, scheduled, tgt, cuda_graph,
-                                         persistent, primgraph.types,
-                                         carried=template.persistent if template is not None else None)
+            phased, kernels, runs, rows = persistent_plan(
+                phased, kernels, scheduled, tgt, cuda_graph, persistent, primgraph.types,
+                carried=template.persistent if template is not None else None, coster=coster)
             plan, kernels = settle(plan, phased, kernels, runs, primgraph.prims)
     plans = {**plans, strategy: plan}
     if check is not None:

@@ -14,6 +14,8 @@ runs them (an ``Arrive``'s tail: the last of a group to arrive) has no boxes (No
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import fields, is_dataclass
 from typing import Collection, Sequence
 
@@ -29,7 +31,29 @@ def program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str],
                   wanted: Collection[str]) -> list[tuple[dict[str, Box], dict[str, Box]]] | None:
     """Per program, ``({tensor: box read}, {tensor: box written})`` for the tensors in ``wanted``
     (``ins``/``outs``: the kernel's input and output slots' names); None where a program's writes
-    are not its own (an ``Arrive``), or the grid is over ``MAX_PROGRAMS``."""
+    are not its own (an ``Arrive``), or the grid is over ``MAX_PROGRAMS``.  The last ``MEMO_SIZE``
+    answers are kept (a persistent run is analysed again with one of its kernels re-tiled: the
+    others' boxes are the same); the answer is shared, not to be changed."""
+    key = (id(k), tuple(ins), tuple(outs), frozenset(wanted))
+    with _MEMO_LOCK:
+        got = _MEMO.get(key)
+        if got is not None and got[0] is k:          # (the kernel kept alive: its id is its own)
+            _MEMO.move_to_end(key)
+            return got[1]
+    out = _program_boxes(k, ins, outs, wanted)
+    with _MEMO_LOCK:
+        _MEMO[key] = (k, out)
+        while len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return out
+
+
+MEMO_SIZE = 512
+_MEMO: OrderedDict = OrderedDict()
+_MEMO_LOCK = threading.Lock()
+
+
+def _program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str], wanted: Collection[str]):
     programs = math.prod(k.grid)
     if programs > MAX_PROGRAMS or k.empty:
         return None

@@ -88,10 +88,8 @@ def as_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: 
     the target, what ``scheduled`` answers for it).  ``settle`` puts back the planned schedule
     where no run took the kernel.  MODELLED."""
     from ..families import generated
-    from .costing import Coster
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s
-    boundary = 1.5 * atomic
-    as_phase = Coster(coster.types, replace(tgt, launch_s=boundary, launch_graph_s=boundary), cuda_graph=cuda_graph)
+    as_phase = _phase_coster(coster, tgt, cuda_graph)
     breaks = {w for _, w in plan.deferred}
     kernels = list(plan.kernels)
 
@@ -121,6 +119,19 @@ def as_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: 
     return replace(plan, kernels=tuple(kernels))
 
 
+def _warm_body(schedule, tgt: Target) -> float:
+    """A schedule's modelled body (seconds, its kernels') with every DRAM byte it reads in L2."""
+    return sum(estimate(replace(w, dram_bytes=w.dram_stored), tgt).body for w in (schedule.work, *schedule.then))
+
+
+def _phase_coster(coster, tgt: Target, cuda_graph: bool):
+    """A ``Coster`` ranking schedules as phases: a phase boundary's cost (a posted release and the
+    acquire that sees it) in place of a launch."""
+    from .costing import Coster
+    boundary = 1.5 * 2 * tgt.l2_latency_s
+    return Coster(coster.types, replace(tgt, launch_s=boundary, launch_graph_s=boundary), cuda_graph=cuda_graph)
+
+
 def settle(plan: Plan, phased: Plan, kernels: Sequence, runs, prims) -> tuple[Plan, list]:
     """(the plan, its built kernels) once the runs are chosen: a kernel ``with_phases`` made
     generated or ``as_phases`` re-tiled that no run launched as one is what it was (the library
@@ -139,40 +150,27 @@ def settle(plan: Plan, phased: Plan, kernels: Sequence, runs, prims) -> tuple[Pl
 
 
 def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Target, cuda_graph: bool, mode,
-                    types, carried: Sequence | None = None) -> tuple[list[tuple[int, int]], list[dict]]:
-    """(the runs launched as persistent kernels, a report row per candidate run); ``scheduled(k)``:
-    (Cost, schedule) of the plan's kernel ``k``; ``carried``: the runs of the plan this one was
-    carried from (a bucket's): the candidates, their binaries not compiled again (the same kernels
-    at another size: the same tiles, so the same registers and shared memory)."""
-    from ..codegen.dependencies import task_dependencies
-    from ..codegen.triton.persistent import prefetches, resident
-    launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
+                    types, carried: Sequence | None = None, coster=None) -> tuple[Plan, list, list[tuple[int, int]], list[dict]]:
+    """(the plan, its built kernels, the runs launched as persistent kernels, a report row per
+    candidate run); ``scheduled(k)``: (Cost, schedule) of the plan's kernel ``k``; ``carried``: the
+    runs of the plan this one was carried from (a bucket's): the candidates, their binaries not
+    compiled again (the same kernels at another size: the same tiles, so the same registers and
+    shared memory).  With ``coster`` (a GPU target, not carried), a run's prefetched phases are
+    re-tiled where the run then simulates faster (``_warm_tiles``): the plan and kernels returned
+    have them."""
     chosen, rows = [], []
+    kernels = list(kernels)
+    retile = coster is not None and carried is None and bool(tgt.arch)
+    as_phase = _phase_coster(coster, tgt, cuda_graph) if retile else None
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
     if carried is not None:
         todo = [(i, j) for i, j in carried if any(a <= i and j <= b for a, b in todo)]
     while todo:
         i, j = todo.pop(0)
-        costs = [scheduled(k)[0] for k in plan.kernels[i:j]]
-        tiles, reads, writes, _ = run_phases(kernels, i, j)
-        tasks = iter(math.prod(t.grid) for t in tiles)          # the programs each phase launches
-        timed = [pw for k, c in zip(plan.kernels[i:j], costs)
-                 for pw in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
-        if tgt.arch:        # on a GPU: what L2 holds of the run (written before, prefetched)
-            partial = {b.outputs[0] for b in kernels[i:j] if b.inplace}     # caches: rows written
-            timed = [_less_dram(p, w, got, tgt) for (p, w), got in zip(timed, resident(tiles, reads, writes, partial))]
-            phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt)
-        else:
-            phases = [p for p, _ in timed]
-        waits = task_dependencies(tiles, reads, writes)
-        starts = [0]
-        for p in phases:
-            starts.append(starts[-1] + p.tasks)
-        phases = [replace(p, after=a, needs=tuple(tuple(starts[d] + u for d, u in per) for per in waits.needs(k))
-                          if waits.tiles[k] else ()) for k, (p, a) in enumerate(zip(phases, waits.after))]
-        apart = sum(c.seconds for c in costs)
-        rate = tgt.dram_rate if tgt.arch else 0.0
-        merged = launch + simulate(phases, tgt.sm_count, atomic, rate)
+        run = _simulated(plan, kernels, i, j, scheduled, tgt, cuda_graph)
+        if retile:
+            plan, kernels, run = _warm_tiles(plan, kernels, i, j, run, coster, as_phase, scheduled, tgt, cuda_graph)
+        phases, waits, names, apart, merged = run
         take = mode is True or merged < apart
         if take and tgt.arch and carried is None and unfit(kernels, i, j, types, tgt):
             # compiled for the GPU, the run spills, overflows shared memory or does not compile:
@@ -181,8 +179,8 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
             todo[:0] = [r for r in ((i, m), (m if m > i else i + 1, j)) if r[1] - r[0] >= 2]
             continue
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
-                     "phases": [_row(n, p) for n, p in zip([t.name for t in tiles], phases)],
-                     "dram_rate": rate,
+                     "phases": [_row(n, p) for n, p in zip(names, phases)],
+                     "dram_rate": tgt.dram_rate if tgt.arch else 0.0,
                      # what each phase waits for: every task of an earlier phase (a barrier), or
                      # the tasks of it whose tiles its own touch (per task: at most "tasks" of them)
                      "edges": sorted([{"from": d, "to": p, "kind": "phase barrier"}
@@ -190,12 +188,80 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
                                      + [{"from": d, "to": p, "kind": "tile", "tasks": max(map(len, per))}
                                         for p, m in enumerate(waits.tiles) for d, per in m.items()],
                                      key=lambda e: (e["to"], e["from"])),
-                     "tasks": sum(p.tasks for p in phases), "atomic_us": round(atomic * 1e6, 4),
+                     "tasks": sum(p.tasks for p in phases), "atomic_us": round(2 * tgt.l2_latency_s * 1e6, 4),
                      "apart_us": round(apart * 1e6, 3), "persistent_us": round(merged * 1e6, 3),
                      "launched_as_one": take})
         if take:
             chosen.append((i, j))
-    return chosen, rows
+    return plan, kernels, chosen, rows
+
+
+def _simulated(plan: Plan, kernels: Sequence, i: int, j: int, scheduled: Callable, tgt: Target, cuda_graph: bool):
+    """The run ``kernels[i:j]`` as one persistent kernel: (its phases as simulated, their
+    ``task_dependencies``, the phases' names, the kernels' modelled time apart, the persistent
+    kernel's: one launch and the simulated makespan).  MODELLED."""
+    from ..codegen.dependencies import task_dependencies
+    from ..codegen.triton.persistent import prefetches, resident
+    launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
+    costs = [scheduled(k)[0] for k in plan.kernels[i:j]]
+    tiles, reads, writes, _ = run_phases(kernels, i, j)
+    tasks = iter(math.prod(t.grid) for t in tiles)          # the programs each phase launches
+    timed = [pw for k, c in zip(plan.kernels[i:j], costs)
+             for pw in _phases(c, scheduled(k)[1], tasks, launch, tgt, cuda_graph)]
+    if tgt.arch:        # on a GPU: what L2 holds of the run (written before, prefetched)
+        partial = {b.outputs[0] for b in kernels[i:j] if b.inplace}     # caches: rows written
+        timed = [_less_dram(p, w, got, tgt) for (p, w), got in zip(timed, resident(tiles, reads, writes, partial))]
+        phases = _prefetching(timed, prefetches(tiles, reads, writes), tgt)
+    else:
+        phases = [p for p, _ in timed]
+    waits = task_dependencies(tiles, reads, writes)
+    starts = [0]
+    for p in phases:
+        starts.append(starts[-1] + p.tasks)
+    phases = [replace(p, after=a, needs=tuple(tuple(starts[d] + u for d, u in per) for per in waits.needs(k))
+                      if waits.tiles[k] else ()) for k, (p, a) in enumerate(zip(phases, waits.after))]
+    merged = launch + simulate(phases, tgt.sm_count, atomic, tgt.dram_rate if tgt.arch else 0.0)
+    return phases, waits, [t.name for t in tiles], sum(c.seconds for c in costs), merged
+
+
+def _warm_tiles(plan: Plan, kernels: list, i: int, j: int, run, coster, as_phase, scheduled: Callable,
+                tgt: Target, cuda_graph: bool):
+    """(plan, kernels, ``_simulated`` run) with each generated kernel of the run that earlier
+    phases prefetch for re-tiled where the whole run then simulates faster: a phase whose weights
+    are in L2 is bound by what its programs draw from L2, not by DRAM, so more programs can be the
+    faster phase where they were not the faster kernel (those faster with their weights in L2 are
+    tried) (``as_phases`` ranks schedules before the
+    kernels are built, without the prefetches).  The alternatives are the kernel's family's
+    schedules ranked as phases (``as_phase``: ``_phase_coster``); each one tried is built and
+    ``coster.adopt``-ed.  MODELLED."""
+    from ..families import build, generated
+    first = [0]
+    for k in range(i, j):           # each kernel's first phase (a split-K GEMM has two)
+        first.append(first[-1] + len(kernels[k].kernels))
+    for k in range(i, j):
+        pk = plan.kernels[k]
+        if not generated(pk.schedule) or not run[0][first[k - i]].fetched_bytes:
+            continue
+        best, warm = (plan, kernels, run), _warm_body(pk.schedule, tgt)
+        for _, s in as_phase.options(pk.candidate):
+            # (one no faster with its weights in L2 cannot make the run faster: not simulated)
+            if not generated(s) or s.key() == pk.schedule.key() or _warm_body(s, tgt) >= warm:
+                continue
+            cost = coster.adopt(s)
+            b = build(s, kernels[k].name)
+            if len(b.kernels) != len(kernels[k].kernels):     # (the phases' numbering stays)
+                continue
+            tried = replace(plan, kernels=plan.kernels[:k] + (replace(pk, schedule=s, cost=cost.seconds),)
+                            + plan.kernels[k + 1:])
+            built = kernels[:k] + [b] + kernels[k + 1:]
+            got = _simulated(tried, built, i, j, scheduled, tgt, cuda_graph)
+            if got[4] < best[2][4]:
+                best = (tried, built, got)
+        if best[0] is not plan:
+            _log.info("persistent: %s re-tiled as a prefetched phase (%d programs)", kernels[k].name,
+                      best[0].kernels[k].schedule.work.programs)
+        plan, kernels, run = best
+    return plan, kernels, run
 
 
 def _phases(cost: Cost, schedule, tasks, launch_s: float, tgt: Target, cuda_graph: bool) -> list[tuple[Phase, Work]]:
