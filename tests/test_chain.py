@@ -255,7 +255,12 @@ def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_
     assert {t.split for t in ranked_tiles(prefill, H100)} == {1}
     causal = chain_body(whole(compile_h100(sdpa(is_causal=True), *qkv(b=1, h=2, lq=64, lk=1024, e=64)).primgraph))
     assert {t.split for t in ranked_tiles(causal, H100)} == {1}
-    with pytest.raises(ValueError, match="keys split only evenly, under an online softmax without key bounds"):
+    # a GEMM chain of few row tiles (512 rows, as MCFuser's G4) may split its intermediate
+    # columns too, without a softmax
+    g4 = chain_body(whole(compile_h100(lambda a, b, d: torch.relu(a @ b) @ d, torch.randn(512, 512).half(),
+                                       torch.randn(512, 256).half(), torch.randn(256, 256).half()).primgraph))
+    assert g4.softmax is None and {2, 4} <= {t.split for t in ranked_tiles(g4, H100)}
+    with pytest.raises(ValueError, match="keys split only evenly, and only where the key loop has no bounds"):
         chain_kernels(causal, ChainTile(16, 64, 64, 64, 4, 1, split=2), "k")
     from tilefuse.families.chain import _schedule
     t = next(t for t in ranked_tiles(decode, H100) if t.split == 8)
@@ -305,6 +310,21 @@ def test_gemm_activation_gemm_chain_with_tails(act, t):
     built, body = forced(fn, t, torch.randn(20, 12), torch.randn(12, 40), torch.randn(40, 10),
                          tol=TOL, family="chain")
     assert body.softmax is None
+
+
+@pytest.mark.parametrize("split,bh", [(2, 16), (4, 8)], ids=["split2", "split4-h-split"])
+def test_gemm_chain_with_the_keys_split_matches_eager(split, bh):
+    """A GEMM chain's intermediate columns (its "keys") split across programs: each split's share
+    of the second product's sum in an fp32 workspace (one, no running max or sum), the combine
+    summing them and running the epilogue (a bias and a cast to fp16) — fp16, batched, a ragged M,
+    H whole or split across programs; the combine's workspace is the only scratch."""
+    fn = lambda a, b, d, c: (torch.relu(a @ b) @ d + c).half()  # noqa: E731
+    args = (torch.randn(2, 20, 32).half(), torch.randn(2, 32, 64).half(), torch.randn(2, 64, 16).half(),
+            torch.randn(16).half())
+    built, body = forced(fn, split_tile(split, bh=bh), *args, tol=HALF_TOL[torch.float16], family="chain")
+    assert body.softmax is None and [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"]
+    assert [s.type.shape for s in built.scratch] == [(split, 2, 20, 16)]
+    assert f"(in4: {split} splits' accumulators)" in built.source and "maxima" not in built.source
 
 
 def test_batched_gemm_chain_in_half_precision():

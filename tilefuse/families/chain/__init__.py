@@ -45,7 +45,7 @@ from ...cost.work import work
 from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
 from .body import ChainBody, OnlineSoftmax, chain_body, grouped
 from .space import ChainShape, ChainTile, chain_tiles
-from .template import chain_kernels
+from .template import chain_kernels, splittable
 
 TOP_K = 3
 RANKED = 8                 # tiles of the cached ranking costed with a group's own prologue/epilogue
@@ -94,14 +94,14 @@ class ChainFamily(Family):
             run, source = compile_kernel(kernels[0])
             return Built(name, self.name, b.inputs, outputs, run, source, "triton", kernels=kernels)
         (partials, psrc), (combine, csrc) = (compile_kernel(k) for k in kernels)
-        n = len(outputs)
+        n, w = len(outputs), len(kernels[0].outputs)
 
-        def run(ins, outs):                 # outs: the outputs, then the splits' three workspaces
-            partials(ins, list(outs[n:n + 3]))
-            combine(list(ins) + list(outs[n:n + 3]), outs[:n])
+        def run(ins, outs):                 # outs: the outputs, then the splits' workspaces
+            partials(ins, list(outs[n:n + w]))
+            combine(list(ins) + list(outs[n:n + w]), outs[:n])
 
         scratch = tuple(Scratch(t, False) for t in kernels[0].outputs)
-        ws = tuple(SCRATCH.format(j) for j in range(3))
+        ws = tuple(SCRATCH.format(j) for j in range(w))
         return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + csrc, "triton", scratch,
                      kernels=kernels, wiring=((b.inputs, ws), ((*b.inputs, *ws), outputs)))
 
@@ -161,12 +161,6 @@ def _schedule(b: ChainBody, t: ChainTile, target: Target, kernels=None) -> Chain
     keys split, the partials' then the combine's)."""
     first, *then = (work(k, target) for k in (kernels or chain_kernels(b, t, "chain")))
     return ChainSchedule("chain", b.group, first.programs, first, b, t, then=tuple(then))
-
-
-def splittable(b: ChainBody) -> bool:
-    """Whether the keys may be split across programs (flash-decoding): an online softmax whose key
-    loop has no index bounds (a causal or sliding-window loop is bounded per row tile instead)."""
-    return b.softmax is not None and b.causal is None and b.window is None
 
 
 def _bound(b: ChainBody, t: ChainTile, forms: dict) -> tuple:

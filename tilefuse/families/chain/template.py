@@ -16,7 +16,10 @@ coefficient (``1/sum``, guarded), rounded to its type; the epilogue's stores fol
 exponentials are base 2, log2(e) folded into the scores' scale (``_base2``).  A causal key loop
 without a window is split as FlashAttention's: a ``Loop`` with ``until`` over the chunks no row
 of the tile masks (the mask's comparisons folded to constants: ``body.unmasked``), then the
-bounded loop over the diagonal chunks, which ``resume``s it.
+bounded loop over the diagonal chunks, which ``resume``s it.  With the keys split across programs
+(``t.split``; ``split_kernels``) the loop runs over one split's keys and a second kernel combines
+the splits: flash-decoding under a softmax, a plain sum of the second product's partial sums in a
+GEMM chain.
 """
 from __future__ import annotations
 
@@ -114,6 +117,13 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
         body = (first, Dot(D2, b.p, d, "m", "h", "nv", "n", b.in2, f32, note2, init=acc))
         state = (State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)),)
         value = acc
+        if split:       # this split's share of the second product's sum over the keys
+            sv, rows = Var("s"), b.bvars + b.mvars
+            return Kernel(f"{name}_partials", tuple(types[n] for n in b.inputs), split_workspaces(b, t),
+                          tuple(axes), (Loop("n", body, state), Store(0, (sv,) + rows + b.hvars, acc)),
+                          t.warps, t.stages, (f"{name}_partials: chain kernel (tilefuse), {b.first} -> {b.second}, "
+                                              f"{t}: each split's accumulator",),
+                          tma=t.tma, workspaces=frozenset({0}))
     else:
         mx, total = (next(i for i in b.instances if i.slot == x) for x in (sm.max_slot, sm.sum_slot))
         running, rsum = Value(MI, mx.dtype), Value(LI, total.dtype)
@@ -185,26 +195,36 @@ def _split_keys(b, local: Var, chunk: int) -> dict:
     return unravel(binary("add", binary("mul", Var("s"), chunk), local), b.nvars, [b.ext[v] for v in b.nvars])
 
 
+def splittable(b) -> bool:
+    """Whether the keys may be split across programs (``split_kernels``): a key loop with no index
+    bounds (a causal or sliding-window loop is bounded per row tile instead), under an online
+    softmax (flash-decoding) or none (a GEMM chain: the second product's sum over the keys)."""
+    return b.causal is None and b.window is None
+
+
 def split_workspaces(b, t) -> tuple[TensorType, ...]:
-    """Flash-decoding's fp32 workspaces: per split, the unnormalized accumulator
-    ``[split, *rows, *H]``, the running max and the running sum ``[split, *rows]``."""
+    """The key split's fp32 workspaces: per split, the accumulator ``[split, *rows, *H]`` (under
+    a softmax unnormalized, with the running max and the running sum ``[split, *rows]``)."""
     rows = tuple(b.ext[v] for v in b.bvars + b.mvars)
     f32 = DType.float32
-    return (TensorType((t.split, *rows, *(b.ext[v] for v in b.hvars)), f32), TensorType((t.split, *rows), f32),
-            TensorType((t.split, *rows), f32))
+    acc = TensorType((t.split, *rows, *(b.ext[v] for v in b.hvars)), f32)
+    return (acc,) if b.softmax is None else (acc, TensorType((t.split, *rows), f32), TensorType((t.split, *rows), f32))
 
 
 def split_kernels(b, t, name: str) -> tuple[Kernel, Kernel]:
-    """Flash-decoding (the keys split ``t.split`` ways across programs, for a grid that would leave
-    SMs idle: decode's one query row per head): the partials kernel runs the key loop over its
-    split's keys and stores its running max ``m_s``, sum ``l_s`` and unnormalized accumulator
-    ``acc_s``; the combine kernel, one program per ``XBLOCK`` rows with every split in the tile,
-    rescales them to the rows' overall max ``M`` (``w_s = exp(m_s - M)``, 0 for a split whose keys
-    were all masked) and runs the epilogue on ``coeff(M, Σ w_s·l_s) × Σ w_s·acc_s`` (the softmax's
-    row coefficient: ``1/sum``, guarded where every key is masked), as the one-kernel form does."""
+    """The keys split ``t.split`` ways across programs, for a grid that would leave SMs idle
+    (decode's one query row per head; a GEMM chain of few row tiles, whose other way to more
+    programs, H split, recomputes the first product per H tile): the partials kernel runs the key
+    loop over its split's keys and stores its accumulator ``acc_s``; the combine kernel, one
+    program per ``XBLOCK`` rows with every split in the tile, sums them and runs the epilogue.
+    Under a softmax (flash-decoding) a split also stores its running max ``m_s`` and sum ``l_s``,
+    and the combine rescales each split to the rows' overall max ``M`` (``w_s = exp(m_s - M)``, 0
+    for a split whose keys were all masked) and runs the epilogue on ``coeff(M, Σ w_s·l_s) ×
+    Σ w_s·acc_s`` (the softmax's row coefficient: ``1/sum``, guarded where every key is masked),
+    as the one-kernel form does."""
     sm, types, nin = b.softmax, b.group.types, len(b.inputs)
-    if sm is None or b.causal is not None or b.window is not None or b.extent(b.nvars) % t.split:
-        raise ValueError(f"{name}: the keys split only evenly, under an online softmax without key bounds")
+    if not splittable(b) or b.extent(b.nvars) % t.split:
+        raise ValueError(f"{name}: the keys split only evenly, and only where the key loop has no bounds")
     partials = chain_kernel(b, t, name, split=True)
     f32 = DType.float32
     sv = Var("s")
@@ -215,29 +235,36 @@ def split_kernels(b, t, name: str) -> tuple[Kernel, Kernel]:
     axes = (TileAxis("x", rows, tuple(b.ext[v] for v in rows), xr, 0, grid=0, block_name="XBLOCK"),
             TileAxis("h", b.hvars, tuple(b.ext[v] for v in b.hvars), h2, 1, block_name="BLOCK_H"),
             TileAxis("r", (sv,), (t.split,), s2, 2, block_name="RBLOCK"))
-    MX, LS, AS = range(nin + 3, nin + 6)
-    m_s = Load(nin + 1, (sv,) + rows, f32)
-    top = Value(MX, f32)
-    w = unary("exp", binary("sub", m_s, select(binary("eq", top, Const(-math.inf, f32)), Const(0.0, f32), top)))
-    mx, total = (next(i for i in b.instances if i.slot == x) for x in (sm.max_slot, sm.sum_slot))
-    body = (Reduce(MX, m_s, "r", "max", f32, -math.inf, f32, "the splits' overall max"),
-            Reduce(LS, binary("mul", w, Load(nin + 2, (sv,) + rows, f32)), "r", "sum", f32, 0.0, f32,
-                   "the splits' sums rescaled"),
-            Reduce(AS, binary("mul", w, Load(nin, (sv,) + rows + b.hvars, f32)), "r", "sum", f32, 0.0, f32,
-                   "the splits' accumulators rescaled"))
-    last = {sm.max_slot: cast(top, mx.dtype), sm.sum_slot: cast(Value(LS, f32), total.dtype)}
-    coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
-    value = cast(binary("mul", cast(coeff, f32), Value(AS, f32)), b.c_dtype)
+    ws = split_workspaces(b, t)
+    MX, LS, AS = range(nin + len(ws), nin + len(ws) + 3)
+    if sm is None:
+        body = (Reduce(AS, Load(nin, (sv,) + rows + b.hvars, f32), "r", "sum", f32, 0.0, f32,
+                       "the splits' accumulators summed"),)
+        value = cast(Value(AS, f32), b.c_dtype)
+    else:
+        m_s = Load(nin + 1, (sv,) + rows, f32)
+        top = Value(MX, f32)
+        w = unary("exp", binary("sub", m_s, select(binary("eq", top, Const(-math.inf, f32)), Const(0.0, f32), top)))
+        mx, total = (next(i for i in b.instances if i.slot == x) for x in (sm.max_slot, sm.sum_slot))
+        body = (Reduce(MX, m_s, "r", "max", f32, -math.inf, f32, "the splits' overall max"),
+                Reduce(LS, binary("mul", w, Load(nin + 2, (sv,) + rows, f32)), "r", "sum", f32, 0.0, f32,
+                       "the splits' sums rescaled"),
+                Reduce(AS, binary("mul", w, Load(nin, (sv,) + rows + b.hvars, f32)), "r", "sum", f32, 0.0, f32,
+                       "the splits' accumulators rescaled"))
+        last = {sm.max_slot: cast(top, mx.dtype), sm.sum_slot: cast(Value(LS, f32), total.dtype)}
+        coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
+        value = cast(binary("mul", cast(coeff, f32), Value(AS, f32)), b.c_dtype)
     out = Value(b.slot, b.c_dtype)
     ranges = extent_ranges({v: b.ext[v] for v in b.avars})
     stores = tuple(Store(j, tuple(simplify(e, ranges) for e in st.index),
                          simplify(transform(st.value, lambda n: value if n is out else None), ranges))
                    for j, st in enumerate(b.stores))
-    ws = split_workspaces(b, t)
-    comments = (f"{name}: chain kernel (tilefuse), flash-decoding's combine of {name}_partials "
-                f"(in{nin}..in{nin + 2}: {t.split} splits' accumulators, maxima, sums) and the epilogue",
+    what = f"in{nin}: {t.split} splits' accumulators" if sm is None else \
+        f"in{nin}..in{nin + 2}: {t.split} splits' accumulators, maxima, sums"
+    comments = (f"{name}: chain kernel (tilefuse), the key split's combine of {name}_partials ({what}) "
+                f"and the epilogue",
                 f"inputs:  {', '.join(f'in{k}={n}' for k, n in enumerate(b.inputs))}",
                 f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
     combine = Kernel(name, tuple(types[n] for n in b.inputs) + ws, tuple(types[st.tensor] for st in b.stores), axes,
-                     body + stores, 4, 1, comments, transient=frozenset({nin, nin + 1, nin + 2}))
+                     body + stores, 4, 1, comments, transient=frozenset(range(nin, nin + len(ws))))
     return partials, combine
