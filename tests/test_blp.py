@@ -214,3 +214,37 @@ def test_the_time_limit_cuts_the_candidates_by_count_not_by_the_clock():
     assert [c.names for c, _ in got] == [c.names for c, _ in full][:len(full) - len(multi) + 3]
     assert [c.names for c, _ in enumerate_candidates(seg, slow, seconds=100 / COSTED_PER_SECOND)] == \
         [c.names for c, _ in full]
+
+
+def test_sets_spanning_two_contractions_are_costed_before_the_smaller_ones():
+    """``spans``: attention's scores, softmax and second product (everything between the two
+    contractions), and the same with its operands' elementwise prologue (a scaled, transposed
+    query), are costed right after the single prims, so a budget too small for every smaller
+    set still offers the chain (LLaMA tiny at ``time_limit=1.0``: ``tests/test_masks.py``)."""
+    import torch
+    from gemm_eval import compile_h100
+    from tilefuse.analysis.classify import Category, classify
+    from tilefuse.orchestrate.candidates import COSTED_PER_SECOND, spans
+
+    def fn(q, k, v):
+        return torch.softmax((q.transpose(0, 1) * 0.5) @ k.transpose(0, 1), -1) @ v
+    pg = compile_h100(fn, torch.randn(4, 8), torch.randn(8, 4), torch.randn(8, 4)).primgraph
+    seg = make_segment(pg, 0, len(pg.prims))
+    _, convex = seg.enumerate()
+    got = spans(seg, convex)
+    kinds = [[classify(p) for p in seg.prims if m >> seg.index[p.name] & 1] for m in got]
+    assert len(got) == 2 and all(k.count(Category.contraction) == 2 for k in kinds), kinds
+    bare, grown = got
+    assert bare & grown == bare and Category.reduce in kinds[0]          # the softmax's max and sum
+    assert {classify(seg.prims[v]) for v in range(len(seg.prims)) if (grown & ~bare) >> v & 1} <= \
+        {Category.elementwise, Category.layout, Category.broadcast}
+    seen = []
+
+    def cost(c):
+        seen.append(c.members)
+        return 1.0
+    singles = sum(m.bit_count() == 1 for m in convex)
+    cut: list = []
+    enumerate_candidates(seg, cost, seconds=2 / COSTED_PER_SECOND, cut=cut)
+    multi = [m for m in seen if m.bit_count() > 1]
+    assert cut == ["candidates"] and len(seen) >= singles and set(got) <= set(multi[:4]), (got, multi)

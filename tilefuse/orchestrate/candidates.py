@@ -82,6 +82,50 @@ def output_variants(seg: Segment, members: int) -> list[int]:
     return [maximal] if sinks == maximal else [maximal, sinks]
 
 
+def spans(seg: Segment, convex) -> list[int]:
+    """The convex sets made of two contractions, the second reading what the first made through
+    no other contraction, and every prim on a path between them (a path's inner prims feed the
+    second and depend on the first: the set is convex): attention's scores, softmax and second
+    product, a GEMM chain's activation; each also with the elementwise, broadcast and layout prims
+    its members read, transitively (its operands' prologues: a rotary embedding, a transpose into
+    heads), which a chain kernel may compute as it loads.  Smallest first, those ``convex``
+    holds."""
+    from ..analysis.classify import Category, classify
+    n = len(seg.prims)
+    gemm = light = 0
+    for k, p in enumerate(seg.prims):
+        c = classify(p)
+        if c is Category.contraction:
+            gemm |= 1 << k
+        elif c in (Category.elementwise, Category.broadcast, Category.layout):
+            light |= 1 << k
+    after = [0] * n                              # the prims that depend on each, transitively
+    for v in range(n - 1, -1, -1):
+        for w in bits(seg.succs[v]):
+            after[v] |= 1 << w | after[w]
+    before = [0] * n                             # each prim's transitive inputs
+    for v in range(n):
+        for u in bits(seg.preds[v]):
+            before[v] |= 1 << u | before[u]
+    out = set()
+    for a in bits(gemm):
+        for b in bits(gemm & after[a]):
+            inner = after[a] & before[b]
+            members = inner | 1 << a | 1 << b
+            if inner & gemm:
+                continue
+            grown, reads = members, 0
+            while True:
+                for v in bits(grown):
+                    reads |= seg.preds[v]
+                more = reads & light & ~grown
+                if not more:
+                    break
+                grown |= more
+            out.update(m for m in (members, grown) if m in convex)
+    return sorted(out, key=lambda m: (m.bit_count(), m))
+
+
 def live_mask(seg: Segment) -> int:
     """Prims some segment output depends on (themselves included); the others are dead code."""
     live = seg.out_mask
@@ -98,16 +142,21 @@ def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAP
     Candidates that write no live prim are skipped: no selection needs them.  The work is bounded
     by ``caps`` (``max_convex`` sets per segment) and by ``seconds``, counted as work, not read off
     a clock: at most ``seconds × COSTED_PER_SECOND`` kernels of several prims are costed, so the
-    same segment gives the same candidates on a loaded machine or an idle one.  Sets are visited
-    smallest first; when the budget runs out the enumeration stops, keeping the smaller kernels
-    (single prims always come first, so a plan always exists), and ``"candidates"`` is appended to
-    ``cut``.
+    same segment gives the same candidates on a loaded machine or an idle one.  Single prims come
+    first (a plan always exists), then the sets spanning two contractions (``spans``: attention's
+    and GEMM chains' groups, larger than most sets a short budget reaches), then the rest smallest
+    first; when the budget runs out the enumeration stops, keeping what it has, and
+    ``"candidates"`` is appended to ``cut``.
     """
     _, convex = seg.enumerate(caps)
     live = live_mask(seg)
     out = []
     budget = math.inf if seconds is None else seconds * COSTED_PER_SECOND
-    for members in sorted(convex, key=lambda m: (m.bit_count(), m)):
+    first = spans(seg, convex)
+    ahead = set(first)
+    singles = sorted(m for m in convex if m.bit_count() == 1)
+    rest = sorted((m for m in convex if m.bit_count() > 1 and m not in ahead), key=lambda m: (m.bit_count(), m))
+    for members in singles + first + rest:
         if members.bit_count() > 1 and budget <= 0:
             if cut is not None:
                 cut.append("candidates")
