@@ -317,14 +317,15 @@ def test_gemm_chain_with_the_keys_split_matches_eager(split, bh):
     """A GEMM chain's intermediate columns (its "keys") split across programs: each split's share
     of the second product's sum in an fp32 workspace (one, no running max or sum), the combine
     summing them and running the epilogue (a bias and a cast to fp16) — fp16, batched, a ragged M,
-    H whole or split across programs; the combine's workspace is the only scratch."""
-    fn = lambda a, b, d, c: (torch.relu(a @ b) @ d + c).half()  # noqa: E731
+    a bias on the intermediate columns (indexed by the split's keys: an FFN's first bias), H whole
+    or split across programs; the combine's workspace is the only scratch."""
+    fn = lambda a, b, d, c, e: (torch.relu(a @ b + e) @ d + c).half()  # noqa: E731
     args = (torch.randn(2, 20, 32).half(), torch.randn(2, 32, 64).half(), torch.randn(2, 64, 16).half(),
-            torch.randn(16).half())
+            torch.randn(16).half(), torch.randn(64).half())
     built, body = forced(fn, split_tile(split, bh=bh), *args, tol=HALF_TOL[torch.float16], family="chain")
     assert body.softmax is None and [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"]
     assert [s.type.shape for s in built.scratch] == [(split, 2, 20, 16)]
-    assert f"(in4: {split} splits' accumulators)" in built.source and "maxima" not in built.source
+    assert f"(in5: {split} splits' accumulators)" in built.source and "maxima" not in built.source
 
 
 def test_batched_gemm_chain_in_half_precision():

@@ -114,7 +114,7 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
     sm = b.softmax
     open_body = ()                  # the loop's body over the chunks no row masks (a causal split)
     if sm is None:
-        body = (first, Dot(D2, b.p, d, "m", "h", "nv", "n", b.in2, f32, note2, init=acc))
+        body = (first, Dot(D2, substitute(b.p, to_n), d, "m", "h", "nv", "n", b.in2, f32, note2, init=acc))
         state = (State(ACC, ("m", "h"), Const(0.0, f32), Value(D2, f32)),)
         value = acc
         if split:       # this split's share of the second product's sum over the keys
