@@ -131,7 +131,7 @@ def ranked_tiles(b: ChainBody, target: Target) -> tuple[ChainTile, ...]:
             return got
     forms: dict = {}
     tiles = chain_tiles(chain_shape(b), target, tensor_cores(b.in1, target) and tensor_cores(b.in2, target),
-                        splittable(b))
+                        splittable(b), plain=b.softmax is None)
     got = tuple(s.tile for s in _best([_schedule(b, t, target, _bound(b, t, forms)) for t in tiles], target))
     with _RANKED_LOCK:
         _RANKED[key] = got

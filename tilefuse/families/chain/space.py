@@ -61,20 +61,24 @@ class ChainTile:
                 + (" TMA" if self.tma else "") + (f" split={self.split}" if self.split > 1 else ""))
 
 
-def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splittable: bool = False) -> list[ChainTile]:
+def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splittable: bool = False,
+                plain: bool = False) -> list[ChainTile]:
     """Every tile of the space (module docstring), sizes × warps × stages; through tensor
     descriptors on sm_90 where the dots run on tensor cores (``tensor_cores``; off them a
     descriptor tile is pulled from shared memory into registers) and the tile loops over keys or
     K; with ``splittable`` (a key loop
     without bounds: ``template.splittable``), the tiles whose grid leaves SMs idle also with the
-    keys split (``split_counts``)."""
+    keys split (``split_counts``); in a ``plain`` chain (no softmax) only those that keep H whole:
+    a split there is the way to more programs that does not recompute the first product per H
+    tile, and splitting H as well would (the space stays near its unsplit size)."""
     out = []
     tma = target.arch >= TMA_ARCH and tensor_cores
     for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
         smem = s.itemsize * (bm * bk + bk * bn + bm * bn + bn * bh + bm * bh)
         if smem <= SMEM_SLACK * target.smem_per_block and bh * NARROW_H >= bn:
             programs = s.batch * -(-s.m // bm) * -(-s.h // bh)
-            splits = (1,) + (split_counts(s.n, bn, programs, target.sm_count) if splittable else ())
+            split = splittable and not (plain and bh < s.h)
+            splits = (1,) + (split_counts(s.n, bn, programs, target.sm_count) if split else ())
             # descriptors only where a loop streams tiles through them: the one tile a program of a
             # loopless chain loads gains nothing from a TMA copy, and on the H200 (Triton 3.6) the
             # loopless 64-row TMA kernels of MCFuser's S4/S5 returned NaN (bench/README.md)
