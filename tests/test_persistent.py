@@ -237,6 +237,38 @@ def test_a_run_with_re_tiled_prefetched_phases_equals_eager(monkeypatch):
         torch.testing.assert_close(compiled.emulate(x), model(x), rtol=2e-2, atol=2e-2)
 
 
+class _Mlp(torch.nn.Module):
+    """A pre-norm MLP and a projection of its ReLU'd output: on h100 a GEMM with the LayerNorm and
+    GELU, then a GEMM chain (the down projection, residual, ReLU, projection) whose 16 rows leave
+    SMs idle: its intermediate columns split four ways, a combine summing the splits."""
+
+    def __init__(self, d=256, f=1024):
+        super().__init__()
+        self.norm, self.up, self.down, self.out = (torch.nn.LayerNorm(d), torch.nn.Linear(d, f), torch.nn.Linear(f, d),
+                                                   torch.nn.Linear(d, d))
+
+    def forward(self, x):
+        h = x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+        return self.out(torch.relu(h))
+
+
+def test_a_split_gemm_chain_is_two_phases_of_a_persistent_kernel():
+    """The chain's partials and combine are phases wired through its one workspace; the run
+    equals eager through the interpreter."""
+    torch.manual_seed(0)
+    model, x = _Mlp().eval().half(), torch.randn(16, 256).half()
+    compiled = tilefuse.compile(model, (x,), target="h100", time_limit=2.0, persistent=True)
+    chain = next(b for b in compiled.kernels if b.family == "chain")
+    assert [k.name for k in chain.kernels] == [chain.name + "_partials", chain.name] and len(chain.scratch) == 1
+    assert compiled.plan.kernels[compiled.kernels.index(chain)].schedule.tile.split > 1
+    assert compiled.persistent == ((0, len(compiled.kernels)),)
+    tiles, reads, writes, _ = run_phases(compiled.kernels, 0, len(compiled.kernels))
+    k = [t.name for t in tiles].index(chain.name)
+    assert reads[k][-1] == writes[k - 1][0] and writes[k - 1][0].startswith("scratch:")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=2e-2, atol=2e-2)
+
+
 class _SplitK(torch.nn.Module):
     """A softmax over the batch (a plain kernel: not a reduction per row of the projection's
     operand), a long-K projection with a LayerNorm, also an output (h100: split-K, its partial
