@@ -36,7 +36,7 @@ def assert_matches_eager(model, args, backend, atol=ATOL):
     model = model.eval()
     with torch.no_grad():
         want = model(*args)
-    got = tilefuse.compile(model, args, backend=backend, time_limit=2.0)(*args)
+    got = tilefuse.compile(model, args, backend=backend, time_limit=1.0)(*args)
     want = want if isinstance(want, tuple) else (want,)
     got = got if isinstance(got, tuple) else (got,)
     for g, w in zip(got, want, strict=True):

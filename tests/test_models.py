@@ -25,7 +25,7 @@ T = transformers
 
 RTOL = 1e-4
 # Orchestration is not under test here; a short solver limit keeps the file within its time budget.
-OPTIONS = dict(backend="triton", time_limit=2.0)
+OPTIONS = dict(backend="triton", time_limit=1.0)
 
 
 def assert_fused(report, what: str) -> None:

@@ -44,18 +44,18 @@ def _perturbed(pg: PrimGraph, op: str, factor: float = 1.01) -> PrimGraph:
 
 def test_a_correct_compilation_checks_every_stage():
     model, args = _block()
-    cm = tilefuse.compile(model, args, verify=True, time_limit=2.0)
+    cm = tilefuse.compile(model, args, verify=True, time_limit=1.0)
     assert cm.report.verified == ALL_STAGES
     assert cm.report.to_dict()["verified"] == ALL_STAGES
     torch.testing.assert_close(cm(*args), model(*args), rtol=1e-4, atol=1e-5)
-    assert tilefuse.compile(model, args, time_limit=2.0).report.verified == []
+    assert tilefuse.compile(model, args, time_limit=1.0).report.verified == []
 
 
 def test_the_environment_switches_it_on(monkeypatch):
     model, args = _block()
     monkeypatch.setenv("TILEFUSE_VERIFY", "1")
-    assert tilefuse.compile(model, args, backend="reference", time_limit=2.0).report.verified[:2] == ["import", "simplify"]
-    assert tilefuse.compile(model, args, backend="reference", time_limit=2.0, verify=False).report.verified == []
+    assert tilefuse.compile(model, args, backend="reference", time_limit=1.0).report.verified[:2] == ["import", "simplify"]
+    assert tilefuse.compile(model, args, backend="reference", time_limit=1.0, verify=False).report.verified == []
 
 
 def test_a_wrong_fission_is_blamed_on_the_import(monkeypatch):
@@ -63,7 +63,7 @@ def test_a_wrong_fission_is_blamed_on_the_import(monkeypatch):
     monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh"))
     model, args = _block()
     with pytest.raises(VerifyError) as e:
-        tilefuse.compile(model, args, verify=True, time_limit=2.0)
+        tilefuse.compile(model, args, verify=True, time_limit=1.0)
     assert e.value.stage == "import" and "against the model itself" in str(e.value)
 
 
@@ -76,7 +76,7 @@ def test_a_wrong_graph_rewrite_is_blamed_on_its_stage_and_first_value(monkeypatc
     monkeypatch.setattr(api, "GRAPH_STAGES", tuple(stages))
     model, args = _block()
     with pytest.raises(VerifyError) as e:
-        tilefuse.compile(model, args, verify=True, time_limit=2.0)
+        tilefuse.compile(model, args, verify=True, time_limit=1.0)
     err = e.value
     assert err.stage == stage and err.origin.op == "Tanh"
     assert f"stage '{stage}'" in str(err) and err.value in str(err) and "tanh" in str(err).lower()
@@ -97,7 +97,7 @@ def test_a_wrong_constant_fold_is_blamed_on_the_folded_value(monkeypatch):
     monkeypatch.setattr(api, "GRAPH_STAGES", tuple(stages))
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
     with pytest.raises(VerifyError) as e:
-        tilefuse.compile(model, (torch.randn(1, 3, 6, 6),), verify=True, time_limit=2.0)
+        tilefuse.compile(model, (torch.randn(1, 3, 6, 6),), verify=True, time_limit=1.0)
     assert e.value.stage == "fold"
 
 
@@ -114,7 +114,7 @@ def test_a_wrong_horizontal_merge_is_blamed(monkeypatch):
     monkeypatch.setattr(api, "horizontal", merge)
     model, sets = zoo.build("bert", "tiny")
     with pytest.raises(VerifyError) as e:
-        tilefuse.compile(model, sets[0], target="h100", backend="reference", verify=True, time_limit=2.0)
+        tilefuse.compile(model, sets[0], target="h100", backend="reference", verify=True, time_limit=1.0)
     assert e.value.stage == "horizontal"
 
 
@@ -137,13 +137,13 @@ def test_a_wrong_kernel_is_blamed_and_named(monkeypatch, dtype, err):
     model, args = _block()
     model, args = model.to(dtype), tuple(a.to(dtype) for a in args)
     with pytest.raises(VerifyError) as e:
-        tilefuse.compile(model, args, verify=True, time_limit=2.0)
+        tilefuse.compile(model, args, verify=True, time_limit=1.0)
     assert e.value.stage == "kernels" and "as kernel" in str(e.value)
 
 
 def test_h100_plans_are_verified_through_their_kernels_here():
     model, args = _block()
-    cm = tilefuse.compile(model, args, target="h100", verify=True, time_limit=2.0)
+    cm = tilefuse.compile(model, args, target="h100", verify=True, time_limit=1.0)
     assert cm.report.verified[-1] == "kernels"
 
 
@@ -152,11 +152,11 @@ def test_onnx_models_are_verified_against_onnxruntime(tmp_path, monkeypatch):
     model, args = _block()
     path = tmp_path / "block.onnx"
     torch.onnx.export(model, args, str(path), dynamo=True, verbose=False)
-    assert tilefuse.compile_onnx(str(path), verify=True, time_limit=2.0).report.verified == ALL_STAGES
+    assert tilefuse.compile_onnx(str(path), verify=True, time_limit=1.0).report.verified == ALL_STAGES
     real = api.fission
     monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh"))
     with pytest.raises(VerifyError) as e:
-        tilefuse.compile_onnx(str(path), verify=True, time_limit=2.0)
+        tilefuse.compile_onnx(str(path), verify=True, time_limit=1.0)
     assert e.value.stage == "import"
 
 
@@ -193,11 +193,11 @@ def test_16_bit_models_are_held_to_a_float64_run_not_to_eager_rounding(dtype, mo
     from tilefuse import zoo
     model, sets = zoo.build("bert", "tiny")
     model = model.to(dtype)
-    assert tilefuse.compile(model, sets[0], backend="reference", verify=True, time_limit=2.0).report.verified
+    assert tilefuse.compile(model, sets[0], backend="reference", verify=True, time_limit=1.0).report.verified
     real = api.fission
     monkeypatch.setattr(api, "fission", lambda g: _perturbed(real(g), "Tanh", 1.1))   # bf16: 2^-7 a rounding
     with pytest.raises(VerifyError, match="float64 run"):
-        tilefuse.compile(model, sets[0], backend="reference", verify=True, time_limit=2.0)
+        tilefuse.compile(model, sets[0], backend="reference", verify=True, time_limit=1.0)
 
 
 def test_a_sums_rounding_is_judged_against_its_terms():
