@@ -6,7 +6,8 @@ A run is a maximal sequence of consecutive kernels whose launches are declared
 named like any tensor).  Before the kernels are built, ``with_phases`` replaces a library call
 between generated kernels by a generated kernel where the joined run simulates faster, and
 ``as_phases`` re-tiles generated kernels for being phases (no launch to pay); after,
-``persistent_plan`` takes a run where its simulated schedule (``cost/persistent.py``) models
+``persistent_plan`` re-tiles a built run's prefetched phases where the whole run then simulates
+faster (``_warm_tiles``) and takes a run where its simulated schedule (``cost/persistent.py``) models
 faster than its kernels launched one by one (``"auto"``; True: every run), and ``settle`` makes a
 replaced call a call again where no run took it.  For a GPU target a taken run is compiled for its
 architecture and, where its binary spills, needs more shared memory than a block has or does not
