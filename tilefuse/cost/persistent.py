@@ -94,10 +94,10 @@ def schedule(phases: Sequence[Phase], programs: int, atomic_s: float, dram_rate:
             at, w = heapq.heappop(free)
             start = at + atomic_s                           # the queue's atomic
             if share:                                       # asked for before any wait: task i
-                at = 0.0                                    # the stream's i-th share, in order
+                offset = 0.0                                # the stream's i-th share, in order
                 for q, nbytes in phase.prefetch_for:
-                    part = min(at + nbytes, (i + 1) * share) - max(at, i * share)
-                    at += nbytes
+                    part = min(offset + nbytes, (i + 1) * share) - max(offset, i * share)
+                    offset += nbytes
                     if part > 0:
                         total = max(total, start) + part / dram_rate
                         got = arrived.setdefault(q, [])
