@@ -27,6 +27,18 @@ def test_a_gemms_programs_write_their_tile_and_read_their_rows_and_columns_whole
         (ar0, ar1), (ak0, ak1) = read[a_name]
         assert (ar0, ar1) == (r0, r1) and (ak0, ak1) == (0, 63)
     assert bool((covered == 1).all())
+    # the answer is kept (a persistent run re-analysed with one kernel re-tiled): the same list,
+    # and no more than MEMO_PROGRAMS programs' boxes are kept in all
+    from tilefuse.codegen import regions
+    assert program_boxes(k, ins, outs, set(ins) | set(outs)) is boxes
+    was = regions.MEMO_PROGRAMS
+    try:
+        regions.MEMO_PROGRAMS = len(boxes)
+        other = program_boxes(k, ins, outs, set(outs))
+        assert regions._memo_programs <= len(boxes) and program_boxes(k, ins, outs, set(outs)) is other
+        assert program_boxes(k, ins, outs, set(ins) | set(outs)) is not boxes      # (pushed out)
+    finally:
+        regions.MEMO_PROGRAMS = was
 
 
 def test_a_gather_reads_its_table_whole_and_an_arrive_has_no_boxes():

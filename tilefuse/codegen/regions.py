@@ -31,9 +31,11 @@ def program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str],
                   wanted: Collection[str]) -> list[tuple[dict[str, Box], dict[str, Box]]] | None:
     """Per program, ``({tensor: box read}, {tensor: box written})`` for the tensors in ``wanted``
     (``ins``/``outs``: the kernel's input and output slots' names); None where a program's writes
-    are not its own (an ``Arrive``), or the grid is over ``MAX_PROGRAMS``.  The last ``MEMO_SIZE``
-    answers are kept (a persistent run is analysed again with one of its kernels re-tiled: the
-    others' boxes are the same); the answer is shared, not to be changed."""
+    are not its own (an ``Arrive``), or the grid is over ``MAX_PROGRAMS``.  The last answers are
+    kept, up to ``MEMO_PROGRAMS`` programs' boxes in all (a persistent run is analysed again with
+    one of its kernels re-tiled: the others' boxes are the same); the answer is shared, not to be
+    changed."""
+    global _memo_programs
     key = (id(k), tuple(ins), tuple(outs), frozenset(wanted))
     with _MEMO_LOCK:
         got = _MEMO.get(key)
@@ -42,15 +44,19 @@ def program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str],
             return got[1]
     out = _program_boxes(k, ins, outs, wanted)
     with _MEMO_LOCK:
-        _MEMO[key] = (k, out)
-        while len(_MEMO) > MEMO_SIZE:
-            _MEMO.popitem(last=False)
+        if key not in _MEMO:
+            _MEMO[key] = (k, out)
+            _memo_programs += len(out or ())
+        while _memo_programs > MEMO_PROGRAMS and len(_MEMO) > 1:
+            _, (_, old) = _MEMO.popitem(last=False)
+            _memo_programs -= len(old or ())
     return out
 
 
-MEMO_SIZE = 512
+MEMO_PROGRAMS = 1 << 16      # programs' boxes kept (a BERT-base run: ~8,000)
 _MEMO: OrderedDict = OrderedDict()
 _MEMO_LOCK = threading.Lock()
+_memo_programs = 0
 
 
 def _program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str], wanted: Collection[str]):
