@@ -114,14 +114,12 @@ def spans(seg: Segment, convex) -> list[int]:
             members = inner | 1 << a | 1 << b
             if inner & gemm:
                 continue
-            grown, reads = members, 0
-            while True:
-                for v in bits(grown):
+            grown, reads, new = members, 0, members
+            while new:                           # the light prims read, transitively
+                for v in bits(new):
                     reads |= seg.preds[v]
-                more = reads & light & ~grown
-                if not more:
-                    break
-                grown |= more
+                new = reads & light & ~grown
+                grown |= new
             out.update(m for m in (members, grown) if m in convex)
     return sorted(out, key=lambda m: (m.bit_count(), m))
 
