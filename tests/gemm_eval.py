@@ -82,7 +82,7 @@ def forced(fn, t, *args, tol=F32_TOL, family="gemm", form=None):
     """The whole graph of ``fn`` as one kernel of ``family`` (gemm or chain) with tile ``t`` (its
     body rewritten by ``form``, when given: the chain's ``grouped``); asserts that its outputs
     (poisoned with NaN first: every element must be written) match the reference executor and
-    eager torch.  Returns (built kernel, body)."""
+    eager torch, and that its counters are back at zero.  Returns (built kernel, body)."""
     from tilefuse.families import chain
     body_of, schedule, fam = ((gemm_body, _schedule, GemmFamily()) if family == "gemm" else
                               (chain.chain_body, chain._schedule, chain.ChainFamily()))
@@ -98,7 +98,10 @@ def forced(fn, t, *args, tol=F32_TOL, family="gemm", form=None):
     feeds = feeds_of(cm, args)
     env = {c.name: c.data for c in pg.constants} | feeds
     outs = [torch.full(pg.types[o].shape, float("nan"), dtype=pg.types[o].dtype.to_torch()) for o in built.outputs]
-    built.run([env[n] for n in built.inputs], outs + allocate(built.scratch, torch.device("cpu")))
+    scratch = allocate(built.scratch, torch.device("cpu"))
+    built.run([env[n] for n in built.inputs], outs + scratch)
+    for s, buf in zip(built.scratch, scratch):      # counters: left at zero for the next launch
+        assert not (s.zeroed and buf.any()), f"a counter buffer {s.type} is not zero after the launch"
     got = dict(zip(built.outputs, outs))
     for name, ref, want in zip(pg.outputs, run_reference(pg, feeds), eager(fn, *args)):
         torch.testing.assert_close(got[name], ref, **tol, msg=lambda m: f"{name} vs reference: {m}")

@@ -178,25 +178,33 @@ def test_grouped_query_attention_reads_shared_kv_heads():
 
 # ---------------------------------------------------------------- flash-decoding (keys split)
 
-def split_tile(split, bm=16, bn=16, bk=16, bh=16):
-    return ChainTile(bm, bn, bk, bh, 4, 2, split=split)
+def split_tile(split, bm=16, bn=16, bk=16, bh=16, in_launch=False):
+    return ChainTile(bm, bn, bk, bh, 4, 2, split=split, in_launch=in_launch)
 
 
-@pytest.mark.parametrize("split", [2, 4])
-def test_decode_attention_with_the_keys_split_matches_eager(split):
+@pytest.mark.parametrize("split,in_launch", [(2, False), (4, False), (4, True)], ids=["2", "4", "4-one-launch"])
+def test_decode_attention_with_the_keys_split_matches_eager(split, in_launch):
     """Flash-decoding: one query row per head over 64 cached keys, the keys split 2 or 4 ways
     (several chunks per split), a boolean mask of a static cache that hides whole splits (their
     running max stays -inf: weight 0 in the combine) and, in one batch row, all but one key; GQA
-    (6 query heads over 2 kv heads), 16-bit: the partials and the combine against eager."""
+    (6 query heads over 2 kv heads), 16-bit: the partials and the combine against eager, as two
+    kernels or in one launch (the last split of a tile to finish combines, an online softmax over
+    the splits; its counters left at zero for the next launch)."""
     q, k, v = qkv(b=2, h=6, hk=2, lq=1, lk=64, e=16, dtype=torch.float16)
     keep = torch.zeros(2, 1, 1, 64, dtype=torch.bool)
     keep[0, ..., :21] = True            # a prompt of 21 tokens in the cache
     keep[1, ..., 40] = True             # one key, in the third quarter
     fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
-    built, body = forced(fn, split_tile(split), q, k, v, keep, tol=HALF_TOL[torch.float16], family="chain")
-    assert [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"]
-    assert len(built.scratch) == 3 and built.scratch[0].type.shape == (split, 2, 6, 1, 16)
-    assert body.causal is None
+    built, body = forced(fn, split_tile(split, in_launch=in_launch), q, k, v, keep, tol=HALF_TOL[torch.float16],
+                         family="chain")
+    assert body.causal is None and built.scratch[0].type.shape == (split, 2, 6, 1, 16)
+    if not in_launch:
+        assert [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"] and len(built.scratch) == 3
+        return
+    (kernel,) = built.kernels
+    assert [s.zeroed for s in built.scratch] == [False, False, False, True]
+    assert built.scratch[3].type.shape == (2 * 6,)          # a counter per (row tile, batch position)
+    assert "tl.atomic_add(" in built.source and "sem=\"acq_rel\"" in built.source
 
 
 @pytest.mark.parametrize("split", [1, 4])
@@ -239,10 +247,11 @@ def test_split_keys_with_an_additive_mask_and_several_query_rows():
            q, k, v, mask, tol=TOL, family="chain")
 
 
-def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_as_two_kernels():
+def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_as_its_kernels():
     """Splits are in the space for a decode-shaped attention (8 programs on 132 SMs), not for a
     prefill one whose grid fills the SMs (160 heads), nor for a causal loop (bounded per row tile); a split
-    schedule's work is its two kernels' (``then``: the combine)."""
+    schedule's work is its two kernels' (``then``: the combine), or, the combine in the launch, one
+    kernel's with a tail phase (the last split of each tile)."""
     from gemm_eval import H100
     from tilefuse.families.chain import ranked_tiles
     from tilefuse.families.chain.template import chain_kernels
@@ -265,10 +274,12 @@ def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_
     with pytest.raises(ValueError, match="keys split only evenly, and only where the key loop has no bounds"):
         chain_kernels(causal, ChainTile(16, 64, 64, 64, 4, 1, split=2), "k")
     from tilefuse.families.chain import _schedule
-    t = next(t for t in ranked_tiles(decode, H100) if t.split == 8)
-    s = _schedule(decode, t, H100)
-    assert [s.work, *s.then] == [work(kn, H100) for kn in chain_kernels(decode, t, "k")]
-    assert s.work.programs == 8 * 8 and len(s.then) == 1
+    for one in (False, True):       # the combine a second kernel, or in the launch (a tail phase)
+        t = next(t for t in ranked_tiles(decode, H100) if t.split == 8 and t.in_launch == one)
+        s = _schedule(decode, t, H100)
+        assert [s.work, *s.then] == [work(kn, H100) for kn in chain_kernels(decode, t, "k")]
+        assert s.work.programs == 8 * 8 and len(s.then) == (0 if one else 1)
+        assert (s.work.tail is not None) == one
 
 
 @pytest.mark.parametrize("e", [24, 40, 80])
@@ -314,18 +325,26 @@ def test_gemm_activation_gemm_chain_with_tails(act, t):
     assert body.softmax is None
 
 
-@pytest.mark.parametrize("split,bh", [(2, 16), (4, 8)], ids=["split2", "split4-h-split"])
-def test_gemm_chain_with_the_keys_split_matches_eager(split, bh):
+@pytest.mark.parametrize("split,bh,in_launch", [(2, 16, False), (4, 8, False), (4, 16, True)],
+                         ids=["split2", "split4-h-split", "split4-one-launch"])
+def test_gemm_chain_with_the_keys_split_matches_eager(split, bh, in_launch):
     """A GEMM chain's intermediate columns (its "keys") split across programs: each split's share
     of the second product's sum in an fp32 workspace (one, no running max or sum), the combine
     summing them and running the epilogue (a bias and a cast to fp16) — fp16, batched, a ragged M,
     a bias on the intermediate columns (indexed by the split's keys: an FFN's first bias), H whole
-    or split across programs; the combine's workspace is the only scratch."""
+    or split across programs; the combine's workspace is the only scratch (with the combine in the
+    launch, beside the tiles' counters)."""
     fn = lambda a, b, d, c, e: (torch.relu(a @ b + e) @ d + c).half()  # noqa: E731
     args = (torch.randn(2, 20, 32).half(), torch.randn(2, 32, 64).half(), torch.randn(2, 64, 16).half(),
             torch.randn(16).half(), torch.randn(64).half())
-    built, body = forced(fn, split_tile(split, bh=bh), *args, tol=HALF_TOL[torch.float16], family="chain")
-    assert body.softmax is None and [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"]
+    built, body = forced(fn, split_tile(split, bh=bh, in_launch=in_launch), *args, tol=HALF_TOL[torch.float16],
+                         family="chain")
+    assert body.softmax is None
+    if in_launch:
+        assert [kn.name for kn in built.kernels] == ["chain_test"]
+        assert [s.type.shape for s in built.scratch] == [(split, 2, 20, 16), (2 * 2,)]
+        return
+    assert [kn.name for kn in built.kernels] == ["chain_test_partials", "chain_test"]
     assert [s.type.shape for s in built.scratch] == [(split, 2, 20, 16)]
     assert f"(in5: {split} splits' accumulators)" in built.source and "maxima" not in built.source
 

@@ -240,7 +240,8 @@ def test_a_run_with_re_tiled_prefetched_phases_equals_eager(monkeypatch):
 class _Mlp(torch.nn.Module):
     """A pre-norm MLP and a projection of its ReLU'd output: on h100 a GEMM with the LayerNorm and
     GELU, then a GEMM chain (the down projection, residual, ReLU, projection) whose 16 rows leave
-    SMs idle: its intermediate columns split four ways, a combine summing the splits."""
+    SMs idle: its intermediate columns split across programs, the last of a row tile's summing
+    the splits."""
 
     def __init__(self, d=256, f=1024):
         super().__init__()
@@ -252,21 +253,24 @@ class _Mlp(torch.nn.Module):
         return self.out(torch.relu(h))
 
 
-def test_a_split_gemm_chain_is_two_phases_of_a_persistent_kernel():
-    """The chain's partials and combine are phases wired through its one workspace; the run
-    equals eager through the interpreter."""
+def test_a_split_gemm_chain_is_a_phase_of_a_persistent_kernel():
+    """The chain's splits combined in its own launch: one phase whose last program per row tile
+    reads the splits' shares back (its own workspace, past L1) and combines them; the run equals
+    eager through the interpreter, twice (the counters are back at zero)."""
     torch.manual_seed(0)
     model, x = _Mlp().eval().half(), torch.randn(16, 256).half()
     compiled = tilefuse.compile(model, (x,), target="h100", time_limit=2.0, persistent=True)
     chain = next(b for b in compiled.kernels if b.family == "chain")
-    assert [k.name for k in chain.kernels] == [chain.name + "_partials", chain.name] and len(chain.scratch) == 1
-    assert compiled.plan.kernels[compiled.kernels.index(chain)].schedule.tile.split > 1
+    tile = compiled.plan.kernels[compiled.kernels.index(chain)].schedule.tile
+    assert tile.split > 1 and tile.in_launch
+    assert [k.name for k in chain.kernels] == [chain.name] and [s.zeroed for s in chain.scratch] == [False, True]
     assert compiled.persistent == ((0, len(compiled.kernels)),)
     tiles, reads, writes, _ = run_phases(compiled.kernels, 0, len(compiled.kernels))
     k = [t.name for t in tiles].index(chain.name)
-    assert reads[k][-1] == writes[k - 1][0] and writes[k - 1][0].startswith("scratch:")
+    assert reads[k][-1] == writes[k][-2] and writes[k][-2].startswith("scratch:")
     with torch.no_grad():
-        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=2e-2, atol=2e-2)
+        for _ in range(2):
+            torch.testing.assert_close(compiled.emulate(x), model(x), rtol=2e-2, atol=2e-2)
 
 
 class _SplitK(torch.nn.Module):

@@ -339,6 +339,37 @@ def guarded_load(e) -> tuple[Load, Expr] | None:
     return (inner[0], binary("and", e.cond, inner[1])) if inner else None
 
 
+def shifted(body: tuple, first: int, by: int) -> tuple:
+    """``body`` with every result slot from ``first`` on moved up by ``by``, where it is defined
+    and where it is read: room for ``by`` more input slots before the results (a kernel that also
+    reads back a workspace it writes)."""
+    from ..ir.expr import Value, transform
+
+    def e(x):
+        return transform(x, lambda n: Value(n.slot + by, n.dtype) if isinstance(n, Value) and n.slot >= first
+                         else None)
+
+    def slot(k: int) -> int:
+        return k + by if k >= first else k
+
+    def stmt(st):
+        if isinstance(st, Reduce):
+            return replace(st, slot=slot(st.slot), value=e(st.value))
+        if isinstance(st, Store):
+            return replace(st, index=tuple(map(e, st.index)), value=e(st.value), guards=tuple(map(e, st.guards)))
+        if isinstance(st, Dot):
+            return replace(st, slot=slot(st.slot), a=e(st.a), b=e(st.b), init=None if st.init is None else e(st.init))
+        if isinstance(st, Loop):
+            return replace(st, body=tuple(map(stmt, st.body)),
+                           state=tuple(replace(s, slot=slot(s.slot), init=e(s.init), next=e(s.next))
+                                       for s in st.state))
+        if isinstance(st, Arrive):
+            return replace(st, body=tuple(map(stmt, st.body)))
+        raise TypeError(f"shifted: {type(st).__name__} is not a statement")
+
+    return tuple(map(stmt, body))
+
+
 def pow2(n: int) -> int:
     """The least power of two at least ``n`` (and 1): block sizes are powers of two."""
     return 1 << max(n - 1, 0).bit_length()

@@ -201,3 +201,25 @@ class Family:
         if schedule.then:
             return Cost.of((schedule.work, *schedule.then), target, cuda_graph)
         return Cost.modelled(schedule.work, target, cuda_graph)
+
+
+def arriving(family: str, kernel, inputs: tuple[str, ...], back: tuple[int, ...], outputs: tuple[str, ...],
+             name: str, scratch: tuple[Scratch, ...]) -> Built:
+    """The launcher of a kernel whose programs ``Arrive`` (a two-phase epilogue, split-K or a
+    chain's key split in one launch): the kernel reads back, as inputs after ``inputs``, the
+    buffers ``back`` (indices into the outputs, then the scratch: a workspace it writes); its
+    scratch (``Built.scratch``) holds those workspaces and the groups' counters, zero before the
+    first launch and left at zero by every launch (a failed launch zeroes them again)."""
+    from ..codegen.triton import compile_kernel
+    launch, source = compile_kernel(kernel)
+
+    def run(ins, outs):                 # outs: the outputs, then the workspaces, the counters
+        try:
+            launch(list(ins) + [outs[j] for j in back], list(outs))
+        except BaseException:
+            outs[-1].zero_()
+            raise
+
+    names = outputs + tuple(SCRATCH.format(j) for j in range(len(scratch)))
+    return Built(name, family, inputs, outputs, run, source, "triton", scratch, kernels=(kernel,),
+                 wiring=(((*inputs, *(names[j] for j in back)), names),))

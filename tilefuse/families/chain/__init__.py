@@ -42,10 +42,10 @@ from ...analysis.classify import Category
 from ...cost.dot import legacy_mma, ranking_seconds, tensor_cores
 from ...cost.target import Target
 from ...cost.work import work
-from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
+from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch, arriving
 from .body import ChainBody, OnlineSoftmax, chain_body, grouped
 from .space import ChainShape, ChainTile, chain_tiles
-from .template import chain_kernels, splittable
+from .template import chain_kernels, splittable, unrolled_combine
 
 TOP_K = 3
 RANKED = 8                 # tiles of the cached ranking costed with a group's own prologue/epilogue
@@ -90,6 +90,11 @@ class ChainFamily(Family):
         b = schedule.body
         outputs = tuple(st.tensor for st in b.stores)
         kernels = self.kernels(schedule, name)
+        if schedule.tile.in_launch:          # read back: the splits' workspaces, its first scratch
+            k = kernels[0]
+            scratch = tuple(Scratch(k.outputs[j], j in k.counters) for j in sorted(k.workspaces | k.counters))
+            n = len(outputs)
+            return arriving(self.name, k, b.inputs, tuple(range(n, n + len(k.workspaces))), outputs, name, scratch)
         if len(kernels) == 1:
             run, source = compile_kernel(kernels[0])
             return Built(name, self.name, b.inputs, outputs, run, source, "triton", kernels=kernels)
@@ -167,7 +172,7 @@ def _bound(b: ChainBody, t: ChainTile, forms: dict) -> tuple:
     """The body's kernels for tile ``t``: lowered once per form (H split across programs or
     whole, descriptors, the key split) and bound to the tile's blocks, warps and stages (the
     combine's own)."""
-    form = (t.bh < b.extent(b.hvars), t.tma, t.split)
+    form = (t.bh < b.extent(b.hvars), t.tma, t.split, t.in_launch and unrolled_combine(t), t.in_launch)
     if form not in forms:
         forms[form] = chain_kernels(b, t, "chain")
     first, *rest = forms[form]

@@ -52,13 +52,15 @@ class ChainTile:
     stages: int
     tma: bool = False                    # whole input tiles through tensor descriptors (sm_90 on)
     split: int = 1                       # key ranges across programs (flash-decoding), then a combine
+    in_launch: bool = False              # the combine run by the last split of each tile to finish
 
     def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma, self.split)
+        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma, self.split, self.in_launch)
 
     def __str__(self) -> str:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
-                + (" TMA" if self.tma else "") + (f" split={self.split}" if self.split > 1 else ""))
+                + (" TMA" if self.tma else "") + (f" split={self.split}" if self.split > 1 else "")
+                + (" in one launch" if self.in_launch else ""))
 
 
 def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splittable: bool = False,
@@ -68,7 +70,8 @@ def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splitt
     descriptor tile is pulled from shared memory into registers) and the tile loops over keys or
     K; with ``splittable`` (a key loop
     without bounds: ``template.splittable``), the tiles whose grid leaves SMs idle also with the
-    keys split (``split_counts``); in a ``plain`` chain (no softmax) only those that keep H whole:
+    keys split (``split_counts``), the splits combined by a second kernel or in the same launch;
+    in a ``plain`` chain (no softmax) only those that keep H whole:
     a split there is the way to more programs that does not recompute the first product per H
     tile, and splitting H as well would (the space stays near its unsplit size)."""
     out = []
@@ -83,8 +86,15 @@ def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splitt
             # loopless chain loads gains nothing from a TMA copy, and on the H200 (Triton 3.6) the
             # loopless 64-row TMA kernels of MCFuser's S4/S5 returned NaN (bench/README.md)
             looped = tma and (bn < s.n or bk < s.k)
-            out += [ChainTile(bm, bn, bk, bh, w, st, looped, k) for k in splits for w in WARPS for st in STAGES]
+            out += [ChainTile(bm, bn, bk, bh, w, st, looped, k, one) for k in splits for one in _launches(k)
+                    for w in WARPS for st in STAGES]
     return out
+
+
+def _launches(split: int) -> tuple[bool, ...]:
+    """A key split's combine as a second kernel, or in the same launch (the last split of each
+    tile to finish runs it: ``template.split_in_launch``)."""
+    return (False,) if split == 1 else (False, True)
 
 
 def split_counts(n: int, bn: int, programs: int, sms: int) -> tuple[int, ...]:

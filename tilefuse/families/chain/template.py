@@ -27,7 +27,7 @@ import math
 from dataclasses import replace
 
 from ...analysis.index import extent_ranges
-from ...codegen.kernel import Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2
+from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2, shifted
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Binary, Const, Load, Select, Unary, Value, Var, binary, cast, select, substitute, transform, \
@@ -38,6 +38,7 @@ from .body import unmasked
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 COMBINE_BLOCK = 2048    # elements (rows x H x splits) per program of flash-decoding's combine
+UNROLLED_VALUES = 64    # fp32 values a thread holds of the splits' shares in an unrolled in-launch combine
 
 
 LOG2E = 1.4426950408889634
@@ -68,7 +69,9 @@ def _log2e(x):
 def chain_kernels(b, t, name: str) -> tuple[Kernel, ...]:
     """The kernels computing chain body ``b`` with tile ``t``: one, or with the keys split
     (``t.split`` > 1: flash-decoding) the partials and their combine (``split_kernels``)."""
-    return (chain_kernel(b, t, name),) if t.split == 1 else split_kernels(b, t, name)
+    if t.split == 1:
+        return (chain_kernel(b, t, name),)
+    return (split_in_launch(b, t, name),) if t.in_launch else split_kernels(b, t, name)
 
 
 def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
@@ -166,12 +169,7 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
         last = {sm.max_slot: running, sm.sum_slot: rsum}
         coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
         value = binary("mul", cast(coeff, f32), acc)
-    value = cast(value, b.c_dtype)
-    out = Value(S, b.c_dtype)
-    ranges = extent_ranges({v: ext[v] for v in b.avars})
-    stores = tuple(Store(j, tuple(simplify(e, ranges) for e in st.index),
-                         simplify(transform(st.value, lambda n: value if n is out else None), ranges))
-                   for j, st in enumerate(b.stores))
+    stores = _epilogue(b, cast(value, b.c_dtype))
     origins = dict.fromkeys(str(p.origin) for p in b.group.prims)
     comments = (f"{name}: chain kernel (tilefuse), {b.first} -> {b.second}, {t}",
                 f"E = {'softmax' if sm else 'f'}(A[{shape[1]} x {shape[3]}] @ B[{shape[3]} x {shape[2]}]) @ "
@@ -209,6 +207,81 @@ def split_workspaces(b, t) -> tuple[TensorType, ...]:
     f32 = DType.float32
     acc = TensorType((t.split, *rows, *(b.ext[v] for v in b.hvars)), f32)
     return (acc,) if b.softmax is None else (acc, TensorType((t.split, *rows), f32), TensorType((t.split, *rows), f32))
+
+
+def split_in_launch(b, t, name: str) -> Kernel:
+    """The key split in one launch: every program runs its split's key loop, stores its share
+    (``split_kernels``' partials) into the workspaces and ``Arrive``s at its tile's counter; the
+    last of the tile's ``split`` programs to arrive reads the shares back through L2 (its own
+    included) and combines them, a loop over the splits (unrolled: every load in flight), and runs
+    the epilogue.  Under a softmax the loop is the online softmax's over the splits: running max
+    ``M``, the sum and the accumulator rescaled by ``exp(M_old - M_new)`` as each split's share
+    comes in weighted by ``exp(m_s - M_new)`` (0 for a split whose keys were all masked; ``M_new``
+    read as 0 while every split so far was).  Slots: the inputs, then the workspaces read back;
+    results move up past them.  Outputs: the stores, the workspaces, the tiles' counters."""
+    if not splittable(b) or b.extent(b.nvars) % t.split:
+        raise ValueError(f"{name}: the keys split only evenly, and only where the key loop has no bounds")
+    partials = chain_kernel(b, t, name, split=True)
+    types, nin, sm = b.group.types, len(b.inputs), b.softmax
+    ws = split_workspaces(b, t)
+    nws, nout = len(ws), len(b.stores)
+    f32 = DType.float32
+    sr = Var("sr")
+    rows = b.bvars + b.mvars
+    first_free = b.slot + 1 + len(b.instances) + 6 + nws     # past chain_kernel's slots, moved
+    shares = tuple(replace(st, output=nout + st.output) if isinstance(st, Store) else st
+                   for st in shifted(partials.body, nin, nws))
+    axes = partials.axes + (TileAxis("r", (sr,), (t.split,), 1, -1, block_name="RBLOCK"),)
+    acc_r = Load(nin, (sr,) + rows + b.hvars, f32)
+    AS = first_free
+    if sm is None:
+        state = (State(AS, ("m", "h"), Const(0.0, f32), binary("add", Value(AS, f32), acc_r)),)
+        value = cast(Value(AS, f32), b.c_dtype)
+    else:
+        MS, LS = first_free + 1, first_free + 2
+        m_r, l_r = Load(nin + 1, (sr,) + rows, f32), Load(nin + 2, (sr,) + rows, f32)
+        top, total = Value(MS, f32), Value(LS, f32)
+        m_new = binary("max", top, m_r)
+        neg_inf = Const(-math.inf, f32)
+        safe = select(binary("eq", m_new, neg_inf), Const(0.0, f32), m_new)
+        old = unary("exp", binary("sub", top, safe))        # rescales what came before
+        w = unary("exp", binary("sub", m_r, safe))          # weighs this split's share
+        state = (State(MS, ("m",), neg_inf, m_new),
+                 State(LS, ("m",), Const(0.0, f32), binary("add", binary("mul", total, old), binary("mul", w, l_r))),
+                 State(AS, ("m", "h"), Const(0.0, f32),
+                       binary("add", binary("mul", Value(AS, f32), old), binary("mul", w, acc_r))))
+        mx, tot = (next(i for i in b.instances if i.slot == x) for x in (sm.max_slot, sm.sum_slot))
+        last = {sm.max_slot: cast(top, mx.dtype), sm.sum_slot: cast(total, tot.dtype)}
+        coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
+        value = cast(binary("mul", cast(coeff, f32), Value(AS, f32)), b.c_dtype)
+    combine = (Loop("r", (), state, unroll=unrolled_combine(t)), *_epilogue(b, value))
+    tiles = tuple(a.name for a in axes if a.grid is not None and a.name != "s")     # a tile's programs
+    counters = TensorType((math.prod(max(a.chunks, 1) for a in axes if a.name in tiles),), DType.int32)
+    outputs = tuple(types[st.tensor] for st in b.stores)
+    comments = (f"{name}: chain kernel (tilefuse), {b.first} -> {b.second}, {t}: keys split {t.split} ways in one "
+                f"launch, the last split of each tile to finish combines the shares (in{nin}..) and runs the epilogue",
+                f"inputs:  {', '.join([f'in{k}={n}' for k, n in enumerate(b.inputs)] + [f'in{nin}..=workspaces'])}",
+                f"outputs: {', '.join(f'out{k}={st.tensor}' for k, st in enumerate(b.stores))}")
+    return Kernel(name, tuple(types[n] for n in b.inputs) + ws, outputs + ws + (counters,), axes,
+                  shares + (Arrive(nout + nws, tiles, t.split, combine),), t.warps, t.stages, comments, tma=t.tma,
+                  written=frozenset(range(nin, nin + nws)), workspaces=frozenset(range(nout, nout + nws)),
+                  counters=frozenset({nout + nws}))
+
+
+def unrolled_combine(t) -> bool:
+    """Whether the in-launch combine's loop over the splits is unrolled (every split's share
+    loaded at once: one round trip) or walked (one share in registers at a time): unrolled while
+    the shares come to ``UNROLLED_VALUES`` fp32 values a thread at most."""
+    return t.split * t.bm * t.bh <= UNROLLED_VALUES * 32 * t.warps
+
+
+def _epilogue(b, value) -> tuple[Store, ...]:
+    """The epilogue's stores with the second contraction's value ``value``."""
+    out = Value(b.slot, b.c_dtype)
+    ranges = extent_ranges({v: b.ext[v] for v in b.avars})
+    return tuple(Store(j, tuple(simplify(e, ranges) for e in st.index),
+                       simplify(transform(st.value, lambda n: value if n is out else None), ranges))
+                 for j, st in enumerate(b.stores))
 
 
 def split_kernels(b, t, name: str) -> tuple[Kernel, Kernel]:
@@ -254,11 +327,7 @@ def split_kernels(b, t, name: str) -> tuple[Kernel, Kernel]:
         last = {sm.max_slot: cast(top, mx.dtype), sm.sum_slot: cast(Value(LS, f32), total.dtype)}
         coeff = transform(sm.coeff, lambda n: last.get(n.slot) if isinstance(n, Value) else None)
         value = cast(binary("mul", cast(coeff, f32), Value(AS, f32)), b.c_dtype)
-    out = Value(b.slot, b.c_dtype)
-    ranges = extent_ranges({v: b.ext[v] for v in b.avars})
-    stores = tuple(Store(j, tuple(simplify(e, ranges) for e in st.index),
-                         simplify(transform(st.value, lambda n: value if n is out else None), ranges))
-                   for j, st in enumerate(b.stores))
+    stores = _epilogue(b, value)
     what = f"in{nin}: {t.split} splits' accumulators" if sm is None else \
         f"in{nin}..in{nin + 2}: {t.split} splits' accumulators, maxima, sums"
     comments = (f"{name}: chain kernel (tilefuse), the key split's combine of {name}_partials ({what}) "

@@ -51,7 +51,7 @@ from ...cost.work import kernel_seconds, work
 from ...ir.dtypes import TensorType
 from ...ir.expr import Load, Var
 from ...ir.prim import Prim, Reduction
-from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch
+from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch, arriving
 from .body import GemmBody, TwoPhase, gemm_body
 from .space import GemmShape, GemmTile, tile_space
 from .template import gemm_kernels, prologue_block
@@ -91,8 +91,10 @@ class GemmFamily(Family):
         scratch = tuple(Scratch(k.outputs[j], j in k.counters) for k in kernels
                         for j in sorted(k.workspaces | k.counters))
         if schedule.tile.fixup or schedule.tile.in_launch:
-            source = b.phases.source if schedule.tile.fixup else -1
-            return self._arriving(kernels[0], b.inputs, source, outputs, name, scratch)
+            # read back: the two-phase kernel's pre-reduction values (an output, or its first
+            # scratch buffer), split-K's partials (its first scratch buffer)
+            back = b.phases.source if schedule.tile.fixup and b.phases.source >= 0 else len(outputs)
+            return arriving(self.name, kernels[0], b.inputs, (back,), outputs, name, scratch)
         if len(kernels) == 1:
             run, source = compile_kernel(kernels[0])
             return Built(name, self.name, b.inputs, outputs, run, source, "triton", kernels=kernels)
@@ -106,29 +108,6 @@ class GemmFamily(Family):
         work = SCRATCH.format(0)
         return Built(name, self.name, b.inputs, outputs, run, psrc + "\n\n" + rsrc, "triton", scratch,
                      kernels=kernels, wiring=((b.inputs, (work,)), ((*b.inputs, work), outputs)))
-
-    def _arriving(self, kernel, inputs, source_out: int, outputs, name: str, scratch) -> Built:
-        """The launcher of a kernel whose programs ``Arrive`` (two phases, split-K in one launch):
-        its scratch (``Built.scratch``) is the workspace it reads back (a two-phase kernel's
-        pre-reduction values, unless an output holds them; split-K's partials) and the groups'
-        counters, zero before the first launch and left at zero by every launch (a failed launch
-        zeroes them again)."""
-        from ...codegen.triton import compile_kernel
-        launch, source = compile_kernel(kernel)
-        n = len(outputs)
-
-        def run(ins, outs):                 # outs: the outputs, then [workspace,] counters
-            pre = outs[n] if source_out < 0 else outs[source_out]
-            try:
-                launch(list(ins) + [pre], list(outs))
-            except BaseException:
-                outs[-1].zero_()
-                raise
-
-        slots = tuple(SCRATCH.format(j) for j in range(len(scratch)))
-        pre_name = slots[0] if source_out < 0 else outputs[source_out]
-        return Built(name, self.name, inputs, outputs, run, source, "triton", scratch, kernels=(kernel,),
-                     wiring=(((*inputs, pre_name), (*outputs, *slots)),))
 
 
 def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[GemmSchedule]:
