@@ -60,22 +60,25 @@ def _grouped_mm(x, w, offs):
     return torch._grouped_mm(x, w, offs=offs)
 
 
+ROUTINGS = {"all_groups": [2, 0, 0, 2, 1, 2], "one_group": [0, 0, 0, 0, 0, 0], "an_empty_group": [2, 2, 0, 2, 2, 0],
+            "rows_past_the_last_end": [1, 3, 0, 3, 1, 2]}
+
+
 @pytest.mark.parametrize("backend", ["reference", "triton"])
 @pytest.mark.parametrize("op,dtype", [(_fallback, torch.float32), (_grouped_mm, torch.bfloat16)],
                          ids=["transformers_fallback", "aten_grouped_mm"])     # torch._grouped_mm takes bf16
-@pytest.mark.parametrize("ids", [[2, 0, 0, 2, 1, 2], [0, 0, 0, 0, 0, 0], [2, 2, 0, 2, 2, 0], [1, 3, 0, 3, 1, 2]],
-                         ids=["all_groups", "one_group", "an_empty_group", "rows_past_the_last_end"])
-def test_grouped_matmul_over_runtime_offsets_matches_eager(op, dtype, ids, backend):
-    # id 3 is past the last expert: histc does not count it, its rows are past the last end (0)
+def test_grouped_matmul_over_runtime_offsets_matches_eager(op, dtype, backend):
+    """One compiled model, every routing (the offsets are computed at run time from the ids):
+    every group used, one group, an empty group, and ids past the last expert (3: histc does not
+    count it, its rows are past the last end)."""
     model = Experts(op, dtype).eval()
-    x, ids = torch.randn(6, 8, generator=gen).to(dtype), torch.tensor(ids)
+    x = torch.randn(6, 8, generator=gen).to(dtype)
     with torch.no_grad():
-        want = model(x, ids)
-        compiled = tilefuse.compile(model, (x, ids), backend=backend)
-        got = compiled(x, ids)
-        other = torch.tensor([1, 1, 2, 0, 0, 1])      # other routing, same compiled model
-        torch.testing.assert_close(compiled(x, other), model(x, other))
-    # torch._grouped_mm leaves the rows past the last end uninitialized; the fallback and tilefuse zero them
-    defined = len(ids) if op is _fallback else int((ids < model.experts).sum())
-    torch.testing.assert_close(got[:defined], want[:defined])
-    assert bool((got[defined:] == 0).all())
+        compiled = tilefuse.compile(model, (x, torch.tensor(ROUTINGS["all_groups"])), backend=backend)
+        for name, routing in ROUTINGS.items():
+            ids = torch.tensor(routing)
+            want, got = model(x, ids), compiled(x, ids)
+            # torch._grouped_mm leaves the rows past the last end uninitialized; the fallback and tilefuse zero them
+            defined = len(ids) if op is _fallback else int((ids < model.experts).sum())
+            torch.testing.assert_close(got[:defined], want[:defined], msg=lambda m: f"routing {name}: {m}")
+            assert bool((got[defined:] == 0).all()), f"routing {name}: rows past the last end not zero"

@@ -74,9 +74,8 @@ def test_distilbert_through_onnx_has_one_attention_kernel_per_layer(dynamo, tmp_
         torch.onnx.export(model, (ids, mask), str(path), input_names=["input_ids", "attention_mask"],
                           dynamo=dynamo)
     plan = tilefuse.compile_onnx(str(path), target="h100", backend="reference")
-    chains = [k for k in plan.report.kernels if k.family == "chain"]
-    assert len(chains) == cfg.n_layers, [(k.family, k.ops) for k in plan.report.kernels]
-    assert all(any(op.startswith("Softmax") for op in k.ops) for k in chains)
+    attention = [k for k in plan.report.kernels if k.family == "chain" and any(op.startswith("Softmax") for op in k.ops)]
+    assert len(attention) == cfg.n_layers, [(k.family, k.ops) for k in plan.report.kernels]
     with torch.no_grad():                       # the imported graph against eager
         want = model(ids, attention_mask=mask).last_hidden_state
     from tilefuse.orchestrate.plan import execute_reference

@@ -22,7 +22,7 @@ from tilefuse.frontend.torch import import_torch
 
 RTOL = ATOL = 1e-5
 # Orchestration is not under test here: a short solver time limit keeps the file fast.
-FAST = {"time_limit": 1.0}
+FAST = {"time_limit": 0.25}
 
 
 def _fresh(t):
