@@ -163,6 +163,8 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
     kernels = list(kernels)
     retile = coster is not None and carried is None and bool(tgt.arch)
     as_phase = _phase_coster(coster, tgt, cuda_graph) if retile else None
+    if retile and mode == "auto":
+        plan, kernels = _joined(plan, kernels, coster, scheduled, tgt, cuda_graph)
     todo = list(persistent_runs(kernels, {w for _, w in plan.deferred}))
     if carried is not None:
         todo = [(i, j) for i, j in carried if any(a <= i and j <= b for a, b in todo)]
@@ -195,6 +197,43 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
         if take:
             chosen.append((i, j))
     return plan, kernels, chosen, rows
+
+
+def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target, cuda_graph: bool) -> tuple[Plan, list]:
+    """(plan, kernels) with each call between runs of built kernels (a library or torch call that
+    ``with_phases`` kept: it judged the joined run without the prefetches the built kernels make)
+    replaced by its group's fastest generated schedule, built, where the one run it then joins
+    simulates faster (``_simulated``, prefetches included) than the runs beside it and the call,
+    each run at its simulated time or its kernels' apart, whichever is less (``"auto"``'s choice).
+    ``settle`` makes it a call again where no run takes it.  MODELLED."""
+    from ..families import build, generated
+    breaks = {w for _, w in plan.deferred}
+
+    def run_s(p: Plan, ks: list, i: int, j: int) -> float:
+        if j - i < 2:
+            return sum(pk.cost for pk in p.kernels[i:j])
+        _, _, _, apart, merged = _simulated(p, ks, i, j, scheduled, tgt, cuda_graph)
+        return min(apart, merged)
+
+    for k, pk in enumerate(plan.kernels):
+        if generated(pk.schedule) or k in breaks or k + 1 in breaks:
+            continue
+        alt = next(((c, s) for c, s in coster.options(pk.candidate) if generated(s)), None)
+        if alt is None:
+            continue
+        b = build(alt[1], kernels[k].name)
+        tried = replace(plan, kernels=plan.kernels[:k] + (replace(pk, schedule=alt[1], cost=alt[0].seconds),)
+                        + plan.kernels[k + 1:])
+        built = kernels[:k] + [b] + kernels[k + 1:]
+        run = next(((i, j) for i, j in persistent_runs(built, breaks) if i <= k < j), None)
+        if run is None:
+            continue
+        i, j = run
+        if run_s(tried, built, i, j) < run_s(plan, kernels, i, k) + pk.cost + run_s(plan, kernels, k + 1, j):
+            _log.info("persistent: %s as a generated kernel (%s) joins the runs beside it",
+                      pk.candidate.names[0], alt[1].family)
+            plan, kernels = tried, built
+    return plan, kernels
 
 
 def _simulated(plan: Plan, kernels: Sequence, i: int, j: int, scheduled: Callable, tgt: Target, cuda_graph: bool):

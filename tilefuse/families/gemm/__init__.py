@@ -57,6 +57,12 @@ from .space import GemmShape, GemmTile, tile_space
 from .template import gemm_kernels, prologue_block
 
 TOP_K = 3
+# the shape's first warpgroup-MMA tiles of the fewest rows costed on a group's own kernels when its
+# best do not include one: the plain GEMM's ranking puts tall tiles first, while an operand gathered
+# per value (a convolution's im2col window over NCHW) or computed costs registers and shared
+# memory per row (the ResNet stem: the plain ranking's 53rd tile, BM 64, models 8% faster than the
+# BM 32 mma.sync tile its first three gave)
+LOWEST_K = 3
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,8 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     (its prologue and epilogue add registers), and when none of those is off the wgmma path, the
     first that is (the ranking's preference may have put it behind wgmma tiles that the group's
     own epilogue slows down), and likewise the first tensor-core tile over the whole K
-    (``_whole_k``), fastest first on those kernels (``_ranking``)."""
+    (``_whole_k``) and the first ``LOWEST_K`` wgmma tiles of 64 rows (``_lowest``), fastest first
+    on those kernels (``_ranking``)."""
     out, forms = [], {}
 
     def take(tiles, count: int) -> None:
@@ -135,6 +142,8 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     shape = body.shape
     if not any(_legacy(s.tile, shape, target) for _, s in out):
         take(_legacy_ranked(shape, target), 1)
+    if target.warpgroup_mma_rows and not any(_lowest(s.tile, shape, target) for _, s in out):
+        take(_lowest_ranked(shape, target), LOWEST_K)
     if not any(_whole_k(s.tile) for _, s in out):
         take((t for t in ranked if _whole_k(t)), 1)
     return [s for _, s in sorted(out, key=lambda kv: kv[0])][:TOP_K]
@@ -149,6 +158,17 @@ def _whole_k(t: GemmTile) -> bool:
 
 def _legacy(t: GemmTile, s: GemmShape, target: Target) -> bool:
     return t.dot and legacy_mma(t.bm, t.warps, s.dtype, target)
+
+
+def _lowest(t: GemmTile, s: GemmShape, target: Target) -> bool:
+    """A warpgroup-MMA tile of the fewest rows it takes (64 on sm_90) over the whole K."""
+    return _whole_k(t) and t.bm == target.warpgroup_mma_rows and not _legacy(t, s, target)
+
+
+@functools.lru_cache(maxsize=2048)
+def _lowest_ranked(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
+    """The shape's ranked tiles of ``_lowest`` (cached)."""
+    return tuple(t for t in ranked_tiles(s, target) if _lowest(t, s, target))
 
 
 @functools.lru_cache(maxsize=2048)
