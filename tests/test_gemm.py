@@ -606,6 +606,20 @@ def test_depthwise_convolution_as_a_stencil():
     assert not any(t.bb for t in tile_space(GemmShape(4, 64, 2, 9, DType.float16), H100))
 
 
+def test_the_stem_convolutions_64_row_wgmma_tiles_are_costed_on_its_own_kernels():
+    """The ResNet stem (7 × 7, stride 2, over the NCHW image's 3 channels: an im2col gather per
+    value): the plain GEMM's ranking of its shape has no 64-row wgmma tile among its first three,
+    which the group's own kernels cost first; the shape's first such tiles (``_lowest``), costed
+    on the group's kernels, come out faster, so the group's best schedule runs on wgmma."""
+    from tilefuse.cost.dot import wgmma
+    from tilefuse.families.gemm import TOP_K
+    conv = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False).half()
+    body = gemm_body(whole(compile_h100(lambda x: conv(x), torch.randn(1, 3, 224, 224).half()).primgraph))
+    assert not any(t.bm == 64 for t in ranked_tiles(body.shape, H100)[:TOP_K])
+    best = GemmFamily().schedules(body.group, H100)[0]
+    assert best.tile.bm == 64 and wgmma(best.tile.bm, best.tile.warps, H100), best.tile
+
+
 def test_channels_last_depthwise_block_plans_stencils():
     """MobileNet's block (1×1, depthwise 3×3, 1×1 in fp16, channels-last between them): the
     planner runs the depthwise convolution as a stencil, whose channel runs are contiguous, and

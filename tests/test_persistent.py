@@ -170,6 +170,24 @@ def test_a_library_call_between_generated_kernels_becomes_a_phase_where_that_pay
     assert again.kernels[1].schedule is plain.plan.kernels[1].schedule
 
 
+def test_a_call_left_between_built_runs_joins_them_where_the_run_then_simulates_faster(monkeypatch):
+    """``persistence._joined``: a call that ``with_phases`` left between generated kernels (it
+    judges without the prefetches the built kernels make; switched off here, so the call reaches
+    the built plan) is replaced by its group's generated kernel, built, where the one run it then
+    joins simulates faster; the run equals eager through the interpreter."""
+    import tilefuse.api as api
+    monkeypatch.setattr(api, "with_phases", lambda plan, *rest: plan)
+    torch.manual_seed(0)
+    model, x = _Gated().eval().half(), torch.randn(1, 8, 32).half()
+    compiled = tilefuse.compile(model, (x,), target="h100", time_limit=10.0, persistent="auto")
+    assert [b.family for b in compiled.kernels] == ["fused", "gemm", "chain"] and compiled.persistent == ((0, 3),)
+    assert compiled.plan.kernels[1].schedule.family == "gemm"
+    row = compiled.report.persistent[0]
+    assert row["launched_as_one"] and row["persistent_us"] < row["apart_us"]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled.emulate(x), model(x), rtol=1e-2, atol=1e-2)
+
+
 class _DecodeLike(torch.nn.Module):
     """One token through RMS-normed projections (a decode step's shape, no attention): GEMVs whose
     weights (8-11 MB) the persistent kernel prefetches while the phases before them run."""

@@ -63,6 +63,7 @@ TOP_K = 3
 # memory per row (the ResNet stem: the plain ranking's 53rd tile, BM 64, models 8% faster than the
 # BM 32 mma.sync tile its first three gave)
 LOWEST_K = 3
+LOWEST_MIN_N = 16     # (narrower products: a dot tile pads N to 16; a depthwise one is the stencil path's)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     shape = body.shape
     if not any(_legacy(s.tile, shape, target) for _, s in out):
         take(_legacy_ranked(shape, target), 1)
-    if target.warpgroup_mma_rows and not any(_lowest(s.tile, shape, target) for _, s in out):
+    if target.warpgroup_mma_rows and shape.n >= LOWEST_MIN_N and not any(_lowest(s.tile, shape, target) for _, s in out):
         take(_lowest_ranked(shape, target), LOWEST_K)
     if not any(_whole_k(s.tile) for _, s in out):
         take((t for t in ranked if _whole_k(t)), 1)
