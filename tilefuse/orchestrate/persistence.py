@@ -208,6 +208,20 @@ def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target,
     ``settle`` makes it a call again where no run takes it.  MODELLED."""
     from ..families import build, generated
     breaks = {w for _, w in plan.deferred}
+    taken, named = {b.name for b in kernels}, {}
+
+    def name_of(old: str, sched) -> str:
+        """The call's name under its new family's prefix (``kernel_names``' form), one per
+        schedule key, unique among the plan's."""
+        if sched.key() not in named:
+            base = sched.family + old[old.index("_"):] if "_" in old else f"{sched.family}_{old}"
+            name, n = base, 1
+            while name in taken:
+                n += 1
+                name = f"{base}_{n}"
+            taken.add(name)
+            named[sched.key()] = name
+        return named[sched.key()]
 
     def run_s(p: Plan, ks: list, i: int, j: int) -> float:
         if j - i < 2:
@@ -221,7 +235,7 @@ def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target,
         alt = next(((c, s) for c, s in coster.options(pk.candidate) if generated(s)), None)
         if alt is None:
             continue
-        b = build(alt[1], kernels[k].name)
+        b = build(alt[1], name_of(kernels[k].name, alt[1]))
         tried = replace(plan, kernels=plan.kernels[:k] + (replace(pk, schedule=alt[1], cost=alt[0].seconds),)
                         + plan.kernels[k + 1:])
         built = kernels[:k] + [b] + kernels[k + 1:]
