@@ -243,3 +243,51 @@ def test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager():
     assert torch.equal(got, want)
     decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
     assert decode and decode[-1].persistent == ((0, len(decode[-1].kernels)),), decode[-1].persistent
+
+
+@pytest.mark.parametrize("case", ["flash-decoding", "gemm-chain"])
+def test_a_key_split_combined_in_its_launch_equals_eager_call_after_call(case):
+    """A chain's keys split across programs, combined by the last split of each tile to arrive
+    (``ChainTile.in_launch``: counters with acquire/release; the shares read back through L2) on
+    the GPU: decode attention over a masked cache and a GEMM chain, each built with that tile and
+    called 300 times on new inputs against eager (a race shows as a rare mismatch); its counters
+    are back at zero after every call."""
+    import torch.nn.functional as F
+    from tilefuse.families.chain import ChainFamily, _schedule, chain_body
+    from tilefuse.families.chain.space import ChainTile
+    from tilefuse.ir.samples import allocate
+    from gemm_eval import H100, compile_h100, feeds_of, whole
+    if case == "flash-decoding":
+        fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+        shapes = ((2, 8, 1, 64), (2, 2, 1024, 64), (2, 2, 1024, 64))
+        tile = ChainTile(16, 64, 64, 64, 4, 2, split=8, in_launch=True)
+    else:
+        fn = lambda a, b, d: torch.relu(a @ b) @ d  # noqa: E731
+        shapes = ((512, 256), (256, 512), (512, 256))
+        tile = ChainTile(64, 64, 256, 256, 4, 2, split=4, in_launch=True)
+    g = torch.Generator().manual_seed(0)
+
+    def inputs():
+        ts = [torch.randn(*s, generator=g).half() for s in shapes]
+        if case == "flash-decoding":
+            keep = torch.zeros(2, 1, 1, 1024, dtype=torch.bool)
+            keep[0, ..., :300], keep[1, ..., 700] = True, True
+            ts.append(keep)
+        return ts
+    first = inputs()
+    cm = compile_h100(fn, *first)
+    body = chain_body(whole(cm.primgraph))
+    built = ChainFamily().build(_schedule(body, tile, H100), "chain_in_launch")
+    pg = cm.primgraph
+    consts = {c.name: c.data.cuda() for c in pg.constants}
+    outs = [torch.empty(pg.types[o].shape, dtype=pg.types[o].dtype.to_torch(), device="cuda") for o in built.outputs]
+    scratch = allocate(built.scratch, torch.device("cuda"))
+    for call in range(300):
+        args = first if call == 0 else inputs()
+        cuda = [t.cuda() for t in args]
+        env = consts | {n: t.cuda() for n, t in feeds_of(cm, args).items()}
+        built.run([env[n] for n in built.inputs], outs + scratch)
+        if call % 25 == 0 or call == 299:
+            assert_matches(outs[0], eager(lambda *a: fn(*a), cuda), FP16_TOL, f"{case}, call {call}")
+            assert not any(s.zeroed and buf.any() for s, buf in zip(built.scratch, scratch)), f"{case}, call {call}"
+    torch.cuda.synchronize()
