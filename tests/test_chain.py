@@ -238,13 +238,18 @@ def test_grouping_needs_heads_read_through_a_floor_division():
     assert causal.causal == 0 and grouped(causal) is None
 
 
-def test_split_keys_with_an_additive_mask_and_several_query_rows():
+@pytest.mark.parametrize("in_launch", [False, True], ids=["two-kernels", "one-launch"])
+def test_split_keys_with_an_additive_mask_and_several_query_rows(in_launch):
     """The split with several query rows (4, in a tile of 16), a float mask added to the scores,
-    the value head dim (32) split across programs, fp32: against eager."""
+    the value head dim (32) split across programs (a counter per row tile and column tile, in one
+    launch), fp32: against eager."""
     q, k, v = qkv(b=1, h=3, lq=4, lk=96, e=16, ev=32)
     mask = torch.randn(4, 96)
-    forced(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), split_tile(2),
-           q, k, v, mask, tol=TOL, family="chain")
+    built, _ = forced(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                      split_tile(2, in_launch=in_launch), q, k, v, mask, tol=TOL, family="chain")
+    assert len(built.kernels) == (1 if in_launch else 2)
+    if in_launch:
+        assert built.scratch[-1].zeroed and built.scratch[-1].type.shape == (3 * 2,)   # heads x H tiles
 
 
 def test_the_split_is_offered_only_where_the_grid_leaves_sms_idle_and_is_costed_as_its_kernels():
