@@ -230,8 +230,9 @@ def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target,
         return min(apart, merged)
 
     for k, pk in enumerate(plan.kernels):
-        if generated(pk.schedule) or k in breaks or k + 1 in breaks:
-            continue
+        if generated(pk.schedule) or k in breaks or k + 1 in breaks or \
+                not any(0 <= n < len(kernels) and kernels[n].launches is not None for n in (k - 1, k + 1)):
+            continue        # (a call with no phase beside it joins nothing)
         alt = next(((c, s) for c, s in coster.options(pk.candidate) if generated(s)), None)
         if alt is None:
             continue

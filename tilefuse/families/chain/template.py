@@ -213,8 +213,8 @@ def split_in_launch(b, t, name: str) -> Kernel:
     """The key split in one launch: every program runs its split's key loop, stores its share
     (``split_kernels``' partials) into the workspaces and ``Arrive``s at its tile's counter; the
     last of the tile's ``split`` programs to arrive reads the shares back through L2 (its own
-    included) and combines them, a loop over the splits (unrolled: every load in flight), and runs
-    the epilogue.  Under a softmax the loop is the online softmax's over the splits: running max
+    included) and combines them in a loop over the splits (unrolled, every share's loads in
+    flight, while that fits: ``unrolled_combine``), and runs the epilogue.  Under a softmax the loop is the online softmax's over the splits: running max
     ``M``, the sum and the accumulator rescaled by ``exp(M_old - M_new)`` as each split's share
     comes in weighted by ``exp(m_s - M_new)`` (0 for a split whose keys were all masked; ``M_new``
     read as 0 while every split so far was).  Slots: the inputs, then the workspaces read back;
@@ -228,7 +228,8 @@ def split_in_launch(b, t, name: str) -> Kernel:
     f32 = DType.float32
     sr = Var("sr")
     rows = b.bvars + b.mvars
-    first_free = b.slot + 1 + len(b.instances) + 6 + nws     # past chain_kernel's slots, moved
+    first_free = b.slot + 1 + len(b.instances) + 6 + nws     # past chain_kernel's slots, moved (a clash:
+                                                             # ``codegen/kernel.check`` names the slot)
     shares = tuple(replace(st, output=nout + st.output) if isinstance(st, Store) else st
                    for st in shifted(partials.body, nin, nws))
     axes = partials.axes + (TileAxis("r", (sr,), (t.split,), 1, -1, block_name="RBLOCK"),)
