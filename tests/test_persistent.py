@@ -182,6 +182,7 @@ def test_a_call_left_between_built_runs_joins_them_where_the_run_then_simulates_
     compiled = tilefuse.compile(model, (x,), target="h100", time_limit=10.0, persistent="auto")
     assert [b.family for b in compiled.kernels] == ["fused", "gemm", "chain"] and compiled.persistent == ((0, 3),)
     assert compiled.plan.kernels[1].schedule.family == "gemm" and compiled.kernels[1].name.startswith("gemm_")
+    assert [k.name for k in compiled.report.kernels] == [b.name for b in compiled.kernels]   # the names that run
     row = compiled.report.persistent[0]
     assert row["launched_as_one"] and row["persistent_us"] < row["apart_us"]
     with torch.no_grad():

@@ -154,8 +154,12 @@ def _traffic(plan: Plan, coster: Coster) -> int:
 
 
 def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Coster, target: Target,
-               backend: str, strategy: str, memory: MemoryPlan | None = None) -> Report:
+               backend: str, strategy: str, memory: MemoryPlan | None = None,
+               names: list[str] | None = None) -> Report:
+    """``names``: the built kernels' (what runs and what a profiler shows: a kernel the persistent
+    pass re-tiled or joined keeps the name it was built under); by default the plan's own."""
     plan = plans[strategy]
+    names = names or kernel_names([k.schedule for k in plan.kernels], primgraph.prims)
     m = memory or plan_memory(plan, primgraph)
     bound = roofline(primgraph, target)
     traffic = {s: _traffic(p, coster) for s, p in plans.items()}
@@ -163,7 +167,7 @@ def report_for(graph, primgraph: PrimGraph, plans: dict[str, Plan], coster: Cost
         target=target.name, backend=backend, strategy=strategy,
         num_ops=len(_operators(graph)), num_prims=len(primgraph.prims),
         prims_by_category=count_by_category(primgraph.prims),
-        num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster, kernel_names([k.schedule for k in plan.kernels], primgraph.prims)),
+        num_kernels=len(plan.kernels), kernels=_kernel_infos(plan, coster, names),
         est_total_us=round(plan.cost * 1e6, 3),
         strategies={s: {"num_kernels": len(p.kernels), "est_total_us": round(p.cost * 1e6, 3),
                         "traffic_bytes": traffic[s]}
@@ -306,7 +310,7 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     if dump is not None:
         _dump(Path(dump), graph, primgraph, plan, kernels)
     memory = plan_memory(plan, primgraph, kernels, runs)
-    report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory)
+    report = report_for(graph, primgraph, plans, coster, tgt, backend, strategy, memory, [b.name for b in kernels])
     if native:
         report.native_planning = {"rounds": grounding.rounds, "stable": grounding.stable,
                                   "schedules_compiled": grounding.compiled, "arch": tgt.arch}
