@@ -285,9 +285,9 @@ def test_a_key_split_combined_in_its_launch_equals_eager_call_after_call(case):
     for call in range(300):
         args = first if call == 0 else inputs()
         cuda = [t.cuda() for t in args]
-        env = consts | {n: t.cuda() for n, t in feeds_of(cm, args).items()}
+        env = consts | feeds_of(cm, cuda)
         built.run([env[n] for n in built.inputs], outs + scratch)
         if call % 25 == 0 or call == 299:
-            assert_matches(outs[0], eager(lambda *a: fn(*a), cuda), FP16_TOL, f"{case}, call {call}")
+            assert_matches(outs[0], eager(fn, cuda), FP16_TOL, f"{case}, call {call}")
             assert not any(s.zeroed and buf.any() for s, buf in zip(built.scratch, scratch)), f"{case}, call {call}"
     torch.cuda.synchronize()

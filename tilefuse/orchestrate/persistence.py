@@ -6,8 +6,9 @@ A run is a maximal sequence of consecutive kernels whose launches are declared
 named like any tensor).  Before the kernels are built, ``with_phases`` replaces a library call
 between generated kernels by a generated kernel where the joined run simulates faster, and
 ``as_phases`` re-tiles generated kernels for being phases (no launch to pay); after,
-``persistent_plan`` re-tiles a built run's prefetched phases where the whole run then simulates
-faster (``_warm_tiles``) and takes a run where its simulated schedule (``cost/persistent.py``) models
+``persistent_plan`` replaces a call still between built runs where the joined run then simulates
+faster with its prefetches (``_joined``), re-tiles a built run's prefetched phases where the whole
+run then simulates faster (``_warm_tiles``) and takes a run where its simulated schedule (``cost/persistent.py``) models
 faster than its kernels launched one by one (``"auto"``; True: every run), and ``settle`` makes a
 replaced call a call again where no run took it.  For a GPU target a taken run is compiled for its
 architecture and, where its binary spills, needs more shared memory than a block has or does not
@@ -212,16 +213,15 @@ def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target,
 
     def name_of(old: str, sched) -> str:
         """The call's name under its new family's prefix (``kernel_names``' form), one per
-        schedule key, unique among the plan's."""
-        if sched.key() not in named:
-            base = sched.family + old[old.index("_"):] if "_" in old else f"{sched.family}_{old}"
-            name, n = base, 1
-            while name in taken:
-                n += 1
-                name = f"{base}_{n}"
-            taken.add(name)
-            named[sched.key()] = name
-        return named[sched.key()]
+        schedule key, unique among the plan's (reserved once a replacement is kept)."""
+        if sched.key() in named:
+            return named[sched.key()]
+        base = sched.family + old[old.index("_"):] if "_" in old else f"{sched.family}_{old}"
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        return name
 
     def run_s(p: Plan, ks: list, i: int, j: int) -> float:
         if j - i < 2:
@@ -248,6 +248,8 @@ def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target,
             _log.info("persistent: %s as a generated kernel (%s) joins the runs beside it",
                       pk.candidate.names[0], alt[1].family)
             plan, kernels = tried, built
+            taken.add(b.name)
+            named[alt[1].key()] = b.name
     return plan, kernels
 
 

@@ -68,12 +68,11 @@ def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splitt
     """Every tile of the space (module docstring), sizes × warps × stages; through tensor
     descriptors on sm_90 where the dots run on tensor cores (``tensor_cores``; off them a
     descriptor tile is pulled from shared memory into registers) and the tile loops over keys or
-    K; with ``splittable`` (a key loop
-    without bounds: ``template.splittable``), the tiles whose grid leaves SMs idle also with the
-    keys split (``split_counts``), the splits combined by a second kernel or in the same launch;
-    in a ``plain`` chain (no softmax) only those that keep H whole:
-    a split there is the way to more programs that does not recompute the first product per H
-    tile, and splitting H as well would (the space stays near its unsplit size)."""
+    K; with ``splittable`` (a key loop without bounds: ``template.splittable``), the tiles whose
+    grid leaves SMs idle also with the keys split (``split_counts``), the splits combined by a
+    second kernel or in the same launch; in a ``plain`` chain (no softmax) only those that keep H
+    whole: a split there is the way to more programs that does not recompute the first product
+    per H tile, and splitting H as well would (the space stays near its unsplit size)."""
     out = []
     tma = target.arch >= TMA_ARCH and tensor_cores
     for bm, bn, bk, bh in itertools.product(streamed_sizes(s.m), streamed_sizes(s.n), held_sizes(s.k), held_sizes(s.h)):
