@@ -309,3 +309,31 @@ def test_depthwise_stencil_reads_channels_in_16_byte_runs():
     b = compile_native(family("gemm").kernels(s, "stencil")[0], 90)
     assert not b.spills and b.loads and set(b.loads) == {16}
     assert 0.75 <= b.registers / s.work.res.regs_per_thread <= 1.25
+
+
+def test_a_stems_scalar_gather_runs_one_stage_in_the_model_as_in_the_binary(tmp_path, monkeypatch):
+    """A convolution reading the model's 3-channel NCHW input gathers its im2col a value at a time
+    (the innermost K variable wraps over 3 taps: no 4-byte run Triton can prove contiguous), which
+    cp.async cannot copy, so Triton does not pipeline the loop. The model runs it at one stage
+    whatever ``num_stages`` says (shared memory of one stage, ``cost/work._Walk.scalar``) and
+    counts the gather's registers; the binary agrees: no async copy, the model's shared memory,
+    registers within 25%. The next convolution, reading the stem's channels-last output in 16-byte
+    runs, stays pipelined in both."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    from tilefuse.families import family
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 64, 3, padding=1)).eval().half()
+    cm = tilefuse.compile(model, (torch.randn(1, 3, 64, 64).half(),), target="h100", backend="reference")
+    convs = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    assert len(convs) == 2
+    for s, scalar in zip(convs, (True, False)):
+        (kernel,) = family("gemm").kernels(s, "conv")
+        deep, one = (work(dataclasses.replace(kernel, num_stages=n), H100).res for n in (3, 1))
+        assert (deep == one) == scalar, s.tile_key()
+        b = compile_native(kernel, 90)
+        assert b.pipelined != scalar and bool(b.async_copies or b.tma_loads) != scalar and not b.spills
+        assert 0.75 <= s.work.res.regs_per_thread / b.registers <= 1.25
+        if scalar:
+            assert set(b.loads) == {2} and 0.75 <= b.shared_bytes / s.work.res.smem_bytes <= 1.25

@@ -61,16 +61,20 @@ from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
 REGISTER_BASE = 20       # per thread: program ids, offsets, pointers, loop counters
-DOT_REGISTER_BASE = 36   # with a Dot: its operand pointers and K-loop state too
+DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # Registers per value of a thread's share of a Dot's operand tile (one stage), by how the operand
-# is read: fitted to the sm_90 binaries of the bench plans' 105 dot kernels, NCHW and NHWC
-# (bench/README.md, "native.py"; tests/test_native_plans.py checks the share within 25%).  A plain
+# is read, and the base above: fitted to the sm_90 binaries of the bench plans' and the zoo's small
+# h100 plans' dot kernels, 82 distinct ones (bench/README.md, "native.py"; tests/test_native_plans.py
+# checks the share within 25%).  A plain
 # load is copied to shared memory (cp.async: an address per 16-byte vector); a computed operand (a
 # prologue: casts, scales, activations) passes through registers, per tile it loads; a gathered
 # one (an address not affine in a tile axis's flat index, nor whole 16-byte runs: NCHW im2col, a
-# rotated half) holds addresses and masks per value too; a plain load through a tensor descriptor
-# (``Kernel.tma``) holds none: the copy engine computes the addresses.
-OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.45, "gathered": 0.75, "tma": 0.0}
+# rotated half) holds addresses and masks per value too; a scalar gather (no 4-byte run: an NCHW
+# stem's im2col, ``_Walk.scalar``) is loaded a value at a time into registers, each with its own
+# 64-bit address and bounds (the ResNet and MobileNet stems' binaries: 2.6-2.9 a value); a plain
+# load through a tensor descriptor (``Kernel.tma``) holds none: the copy engine computes the addresses.
+OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "gathered": 0.75, "scalar": 2.5, "tma": 0.0}
+CP_ASYNC_BYTES = 4       # the narrowest copy cp.async makes: a loop with a narrower operand run is not pipelined
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 # A computed operand loaded once, outside a pipelined loop (attention's query, a whole key tile),
 # streams through registers into shared memory: a fraction of the values a loop keeps in flight
@@ -146,7 +150,10 @@ def work(kernel: Kernel, target: Target) -> Work:
     regs = _registers(t.main, threads)
     if t.tail is not None:
         regs = max(regs, _registers(t.tail, threads))
-    stages = max(kernel.num_stages, 1)
+    # Triton pipelines a loop only when every operand can be copied asynchronously: with a scalar
+    # gather it runs one stage, whatever ``num_stages`` says (the stems' binaries: no cp.async, one
+    # stage of shared memory)
+    stages = max(kernel.num_stages, 1) if t.main.pipelined else 1
     res = Resources(kernel.num_warps, regs, stages * t.main.staged + t.main.held)
     main = _phase_work(t.main, kernel, res, target, stages)
     if t.tail is not None:
@@ -185,6 +192,7 @@ class _Phase:
     operand_regs: float               # registers of the Dots' operand values (OPERAND_REGISTERS), all threads
     epilogue_elems: int               # values of the tiles loaded outside Dot operands
     tail: bool                        # an Arrive's tail phase
+    pipelined: bool = True            # no Dot operand is a scalar gather (``_Walk.scalar``)
 
 
 @dataclass(frozen=True)
@@ -267,7 +275,7 @@ def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tupl
     """Cached by value: the warp counts a family tries for one tile share it."""
     looped = frozenset(a.name for a in axes if a.looped)
     shape = tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in axes)
-    prof = profile(body, shape, looped, tuple(t.shape for t in inputs), tma)
+    prof = profile(body, shape, looped, tuple(t.shape for t in inputs), tma, tuple(t.dtype.itemsize for t in inputs))
     main = _bind(prof, axes, inputs, outputs, scratch, target, None)
     tail = _bind(prof.tail, axes, inputs, outputs, scratch, target, prof.arrive) if prof.tail else None
     return _Tile(main, tail)
@@ -408,7 +416,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   (reduce_tile or max((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads),
                                       default=math.prod(dims.values())))
                   if arrive is not None else math.prod(dims.values()),
-                  live, staged, held, acc, operand_regs, epilogue, arrive is not None)
+                  live, staged, held, acc, operand_regs, epilogue, arrive is not None,
+                  not any(r[0] == "scalar" for d in prof.dots for r in d.reads))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -478,20 +487,23 @@ def _stop_share(stop: tuple, by: dict) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple, tma: bool = False) -> Profile:
+def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple, tma: bool = False,
+            itemsizes: tuple = ()) -> Profile:
     """The kernel's ``Profile`` from its statements, its axes (name, vars, ext, dim, grid, alias),
-    the axes that are looped, its inputs' shapes and whether plain operand loads go through
-    tensor descriptors.  Cached by value: a family lowers a body once and binds block sizes per
-    candidate, which changes neither."""
-    return _Walk(shape, looped, input_shapes, tma=tma).run(body)
+    the axes that are looped, its inputs' shapes, whether plain operand loads go through
+    tensor descriptors and its inputs' element sizes (default 2 bytes).  Cached by value: a family
+    lowers a body once and binds block sizes per candidate, which changes neither."""
+    return _Walk(shape, looped, input_shapes, tma=tma, itemsizes=itemsizes).run(body)
 
 
 class _Walk:
     """One phase's walk.  ``tail``: an ``Arrive``'s body, whose positions are per group (its
     program-split axes are the group's, one position each)."""
 
-    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False, tma: bool = False):
+    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False, tma: bool = False,
+                 itemsizes: tuple = ()):
         self.shape, self.input_shapes, self.tma = shape, input_shapes, tma
+        self.itemsizes = itemsizes or (2,) * len(input_shapes)
         self.tiled = {v: dim >= 0 for _, vars_, _, dim, *_ in shape for v in vars_}   # a tile dim, not per program
         self.axis_info = {v: (alias or name, vars_, ext[0] if len(ext) == 1 else None, dim)
                           for name, vars_, ext, dim, _, alias in shape for v in vars_}
@@ -585,7 +597,7 @@ class _Walk:
                     raise TypeError("work: a kernel with nested or repeated Arrive statements")
                 self.arrive = st.axes
                 self.stored.add(st.counter)
-                inner = _Walk(self.shape, self.looped, self.input_shapes, tail=True)
+                inner = _Walk(self.shape, self.looped, self.input_shapes, tail=True, itemsizes=self.itemsizes)
                 inner.slot_axes = dict(self.slot_axes)
                 self.tail = inner.run(st.body)
             else:
@@ -619,7 +631,7 @@ class _Walk:
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
         tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
         if any(self.gathered(ld) for ld in loads):
-            return "gathered", 1, ()
+            return ("scalar" if any(self.scalar(ld) for ld in loads) else "gathered"), 1, ()
         while isinstance(e, Cast):
             e = e.x
         if guarded_load(e):                 # a padded window: one zero-filling masked copy (no TMA)
@@ -658,6 +670,30 @@ class _Walk:
                 if coeff.get(inner) == 1 or not any(c == 1 and self.tiled.get(v) for v, c in coeff.items()):
                     return True
         return False
+
+    def scalar(self, ld: Load) -> bool:
+        """Triton can prove no run of ``CP_ASYNC_BYTES`` contiguous in the load's tile: its last
+        dim's index moves by one element only along a tile axis's innermost variable of an
+        extent without a factor that long (``flat % 7``: the 7 taps of an NCHW stem's row), or
+        by more (a stride-2 row); its values are loaded one at a time (sm_90 binaries of the
+        ResNet and MobileNet stems: 2-byte loads, no cp.async).  An index the walk cannot read
+        as affine is not judged (a rotated half stays a gather)."""
+        kind, what = _load_site(ld).dims[-1]
+        need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
+        if kind != "affine" or need <= 1:
+            return False
+        coeff = what[0]
+        moving = False
+        for _, vars_, ext, dim, *_ in self.shape:
+            live = [(v, n) for v, n in zip(vars_, ext) if n > 1 and dim >= 0]
+            if not live:
+                continue
+            moving = moving or any(coeff.get(v) for v, _ in live)
+            inner, n = live[-1]
+            # one variable: a contiguous arange of the block; the innermost of several: ``flat % n``
+            if coeff.get(inner) == 1 and (len(live) == 1 or n & -n >= need):
+                return False
+        return moving
 
     @contextlib.contextmanager
     def scope(self, axis: str):
