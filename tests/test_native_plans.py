@@ -30,12 +30,13 @@ def _dots(kernel, body, looped=False):
             yield from _dots(kernel, st.body, looped)
 
 
-# The register model (cost/work.py: OPERAND_REGISTERS, EPILOGUE_REGISTERS, LIVE_SHARE) is fitted
-# to the bench plans' sm_90 binaries (bench/README.md, "native.py": 82% of their kernels within ±25%); it does
-# not reach every kernel: ptxas spends registers freely where they are plentiful, which no
-# tile-level count predicts, most of all in small models (one BERT layer at hidden 256: 4 of 7;
-# the zoo's small h100 plans: 42 of 96).  These floors catch a model that drifts further.
-REGISTERS_WITHIN = {"default": 0.4, "zoo": 0.3}
+# The register model (cost/work.py: DOT_REGISTER_BASE, OPERAND_REGISTERS, EPILOGUE_REGISTERS,
+# LIVE_SHARE) is fitted to the bench plans' and the zoo's sm_90 binaries (bench/README.md,
+# "native.py": 90% of the bench plans' kernels within ±25%); it does not reach every kernel: ptxas
+# spends registers freely where they are plentiful, which no tile-level count predicts, most of all
+# in small models (one BERT layer at hidden 256: 5 of 7; the zoo's small h100 plans: 61 of 85,
+# LLaMA's 9 of 22).  These floors catch a model that drifts further.
+REGISTERS_WITHIN = {"default": 0.6, "zoo": 0.3}
 
 # Known breaks of issue #22's rules (strict: the test fails when one is fixed, to be struck here)
 KNOWN = {("gpt2", "h100"): "GEMMs under an RMS-style prologue: one spills (255 registers), two hold 128 where "

@@ -373,6 +373,9 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
             if how == "computed" and kind == 1:
                 operand_regs += HELD_COMPUTED * tiles * tile
             elif how:
+                # a scalar gather loaded once (the whole K one chunk: no loop) streams to shared
+                # memory as other gathers do; in a loop it holds each chunk's values and addresses
+                how = "gathered" if how == "scalar" and kind == 1 else how
                 operand_regs += OPERAND_REGISTERS[how] * tiles * tile
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}

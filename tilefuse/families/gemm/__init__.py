@@ -124,13 +124,14 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
     own epilogue slows down), and likewise the first tensor-core tile over the whole K
     (``_whole_k``) and the first ``LOWEST_K`` wgmma tiles of 64 rows (``_lowest``), fastest first
     on those kernels (``_ranking``)."""
-    out, forms = [], {}
+    out, forms, seen = [], {}, set()
 
     def take(tiles, count: int) -> None:
         got = 0
         for t in tiles:
-            if t.bb and body.prologue:
-                continue        # the stencil path has no prologue reductions
+            if (t.bb and body.prologue) or t in seen:
+                continue        # (the stencil path has no prologue reductions)
+            seen.add(t)
             s = _schedule(body, t, target, forms)
             sec = Cost.of((s.work, *s.then), target).seconds
             if math.isfinite(sec):
@@ -147,7 +148,18 @@ def _best(body: GemmBody, ranked: tuple[GemmTile, ...], target: Target) -> list[
         take(_lowest_ranked(shape, target), LOWEST_K)
     if not any(_whole_k(s.tile) for _, s in out):
         take((t for t in ranked if _whole_k(t)), 1)
+    if any(s.work.serial_chunks for _, s in out):
+        # a loop Triton does not pipeline (a scalar gather, ``cost/work._Walk.scalar``) waits for
+        # each chunk's loads, which the plain ranking (pipelined) does not see: the tiles that
+        # load the whole K at once have no chunk to wait for
+        take((t for t in ranked if _one_chunk(t, shape)), TOP_K)
+        take((t for t in _lowest_ranked(shape, target) if _one_chunk(t, shape)), 1)
     return [s for _, s in sorted(out, key=lambda kv: kv[0])][:TOP_K]
+
+
+def _one_chunk(t: GemmTile, s: GemmShape) -> bool:
+    """A tile whose programs load the whole K in one chunk."""
+    return t.split == 1 and t.bk >= s.k
 
 
 def _whole_k(t: GemmTile) -> bool:
