@@ -33,9 +33,11 @@ From that walk, for every family alike:
   computes its padded tiles at ``dot.dot_rate`` (tensor cores or not), the rest at the fp32
   CUDA-core peak;
 - resources: with a ``Dot``, its fp32 accumulators per thread, its operands' registers by how
-  each is read (``OPERAND_REGISTERS``: a cp.async or TMA copy, a computed prologue, a gather), the
-  tiles the epilogue loads, and the operand tiles staged in shared memory (``num_stages`` deep
-  inside a loop); without, a base for indices and pointers plus a thread's share of the tile and a
+  each is read (``OPERAND_REGISTERS``: a cp.async or TMA copy, a computed prologue, one zeroed
+  outside a padded window, a gather, a scalar gather), the tiles the epilogue loads, and the
+  operand tiles staged in shared memory (``num_stages`` deep inside a loop; one stage where an
+  operand is a scalar gather, which Triton does not pipeline: ``_Walk.scalar``); without, a base
+  for indices and pointers plus a thread's share of the tile and a
   quarter of the values the widest scope loads (at most 8 loads);
 - a causal loop split in two (``Loop.until``, ``Loop.resume``) charges each part its share of
   the chunks and the second its own pipeline of the product (``SPLIT_REGISTERS``);
@@ -67,13 +69,15 @@ DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # h100 plans' dot kernels, 82 distinct ones (bench/README.md, "native.py"; tests/test_native_plans.py
 # checks the share within 25%).  A plain
 # load is copied to shared memory (cp.async: an address per 16-byte vector); a computed operand (a
-# prologue: casts, scales, activations) passes through registers, per tile it loads; a gathered
+# prologue: casts, scales, activations) passes through registers, per tile it loads, and one
+# zeroed outside a padded window (BatchNorm + ReLU before a 3 x 3 convolution) holds the window's
+# test, the per-channel vectors and the select per value too (ResNet-50's: 145-161); a gathered
 # one (an address not affine in a tile axis's flat index, nor whole 16-byte runs: NCHW im2col, a
 # rotated half) holds addresses and masks per value too; a scalar gather (no 4-byte run: an NCHW
 # stem's im2col, ``_Walk.scalar``) is loaded a value at a time into registers, each with its own
 # 64-bit address and bounds (the ResNet and MobileNet stems' binaries: 2.6-2.9 a value); a plain
 # load through a tensor descriptor (``Kernel.tma``) holds none: the copy engine computes the addresses.
-OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "gathered": 0.75, "scalar": 2.5, "tma": 0.0}
+OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "windowed": 3.0, "gathered": 0.75, "scalar": 2.5, "tma": 0.0}
 CP_ASYNC_BYTES = 4       # the narrowest copy cp.async makes: a loop with a narrower operand run is not pipelined
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 # A computed operand loaded once, outside a pipelined loop (attention's query, a whole key tile),
@@ -370,7 +374,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
             how, tiles, tests = reads
             if tests and all(t % blk(a) == 0 for a, t, _ in tests):
                 how, tiles = "direct", 1         # one piece's pointers per tile (emit.py: _pointers)
-            if how == "computed" and kind == 1:
+            if how in ("computed", "windowed") and kind == 1:
                 operand_regs += HELD_COMPUTED * tiles * tile
             elif how:
                 # a scalar gather loaded once (the whole K one chunk: no loop) streams to shared
@@ -642,6 +646,8 @@ class _Walk:
         if isinstance(e, Load):
             whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims))
             return ("tma" if whole else "direct"), 1, ()
+        if isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0:
+            return "windowed", tiles, ()     # a prologue zeroed outside a padded window
         return "computed", tiles, piece_tests(e, self.axis_info) or ()
 
     def gathered(self, ld: Load) -> bool:
