@@ -32,7 +32,7 @@ def _dots(kernel, body, looped=False):
 
 # The register model (cost/work.py: DOT_REGISTER_BASE, OPERAND_REGISTERS, EPILOGUE_REGISTERS,
 # LIVE_SHARE) is fitted to the bench plans' and the zoo's sm_90 binaries (bench/README.md,
-# "native.py": 90% of the bench plans' kernels within ±25%); it does not reach every kernel: ptxas
+# "native.py": 94% of the bench plans' kernels within ±25%); it does not reach every kernel: ptxas
 # spends registers freely where they are plentiful, which no tile-level count predicts, most of all
 # in small models (one BERT layer at hidden 256: 5 of 7; the zoo's small h100 plans: 61 of 85,
 # LLaMA's 9 of 22).  These floors catch a model that drifts further.
