@@ -1,7 +1,7 @@
 """Per kernel: the model's time against the device's (MEASURED), and generated GEMMs against cuBLAS.
 
     python bench/gpu_kernels.py [--models bert,llama,resnet] [--size small] [--gemms default]
-        [--device cuda|cpu] [--budget-s 150] [--out PATH.json]
+        [--parts kernels,gemms,stems] [--device cuda|cpu] [--budget-s 150] [--out PATH.json]
 
 Part ``kernels``: each zoo model (fp16, batch 1) is planned for the attached GPU (``target="auto"``,
 modelled: what ``tilefuse.compile`` does without ``measure``), and every kernel of the optimal plan
@@ -14,6 +14,10 @@ their ratio measured / modelled.
 Part ``gemms``: one ``x @ w`` per shape (fp16); the planner's best schedule of the ``gemm`` family
 (the generated Triton kernel) and of the ``library`` family (cuBLAS), each MODELLED and MEASURED
 as above, and ``torch.matmul`` timed directly; TFLOP/s from the measured medians.
+
+Part ``stems`` (not run by default): ResNet-50's stem over the image NCHW as given (2-byte gathers,
+a loop Triton does not pipeline) and channels-last padded to 4 and 8 channels (8- and 16-byte
+async copies), each plan's kernels MODELLED and MEASURED, and the layout copy MEASURED (``stems_part``).
 
 On ``--device cpu`` the same runs through Triton's interpreter with a wall-clock timer (tiny
 shapes): a check of the script, meaningless as speed.
@@ -162,6 +166,84 @@ def gemms_part(args, started: float) -> list[dict]:
     return out
 
 
+STEM_LAYOUTS = (("nchw", 3), ("nhwc4", 4), ("nhwc8", 8))   # (the image's layout, its channels)
+
+
+def stem_module(channels: int, weight, device):
+    """ResNet-50's stem, a 7 x 7 stride-2 convolution of 64 filters with BatchNorm and ReLU, reading
+    the image NCHW as given (3 channels) or channels-last with its channels zero-padded to
+    ``channels`` (the weight likewise: the same outputs)."""
+    import torch
+    import torch.nn.functional as F
+
+    class Stem(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(channels, 64, 7, 2, 3, bias=False)
+            self.conv.weight.data = F.pad(weight, (0, 0, 0, 0, 0, channels - 3))
+            self.bn = torch.nn.BatchNorm2d(64)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv(x if channels == 3 else x.permute(0, 3, 1, 2))))
+    return Stem().eval().to(device=device, dtype=weight.dtype)
+
+
+def stems_part(args, started: float) -> list[dict]:
+    """The stem over each layout of ``STEM_LAYOUTS`` (issue #22's 16-byte question: the NCHW image
+    is gathered 2 bytes at a time and its loop is not pipelined; a channels-last copy padded to 8
+    channels is read in 16-byte async copies over 8/3 the K): each plan's kernels MODELLED and
+    MEASURED as in ``kernels``, and the copy that makes the layout (``permute`` + ``pad`` in torch)
+    MEASURED; the outputs' largest difference from the NCHW layout's eager output."""
+    import torch
+    import torch.nn.functional as F
+    dtype = getattr(torch, args.dtype)
+    timer = timer_for(args.device)
+    side = 224 if args.device == "cuda" else 32          # (the interpreter: a check of the script)
+    torch.manual_seed(0)
+    image = torch.randn(1, 3, side, side, dtype=dtype, device=args.device)
+    weight = torch.randn(64, 3, 7, 7, dtype=dtype, device=args.device) / 12
+    out = []
+    reference = None
+    for layout, channels in STEM_LAYOUTS:
+        if time.perf_counter() - started > args.budget_s:
+            out.append({"layout": layout, "skipped": f"the {args.budget_s:.0f} s budget was spent"})
+            continue
+        rec = {"layout": layout, "channels": channels, "image": [1, 3, side, side], "kernels": []}
+        out.append(rec)
+        try:
+            model = stem_module(channels, weight, args.device)
+            make = (lambda: image) if channels == 3 else \
+                (lambda c=channels: F.pad(image.permute(0, 2, 3, 1), (0, c - 3)).contiguous())
+            x = make()
+            with torch.no_grad():
+                eager = model(x).float()
+            reference = eager if reference is None else reference
+            rec["max_abs_diff_from_nchw_eager"] = float((eager - reference).abs().max())
+            if channels != 3:
+                rec["copy_measured_us"] = round(timer(make).median_s * 1e6, 3)
+            pg, plan, coster, tgt = plan_of(model, (x,), args.device)
+            launch = tgt.launch(False)
+            rec.update(target=tgt.name, modelled_total_us=round(plan.cost * 1e6, 3))
+            for k in plan.kernels:
+                cost, sched = coster.best(k.candidate)
+                row = {"family": sched.family, "schedule": sched.key(), "modelled_us": round(cost.seconds * 1e6, 3),
+                       "measured_us": round((timed(sched, pg, args.device, timer) + launch) * 1e6, 3)}
+                rec["kernels"].append(row)
+            rec["measured_sum_us"] = round(sum(r["measured_us"] for r in rec["kernels"]), 3)
+        except Exception as e:
+            rec["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2000:]
+        print(summary_stem(rec), flush=True)
+    return out
+
+
+def summary_stem(rec: dict) -> str:
+    if "error" in rec or "skipped" in rec:
+        return f"[stem] {rec['layout']}: {rec.get('skipped') or 'ERROR ' + rec['error'].splitlines()[-1]}"
+    return (f"[stem] {rec['layout']} ({rec.get('target')}): {len(rec['kernels'])} kernels, measured "
+            f"{rec['measured_sum_us']} us vs modelled {rec['modelled_total_us']} us; the layout's copy "
+            f"{rec.get('copy_measured_us', 0)} us; max |diff| from NCHW eager {rec['max_abs_diff_from_nchw_eager']:.3g}")
+
+
 def summary_kernels(rec: dict) -> str:
     if "error" in rec:
         return f"[kernels] {rec['model']}: ERROR {rec['error'].splitlines()[-1]}"
@@ -210,6 +292,9 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
     parts = args.parts.split(",")
+    if "stems" in parts:
+        result["stems"] = stems_part(args, started)
+        save()
     if "gemms" in parts:
         result["gemms"] = gemms_part(args, started)
         save()

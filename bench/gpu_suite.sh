@@ -9,6 +9,7 @@
 #   STEPS=attention ATTN_SHAPES=mcfuser bash bench/gpu_suite.sh      # MCFuser's S1-S9
 #   STEPS=persistent bash bench/gpu_suite.sh      # persistent kernels call after call; CUDA graphs per size
 #   STEPS=decode bash bench/gpu_suite.sh          # a decode step: eager, inductor graphs, tilefuse, persistent
+#   STEPS=stems bash bench/gpu_suite.sh           # ResNet-50's stem: NCHW gathers vs channels-last 16-byte copies
 # Needs highspy and tilefuse's own wheel in .whl/ (bench/README.md says how; tilefuse's for its
 # metadata: torch.compile finds backend="tilefuse" by its entry point); carry: [".whl"].
 set -u
@@ -39,6 +40,7 @@ for s in $STEPS; do case $s in
   models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" ${MODEL_VARIANTS:+--variants "$MODEL_VARIANTS"} --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
   attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
+  stems) step ${T_STEMS:-60} stems python3 bench/gpu_kernels.py --parts stems --budget-s $(( ${T_STEMS:-60} - 15 )) --out "$OUT/gpu_stems.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
   persistent)   # each test in its own process and time limit: a hang or a failure names its test
     for t in "test_persistent_kernels_equal_eager_call_after_call[bert]" "test_persistent_kernels_equal_eager_call_after_call[llama]" \
