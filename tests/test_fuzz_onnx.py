@@ -217,3 +217,19 @@ def test_a_contraction_with_a_broadcast_operand_keeps_infinities(x):
     nodes = [helper.make_node("Expand", ["x", "shape"], ["v"]), helper.make_node("MatMul", ["c", "v"], ["y"])]
     model = _model(nodes, [("x", TP.FLOAT, [])], [("y", TP.FLOAT, [])], [c, shape], opset=13)
     check(program(model, feeds={"x": np.array(x, np.float32)}))
+
+
+def test_a_contraction_operand_that_reads_a_0d_value_and_a_wrapped_window_is_costed():
+    # the MatMul's operand sign(pad_wrap(prod(x) + c)) reads a 0-d value (the product) beside a
+    # wrapped window (a gather): the cost model asked the 0-d load for its last dimension's run
+    # (cost/work._Walk.scalar: IndexError), found by the fuzzer
+    rng = np.random.default_rng(0)
+    c = numpy_helper.from_array(rng.standard_normal((2, 7, 6)).astype(np.float32), "c")
+    pads = numpy_helper.from_array(np.array([0, 0, 0, 0, 1, 0], np.int64), "pads")
+    axes = numpy_helper.from_array(np.array([0, 2, 1], np.int64), "axes")
+    w = numpy_helper.from_array(rng.standard_normal(7).astype(np.float32), "w")
+    nodes = [helper.make_node("ReduceProd", ["x"], ["p"], keepdims=0), helper.make_node("Add", ["p", "c"], ["s"]),
+             helper.make_node("Pad", ["s", "pads", "", "axes"], ["q"], mode="wrap"),
+             helper.make_node("Sign", ["q"], ["g"]), helper.make_node("MatMul", ["w", "g"], ["y"])]
+    model = _model(nodes, [("x", TP.FLOAT, [7, 6])], [("y", TP.FLOAT, [2, 7])], [c, pads, axes, w], opset=21)
+    check(program(model, seed=1))

@@ -687,10 +687,11 @@ class _Walk:
         by more (a stride-2 row); its values are loaded one at a time (sm_90 binaries of the
         ResNet and MobileNet stems: 2-byte loads, no cp.async).  An index the walk cannot read
         as affine is not judged (a rotated half stays a gather)."""
-        kind, what = _load_site(ld).dims[-1]
+        dims = _load_site(ld).dims
         need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
-        if kind != "affine" or need <= 1:
-            return False
+        if not dims or dims[-1][0] != "affine" or need <= 1:
+            return False        # (a 0-d tensor's one value: a broadcast, not a run)
+        what = dims[-1][1]
         coeff = what[0]
         moving = False
         for _, vars_, ext, dim, *_ in self.shape:
