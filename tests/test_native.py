@@ -366,7 +366,8 @@ def test_a_prologue_zeroed_outside_a_padded_window_holds_the_registers_its_binar
     (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
     (kernel,) = family("gemm").kernels(s, "conv")
     prof = profile(kernel.body, tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in kernel.axes),
-                   frozenset(a.name for a in kernel.axes if a.looped), tuple(t.shape for t in kernel.inputs), kernel.tma)
+                   frozenset(a.name for a in kernel.axes if a.looped), tuple(t.shape for t in kernel.inputs),
+                   tuple(t.dtype.itemsize for t in kernel.inputs), kernel.tma)
     assert [r[0] for d in prof.dots for r in d.reads] == ["windowed", "direct"]
     b = compile_native(kernel, 90)
     assert not b.spills and 0.75 <= s.work.res.regs_per_thread / b.registers <= 1.25

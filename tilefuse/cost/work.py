@@ -279,7 +279,7 @@ def _tile(body: tuple, axes: tuple, inputs: tuple, outputs: tuple, scratch: tupl
     """Cached by value: the warp counts a family tries for one tile share it."""
     looped = frozenset(a.name for a in axes if a.looped)
     shape = tuple((a.name, a.vars, a.ext, a.dim, a.grid, a.alias) for a in axes)
-    prof = profile(body, shape, looped, tuple(t.shape for t in inputs), tma, tuple(t.dtype.itemsize for t in inputs))
+    prof = profile(body, shape, looped, tuple(t.shape for t in inputs), tuple(t.dtype.itemsize for t in inputs), tma)
     main = _bind(prof, axes, inputs, outputs, scratch, target, None)
     tail = _bind(prof.tail, axes, inputs, outputs, scratch, target, prof.arrive) if prof.tail else None
     return _Tile(main, tail)
@@ -494,23 +494,22 @@ def _stop_share(stop: tuple, by: dict) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple, tma: bool = False,
-            itemsizes: tuple = ()) -> Profile:
+def profile(body: tuple, shape: tuple, looped: frozenset, input_shapes: tuple, itemsizes: tuple,
+            tma: bool = False) -> Profile:
     """The kernel's ``Profile`` from its statements, its axes (name, vars, ext, dim, grid, alias),
-    the axes that are looped, its inputs' shapes, whether plain operand loads go through
-    tensor descriptors and its inputs' element sizes (default 2 bytes).  Cached by value: a family
-    lowers a body once and binds block sizes per candidate, which changes neither."""
-    return _Walk(shape, looped, input_shapes, tma=tma, itemsizes=itemsizes).run(body)
+    the axes that are looped, its inputs' shapes and element sizes, and whether plain operand
+    loads go through tensor descriptors.  Cached by value: a family lowers a body once and binds
+    block sizes per candidate, which changes neither."""
+    return _Walk(shape, looped, input_shapes, itemsizes, tma=tma).run(body)
 
 
 class _Walk:
     """One phase's walk.  ``tail``: an ``Arrive``'s body, whose positions are per group (its
     program-split axes are the group's, one position each)."""
 
-    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, tail: bool = False, tma: bool = False,
-                 itemsizes: tuple = ()):
-        self.shape, self.input_shapes, self.tma = shape, input_shapes, tma
-        self.itemsizes = itemsizes or (2,) * len(input_shapes)
+    def __init__(self, shape: tuple, looped: frozenset, input_shapes: tuple, itemsizes: tuple, tail: bool = False,
+                 tma: bool = False):
+        self.shape, self.input_shapes, self.itemsizes, self.tma = shape, input_shapes, itemsizes, tma
         self.tiled = {v: dim >= 0 for _, vars_, _, dim, *_ in shape for v in vars_}   # a tile dim, not per program
         self.axis_info = {v: (alias or name, vars_, ext[0] if len(ext) == 1 else None, dim)
                           for name, vars_, ext, dim, _, alias in shape for v in vars_}
@@ -604,7 +603,7 @@ class _Walk:
                     raise TypeError("work: a kernel with nested or repeated Arrive statements")
                 self.arrive = st.axes
                 self.stored.add(st.counter)
-                inner = _Walk(self.shape, self.looped, self.input_shapes, tail=True, itemsizes=self.itemsizes)
+                inner = _Walk(self.shape, self.looped, self.input_shapes, self.itemsizes, tail=True)
                 inner.slot_axes = dict(self.slot_axes)
                 self.tail = inner.run(st.body)
             else:
