@@ -22,11 +22,13 @@ wait is already met.
 
 Memory ordering: a task's stores are made visible before it is counted done (a CTA barrier, then
 atomic adds with release semantics to its phase's count and, where a later task waits for it alone,
-its own flag); a wait spins on plain volatile loads of the count or flags (a block of flags at
-once, until all are set: loads of one line are served side by side, where read-modify-writes
-would queue at L2 behind the producers' own adds), then reads each once more with an acquire
-read-modify-write, which synchronizes with every release counted into the value it sees (later
-adds to the same counter continue the release sequence); a phase implied by another one waited
+its own flag); a wait spins on acquire loads of the count or flags (a block of flags at once, until
+all are set: loads of one line are served side by side, where read-modify-writes would queue at L2
+behind the producers' own adds), and the load that sees the count complete synchronizes with every
+release counted into the value it reads (later adds to the same counter continue the release
+sequence), so the wait ends with no further round trip (the queue's ticket orders nothing: relaxed) (``ACQUIRE_FN``: ``tl.atomic_load`` where
+Triton has it, 3.9; ``ld.acquire.gpu`` in PTX on older ones; in their interpreter, which runs the
+programs one after another and cannot run PTX, a plain load); a phase implied by another one waited
 for whole is not waited for again (that one's tasks acquired it before releasing theirs:
 happens-before is transitive; a tile-level edge implies nothing about the phases behind it, so
 those are kept); a phase's loads of tensors an earlier phase of the launch wrote bypass L1 (``Kernel.written``: loaded ``.cg``), so a program never
@@ -71,6 +73,7 @@ PREFETCH_FN = "tf_prefetch_l2"
 TRACE = "tf_trace"           # int64 [tasks, TRACE_FIELDS] (``trace=True``): per task the GPU's clock
 TRACE_FIELDS = 4             # (ns) when taken, when its waits ended, when counted done, and its SM
 CLOCK_FN, SM_FN = "tf_clock", "tf_smid"
+ACQUIRE_FN = "tf_acquire"    # an acquire load of a counter or flag (the wait's spin)
 LINE_BYTES = 128             # an L2 line: one prefetch each
 PREFETCH_LANES = 128         # lines a program asks for at once (one per thread at 4 warps)
 PREFETCH_MIN_BYTES = 64 << 10    # a smaller tensor is a few lines: not worth a task's instructions
@@ -210,6 +213,20 @@ def {PREFETCH_FN}(ptr, first, numel, offset, task, share, ITEM: tl.constexpr, LI
                                   dtype=tl.int32, is_pure=False, pack=1)"""
 
 
+# the wait's acquire load, by what the installed Triton offers: tl.atomic_load (3.9), PTX (3.6 on a
+# GPU), a plain load (3.6's interpreter: its programs run one after another, every wait already met)
+def _acquire_source(ptx: bool) -> str:
+    import triton.language as tl
+    if hasattr(tl, "atomic_load"):
+        load = 'tl.atomic_load(ptr, sem="acquire")'
+    elif ptx:
+        load = ('tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [ptr], '
+                'dtype=tl.int32, is_pure=False, pack=1)')
+    else:
+        load = "tl.load(ptr, volatile=True)"
+    return f"@triton.jit\ndef {ACQUIRE_FN}(ptr):\n    return {load}"
+
+
 # the GPU's global clock (ns) and the SM a program runs on, read where a task is traced (the
 # argument only gives the value a shape; PTX, so not for the interpreter)
 _TRACE_SOURCE = f"""@triton.jit
@@ -258,14 +275,15 @@ def needs_table(phases: Sequence[Kernel], waits: Waits) -> list[int] | None:
 def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequence[str]],
                       params: Sequence[str], prefetch: Sequence[Sequence[Prefetch]] = (),
                       after: Sequence[Sequence[int]] | None = None, waits: Waits | None = None,
-                      trace: bool = False) -> str:
+                      trace: bool = False, ptx: bool = True) -> str:
     """The module of the persistent kernel ``name``: the phases' functions and the driver, whose
     parameters are ``params`` (tensor names, each a pointer), the counters and, with tile-level
     waits, the ``NEEDS`` table (``needs_table``); ``args``: each phase's tensors in its
     inputs-then-outputs order; ``prefetch[p]``: what phase ``p``'s tasks prefetch (``prefetches``;
     none: no prefetch code); ``after[p]``: the phases phase ``p`` waits for whole (by default each
     the one before); ``waits``: ``task_dependencies``' (its ``after`` and tile-level edges);
-    ``trace``: each task writes its ``TRACE_FIELDS`` to a last parameter, ``TRACE`` (GPU only)."""
+    ``trace``: each task writes its ``TRACE_FIELDS`` to a last parameter, ``TRACE`` (GPU only);
+    ``ptx``: for a GPU (not the interpreter), where the wait's acquire load may be PTX."""
     if waits is not None:
         after = waits.after
     after = [(p - 1,) if p else () for p in range(len(phases))] if after is None else after
@@ -282,7 +300,7 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
     total = sum(_tasks(p) for p in phases)
     extra = (f", {NEEDS}" if tiled else "") + (f", {TRACE}" if trace else "")
     driver = ["@triton.jit", f"def {name}({', '.join(pointer[n] for n in params)}, {COUNTERS}{extra}):",
-              f"    t = tl.atomic_add({COUNTERS}, 1)",
+              f"    t = tl.atomic_add({COUNTERS}, 1, sem=\"relaxed\")",
               f"    while t < {total}:"]
     end = 0
     for p, (phase, names) in enumerate(zip(phases, args)):
@@ -297,13 +315,13 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
                           f"{share}, {f.itemsize}, {max(LINE_BYTES // f.itemsize, 1)}, {PREFETCH_LANES})")
             at += f.nbytes
         for d in after[p]:
-            driver.append(f"            while tl.load({COUNTERS} + {d + 1}, volatile=True) < {_tasks(phases[d])}:")
+            driver.append(f"            while {ACQUIRE_FN}({COUNTERS} + {d + 1}) < {_tasks(phases[d])}:")
             driver.append("                pass")
-            driver.append(f"            tl.atomic_add({COUNTERS} + {d + 1}, 0, sem=\"acquire\")")
         if tiled and waits.tiles[p]:        # the earlier tasks it needs: their flags, a block at a time
             # the spin carries a scalar, not the block of flags: Triton 3.6 fails to compile a while
-            # loop carrying a tensor there (TritonGPURemoveLayoutConversions; 3.9 compiles both)
-            seen = f"tl.min(tl.load({COUNTERS} + {flags} + u, mask=i < hi, other=1, volatile=True))"
+            # loop carrying a tensor there (TritonGPURemoveLayoutConversions; 3.9 compiles both);
+            # a lane past the task's list loads task 0's flag (u = 0: an address, read, not used)
+            seen = f"tl.min(tl.where(i < hi, {ACQUIRE_FN}({COUNTERS} + {flags} + u), 1))"
             driver += [f"            lo = tl.load({NEEDS} + t)",
                        f"            hi = tl.load({NEEDS} + t + 1)",
                        f"            for b in range(lo, hi, {TILE_LANES}):",
@@ -311,8 +329,7 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
                        f"                u = tl.load({NEEDS} + i, mask=i < hi, other=0)",
                        f"                done = {seen}",
                        "                while done == 0:",
-                       f"                    done = {seen}",
-                       f"                tl.atomic_add({COUNTERS} + {flags} + u, 0, mask=i < hi, sem=\"acquire\")"]
+                       f"                    done = {seen}"]
         if trace:
             driver.append(f"            tf_started = {CLOCK_FN}(t)")
         ids = _program_ids(phase.grid, f"(t - {start})")
@@ -329,13 +346,15 @@ def persistent_source(name: str, phases: Sequence[Kernel], args: Sequence[Sequen
                        f"            tl.store({at} + 1, tf_started)",
                        f"            tl.store({at} + 2, tf_done)",
                        f"            tl.store({at} + 3, {SM_FN}(t).to(tl.int64))"]
-    driver.append(f"        t = tl.atomic_add({COUNTERS}, 1)")
+    driver.append(f"        t = tl.atomic_add({COUNTERS}, 1, sem=\"relaxed\")")
     imports = list(dict.fromkeys(head))
     # each phase a function of its own (not inlined): its shared memory and registers are its own,
     # not added to every other phase's by the compiler (LLaMA small's 27 kernels inlined needed
     # 983 KB of shared memory and spilled; as calls, 209 KB and 166 registers, no spills: sm_90)
     bodies = [_called(b, {p.name for p in phases}) for b in bodies]
     helpers = list(dict.fromkeys(b.rstrip("\n") for b in bodies))
+    if any(after) or tiled:
+        helpers.append(_acquire_source(ptx))
     if any(prefetch):
         helpers.append(_PREFETCH_SOURCE)
     if trace:
@@ -371,16 +390,17 @@ def _blocks(k: Kernel):
 
 def persistent_module(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                       writes: Sequence[Sequence[str]], prefetch: bool = True,
-                      trace: bool = False) -> tuple[str, list[str], list[int] | None]:
+                      trace: bool = False, ptx: bool = True) -> tuple[str, list[str], list[int] | None]:
     """(the source of the persistent kernel ``name`` of ``kernels`` as phases, its tensors in
     parameter order, its ``NEEDS`` table or None); ``prefetch``: with the phases' L2 prefetches,
-    ``trace``: with each task's clock readings (neither for the interpreter)."""
+    ``trace``: with each task's clock readings, ``ptx``: PTX allowed (none of them for the
+    interpreter)."""
     phases = phase_kernels(kernels, reads, writes)
     params = list(dict.fromkeys(n for ins, outs in zip(reads, writes) for n in (*ins, *outs)))
     args = [list(ins) + list(outs) for ins, outs in zip(reads, writes)]
     ahead = prefetches(kernels, reads, writes) if prefetch else ()
     waits = task_dependencies(kernels, reads, writes)
-    return (persistent_source(name, phases, args, params, ahead, waits=waits, trace=trace), params,
+    return (persistent_source(name, phases, args, params, ahead, waits=waits, trace=trace, ptx=ptx), params,
             needs_table(kernels, waits))
 
 
@@ -396,7 +416,8 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     if trace and interpreted():
         raise ValueError("tracing a persistent kernel reads the GPU's clock (PTX), which Triton's "
                          "interpreter cannot run: it needs a CUDA device")
-    source, params, table = persistent_module(name, kernels, reads, writes, prefetch=not interpreted(), trace=trace)
+    source, params, table = persistent_module(name, kernels, reads, writes, prefetch=not interpreted(), trace=trace,
+                                              ptx=not interpreted())
     fn = load_kernel(source, name)
     total = sum(_tasks(k) for k in kernels)
     size = 1 + len(kernels) + (total if table is not None else 0)
