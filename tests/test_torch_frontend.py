@@ -626,6 +626,26 @@ def test_an_item_only_asserted_on_is_dropped_with_the_assertion():
     torch.testing.assert_close(tilefuse.compile(m, (ids,), backend="reference")(ids), m(ids))
 
 
+def test_batch_norm_and_dropout_in_training_mode_are_refused_naming_the_node():
+    """Taken as written (``AS_WRITTEN``), a batch norm told to train (updating its running
+    statistics) and a dropout told to drop are refused by name, not converted as in eval."""
+    class Training(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(3))
+            self.register_buffer("var", torch.ones(3))
+
+        def forward(self, x):
+            return F.dropout(F.batch_norm(x, self.mean, self.var, training=self.training_bn), 0.5, training=True)
+    m = Training()
+    m.training_bn = True
+    with pytest.raises(UnsupportedAttribute, match=r"training=True of aten\.batch_norm\.default \(node 'batch_norm'"):
+        import_torch(m, (torch.randn(2, 3, 4),))
+    m.training_bn = False
+    with pytest.raises(UnsupportedAttribute, match=r"train=True of aten\.dropout\.default \(node 'dropout'"):
+        import_torch(m, (torch.randn(2, 3, 4),))
+
+
 def test_computing_with_an_item_is_refused_naming_it():
     class Splits(nn.Module):
         def forward(self, x, n):
@@ -651,13 +671,63 @@ _AS_THEY_ARE = {
     "parameter": (_Scale(), (torch.randn(4, 6),)),
     "linear_kept_whole": (nn.Linear(6, 3), (torch.randn(4, 6),)),
 }
+class _Norms(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, groups=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.inorm = nn.BatchNorm2d(4, affine=False, track_running_stats=False)    # the batch's statistics
+        self.conv1 = nn.Conv1d(4, 2, 2, stride=2, dilation=1)
+        self.ln = nn.LayerNorm(2)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        y = self.inorm(self.bn(self.conv(x)))
+        z = self.conv1(y.flatten(2)).transpose(1, 2).contiguous()
+        return self.drop(self.ln(z)).unflatten(1, (4, 3)).to(torch.float64)
+
+
+# graphs whose ops torch would decompose that the converters take as written (``AS_WRITTEN``):
+# the canonical graph is the decomposed one's
+_AS_WRITTEN = {
+    "softmax": (lambda x: torch.softmax(x, -1) + torch.log_softmax(x.t(), 0).t(), (torch.randn(4, 6),)),
+    "reshape": (lambda x: x.reshape(6, 4) + 1, (torch.randn(4, 6),)),
+    "layer_norm": (nn.LayerNorm(6), (torch.randn(4, 6),)),
+    "norms_and_convolutions": (_Norms(), (torch.randn(2, 3, 4, 6),)),
+    "splits": (lambda x: torch.cat(x.chunk(2, 1)[::-1], 1) * x.narrow(0, 1, 1).squeeze(0)
+               + x.split(2, 0)[1].type_as(x).expand_as(x[:2]).sum(0) + x.unbind(0)[3], (torch.randn(4, 6),)),
+    "arange_folded": (lambda x: x * torch.arange(6) + torch.arange(0, 12, 2), (torch.randn(4, 6),)),
+}
 # graphs that need decomposing (or functionalizing)
 _DECOMPOSED = {
-    "softmax": (lambda x: torch.softmax(x, -1), (torch.randn(4, 6),)),                 # in the table
-    "reshape": (lambda x: x.reshape(6, 4) + 1, (torch.randn(4, 6),)),                  # CompositeImplicit
     "in_place": (lambda x: x.clone().add_(1), (torch.randn(4, 6),)),                   # mutates
-    "layer_norm": (nn.LayerNorm(6), (torch.randn(4, 6),)),
+    "string_padding": (nn.Conv1d(2, 2, 4, padding="same"), (torch.randn(1, 2, 7),)),   # asymmetric: a pad first
+    "pad": (lambda x: F.pad(x, (1, 2)) * 2, (torch.randn(4, 6),)),
 }
+
+
+def _canonical(graph):
+    """A canonical Graph with its values numbered in order of use (names differ between paths;
+    constants by their values)."""
+    ids: dict[str, object] = {d.name: ("input", k) for k, d in enumerate(graph.inputs)}
+    consts = graph.constant_map
+    rows = []
+
+    def ref(v):
+        if v == "":
+            return None
+        if v not in ids:
+            c = consts[v]
+            ids[v] = ("const", str(c.data.dtype), tuple(c.data.shape), c.data.flatten().tolist())
+        return ids[v]
+    for n in graph.nodes:
+        ins = tuple(ref(v) for v in n.inputs)
+        for k, o in enumerate(n.outputs):
+            if o:
+                ids[o] = ("value", len(rows), k)
+        rows.append((n.op, sorted((k, repr(v)) for k, v in n.attrs.items()), ins,
+                     tuple(str(graph.types[o]) if o else None for o in n.outputs)))
+    return rows, [ref(o) for o in graph.outputs]
 
 
 def _graph(ep):
@@ -667,20 +737,27 @@ def _graph(ep):
         str(ep.graph_signature)
 
 
-@pytest.mark.parametrize("name", sorted(_AS_THEY_ARE) + sorted(_DECOMPOSED))
+@pytest.mark.parametrize("name", sorted(_AS_THEY_ARE) + sorted(_AS_WRITTEN) + sorted(_DECOMPOSED))
 def test_graphs_already_in_the_opset_skip_the_decomposition_and_are_what_it_gives(name):
     """``export`` skips torch's ``run_decompositions`` (~0.3 s of fixed overhead a call) only where
-    it would leave the graph as it is: the graph it returns then equals the decomposed one, node
-    for node (names, arguments, values' shapes, dtypes and strides) and in its signature."""
-    from tilefuse.frontend.torch import _Callable, decomposed_already, decomposition_table, export
-    fn, args = {**_AS_THEY_ARE, **_DECOMPOSED}[name]
+    the frontend converts the graph as it is to what it converts the decomposed graph to: graphs
+    already in the opset equal the decomposed one node for node (names, arguments, values' shapes,
+    dtypes and strides) and in its signature; graphs of ops taken as written give the same
+    canonical graph, node for node; and each compiles to what eager computes."""
+    from tilefuse.frontend.torch import _Callable, decomposed_already, decomposition_table, export, import_exported
+    fn, args = {**_AS_THEY_ARE, **_AS_WRITTEN, **_DECOMPOSED}[name]
     module = fn if isinstance(fn, nn.Module) else _Callable(fn)
     with torch.no_grad():
         ep = torch.export.export(module.eval(), args)
     table = decomposition_table()
-    assert decomposed_already(ep, table) == (name in _AS_THEY_ARE)
+    assert decomposed_already(ep, table) == (name not in _DECOMPOSED)
     got = export(module, args, {})
-    assert _graph(got) == _graph(ep.run_decompositions(table))
+    decomposed = ep.run_decompositions(table)
+    if name in _AS_WRITTEN:
+        assert _graph(got) != _graph(decomposed)       # (a case the decomposition would change)
+        assert _canonical(import_exported(got).graph) == _canonical(import_exported(decomposed).graph)
+    else:
+        assert _graph(got) == _graph(decomposed)
     compiled = tilefuse.compile(fn, args, backend="reference", **FAST)
     with torch.no_grad():
         assert_same(compiled(*args), fn(*args))

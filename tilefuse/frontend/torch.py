@@ -25,7 +25,7 @@ from torch.utils import _pytree as pytree
 
 from ..errors import InputError, ModelLoadError, UnsupportedOperator
 from ..ir.graph import Attrs, Node
-from .aten import CONVERTERS, KEEP_WHOLE, NO_OPS, Emitter, bind, op_name, tensor_type
+from .aten import AS_WRITTEN, CONVERTERS, KEEP_WHOLE, NO_OPS, Emitter, bind, op_name, tensor_type
 from .common import Imported
 
 # Folding an op on constants is skipped when it has a converter and would make a constant this big.
@@ -101,13 +101,18 @@ def export(module: torch.nn.Module, args: tuple, kwargs: dict, *, strict: bool =
 
 
 def decomposed_already(ep: ExportedProgram, table: Mapping) -> bool:
-    """Whether ``ep.run_decompositions(table)`` would leave the graph as it is (but for unused
-    nodes): every call is an ATen op that no entry of the table decomposes, that has no
-    CompositeImplicitAutograd kernel to decompose it unless the frontend keeps it whole, and that
-    mutates nothing (functionalization has nothing to do), or a ``getitem`` of such an op's
-    results.  torch spends ~0.3 s of fixed overhead on every ``run_decompositions`` call (it
-    re-registers every CompositeImplicitAutograd op of the process), most of a small graph's
-    compile; ``tests/test_torch_frontend.py`` checks that the two paths give the same graph."""
+    """Whether the frontend converts ``ep`` as it is to what it converts ``ep.run_decompositions(table)``
+    to: every call is an ATen op that mutates nothing (functionalization has nothing to do) and
+    that the decomposition leaves alone (in no entry of the table, no CompositeImplicitAutograd
+    kernel to decompose it unless the frontend keeps it whole) or whose converter takes it as
+    written (``aten.AS_WRITTEN``: a ``reshape``, a ``layer_norm``, a ``conv2d``), or one that is
+    folded (an op without a converter on constants only: ``arange``, evaluated here as written),
+    or a ``getitem`` of such an op's results.  torch spends ~0.3 s of fixed overhead on every
+    ``run_decompositions`` call (it re-registers every CompositeImplicitAutograd op of the
+    process), most of a small graph's compile; ``tests/test_torch_frontend.py`` checks that the
+    two paths give the same canonical graph."""
+    constant = {n for n, spec in zip((n for n in ep.graph.nodes if n.op == "placeholder"), ep.graph_signature.input_specs)
+                if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)}
     for n in ep.graph.nodes:
         if n.op in ("placeholder", "output"):
             continue
@@ -115,8 +120,19 @@ def decomposed_already(ep: ExportedProgram, table: Mapping) -> bool:
             return False                            # a submodule (a higher-order op's body)
         t = n.target
         if t is operator.getitem:
+            if n.args[0] in constant:
+                constant.add(n)
             continue
-        if not isinstance(t, torch._ops.OpOverload) or t in table or t._schema.is_mutable:
+        if not isinstance(t, torch._ops.OpOverload) or t._schema.is_mutable:
+            return False
+        name = op_name(t)
+        if name not in CONVERTERS and torch.Tag.nondeterministic_seeded not in t.tags and all(
+                a in constant for a in pytree.tree_leaves((n.args, n.kwargs)) if isinstance(a, fx.Node)):
+            constant.add(n)                         # folded (``_foldable``): evaluated as written
+            continue
+        if name in AS_WRITTEN:
+            continue
+        if t in table:
             return False
         if t not in KEEP_WHOLE and torch._C._dispatch_has_kernel_for_dispatch_key(t.name(), "CompositeImplicitAutograd"):
             return False

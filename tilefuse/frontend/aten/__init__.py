@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 
 from .emitter import Emitter, bind, op_name, tensor_type
-from .registry import CONVERTERS, KEEP_WHOLE, NO_OPS, Converter, converts
+from .registry import AS_WRITTEN, CONVERTERS, KEEP_WHOLE, NO_OPS, Converter, converts
 
 FAMILIES = ("elementwise", "layout", "linear", "conv", "norm", "reduce", "pool", "indirect", "scatter", "signal", "attention",
             "collective")
@@ -25,5 +25,5 @@ FAMILIES = ("elementwise", "layout", "linear", "conv", "norm", "reduce", "pool",
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
 
-__all__ = ["CONVERTERS", "KEEP_WHOLE", "NO_OPS", "Converter", "Emitter", "FAMILIES", "bind", "converts", "op_name",
+__all__ = ["AS_WRITTEN", "CONVERTERS", "KEEP_WHOLE", "NO_OPS", "Converter", "Emitter", "FAMILIES", "bind", "converts", "op_name",
            "tensor_type"]

@@ -1,6 +1,8 @@
 """ATen converters: convolution and transposed convolution."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from .common import tup
 from .registry import converts
 
@@ -14,3 +16,9 @@ def _convolution(em, a):
         attrs["output_padding"] = tup(a.output_padding, nd)
         return em.op("ConvTranspose", [a.input, a.weight, a.bias], attrs)
     return em.op("Conv", [a.input, a.weight, a.bias], attrs)
+
+
+@converts("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
+def _conv_as_written(em, a):
+    """A convolution with its padding in numbers: the ``convolution`` it decomposes to."""
+    return _convolution(em, SimpleNamespace(**vars(a), transposed=False, output_padding=0))

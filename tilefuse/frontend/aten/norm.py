@@ -15,6 +15,13 @@ def _layer_norm(em, a):
                  {"axis": -len(a.normalized_shape), "epsilon": float(a.eps)}, outs=outs)
 
 
+@converts("aten.layer_norm.default")
+def _layer_norm_as_written(em, a):
+    """What ``native_layer_norm``'s first output is, which it decomposes to."""
+    return em.op("LayerNormalization", [a.input, a.weight, a.bias],
+                 {"axis": -len(a.normalized_shape), "epsilon": float(a.eps)}, outs=[em.out_type(), None, None])[0]
+
+
 def _per_channel(em: Emitter, x: str, value: float) -> str:
     c = em.shape(x)[1]
     return em.const(torch.full((c,), value, dtype=em.dtype(x).to_torch()))
@@ -31,10 +38,13 @@ def _scale_shift(em: Emitter, a) -> tuple[str, str]:
 def _batch_norm(em, a):
     if em.used_outputs() - {0}:
         raise em.unsupported("the saved mean/invstd outputs are not supported")
+    return (_by_running_stats(em, a), None, None)
+
+
+def _by_running_stats(em: Emitter, a) -> str:
     w, b = _scale_shift(em, a)
-    y = em.op("BatchNormalization", [a.input, w, b, a.running_mean, a.running_var],
-              {"epsilon": float(a.eps), "momentum": float(a.momentum)})
-    return (y, None, None)
+    return em.op("BatchNormalization", [a.input, w, b, a.running_mean, a.running_var],
+                 {"epsilon": float(a.eps), "momentum": float(a.momentum)})
 
 
 @converts("aten.native_batch_norm.default")
@@ -44,12 +54,28 @@ def _native_batch_norm(em, a):
     return _batch_norm(em, a)
 
 
+@converts("aten.batch_norm.default")
+def _batch_norm_as_written(em, a):
+    """What it decomposes to: the running statistics where not training, the batch's own where
+    there are none (``track_running_stats=False``); training with running statistics updates
+    them, which a pure function cannot."""
+    if not a.training:
+        return _by_running_stats(em, a)
+    if a.running_mean is None and a.running_var is None:
+        return _by_batch_stats(em, a)
+    raise em.bad_attr("training", True, "batch norm in training mode (call model.eval())")
+
+
 @converts("aten._native_batch_norm_legit.no_stats")
 def _batch_stats_norm(em, a):
     """Normalization by the batch's own statistics per channel (instance norm decomposes to it, on
     a batch of one): InstanceNormalization with the batch moved behind the channels."""
     if em.used_outputs() - {0}:
         raise em.unsupported("the saved mean/invstd outputs are not supported")
+    return (_by_batch_stats(em, a), None, None)
+
+
+def _by_batch_stats(em: Emitter, a) -> str:
     x = a.input
     shape = em.shape(x)
     w, b = _scale_shift(em, a)
@@ -58,7 +84,7 @@ def _batch_stats_norm(em, a):
     y = em.op("InstanceNormalization", [moved, w, b], {"epsilon": float(a.eps)}, out=em.type(moved))
     if shape[0] != 1:
         y = em.transpose(em.reshape(y, (shape[1], shape[0]) + shape[2:]), perm)
-    return (y, None, None)
+    return y
 
 
 @converts("aten.native_group_norm.default")

@@ -32,6 +32,21 @@ KEEP_WHOLE = (
 )
 
 
+# Ops torch's decomposition would rewrite (CompositeImplicitAutograd, or in its table) that the
+# converters take as written, into the canonical nodes their decomposition converts to: an exported
+# graph of these and the frontend's opset alone skips torch's ``run_decompositions`` (a fixed
+# ~0.3 s a call; ``frontend/torch.decomposed_already``).  ``tests/test_torch_frontend.py`` checks
+# each gives the canonical graph the decomposed one does.
+AS_WRITTEN = frozenset({
+    "aten.transpose.int", "aten.t.default", "aten.reshape.default", "aten.flatten.using_ints",
+    "aten.unflatten.int", "aten.contiguous.default", "aten.to.dtype", "aten.to.dtype_layout", "aten.to.device",
+    "aten.type_as.default", "aten.dropout.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.unbind.int",
+    "aten.chunk.default", "aten.narrow.default", "aten.split.Tensor", "aten.expand_as.default",
+    "aten.softmax.int", "aten.log_softmax.int", "aten.layer_norm.default", "aten.batch_norm.default",
+    "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
+})
+
+
 Converter = Callable[[Emitter, SimpleNamespace], object]
 CONVERTERS: dict[str, Converter] = {}
 
