@@ -8,7 +8,8 @@ For each model (``tilefuse.zoo``, random weights, fp16, batch 1) and launch mode
 graph) the plan is compiled twice, without persistent kernels and with ``persistent="auto"``
 (``codegen/triton/persistent.py``: a run of consecutive generated kernels launched as one where
 its simulated schedule models faster, ``cost/persistent.py``).  Recorded: kernels, launches,
-the modelled total (``report.est_total_us``), the roofline bound and their ratio, and per run its
+the modelled total (``report.est_total_us``), the roofline bound and their ratio, the kernels' L2 floor (what they
+request through L2, re-reads included, at the L2's bandwidth), and per run its
 kernels and both modelled times.  Everything is MODELLED for the target: no GPU is used, no kernel
 runs (the kernels are generated, not compiled).
 
@@ -71,7 +72,8 @@ def _row(model: str, graph: bool, compiled) -> dict:
         launches = len(c.kernels) - sum(j - i - 1 for i, j in c.persistent)
         row["persistent" if mode else "plain"] = {
             "kernels": len(c.kernels), "launches": launches, "est_us": r.est_total_us,
-            "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3)}
+            "roofline_us": r.roofline_us, "vs_roofline": round(r.est_total_us / r.roofline_us, 3),
+            "l2_floor_us": _l2_floor_us(r)}
         if mode:    # the runs as reported, less each task's tile-level waits (the edges say which
             # phases wait for some tasks of which: the record stays small; the report redraws from them)
             row["runs"] = [{**run, "phases": [{k: v for k, v in ph.items() if k != "needs"} for ph in run["phases"]]}
@@ -79,8 +81,17 @@ def _row(model: str, graph: bool, compiled) -> dict:
     p, q = row["plain"], row["persistent"]
     print(f"{model[:24]:24s} {row['launch']:10s} launches {p['launches']:4d} -> {q['launches']:4d}  "
           f"{p['est_us']:9.1f} -> {q['est_us']:9.1f} us (modelled; roofline {p['roofline_us']:.1f} us: "
-          f"{p['vs_roofline']}x -> {q['vs_roofline']}x)", flush=True)
+          f"{p['vs_roofline']}x -> {q['vs_roofline']}x; the kernels' L2 bytes {q['l2_floor_us']:.1f} us)", flush=True)
     return row
+
+
+def _l2_floor_us(report) -> float:
+    """What the plan's kernels request through L2 (re-reads included: a GEMM's operands once per
+    tile that reads them) at the target's L2 bandwidth: a floor on the plan's time that no launch
+    mode, wait or prefetch lowers, only tiles that re-read less."""
+    from tilefuse.cost.target import Target
+    tgt = Target.get(report.target)
+    return round(sum(k.l2_bytes for k in report.kernels) / tgt.l2_rate * 1e6, 2)
 
 
 def _decode_step(layers: int, target: str, persistent, cuda_graph: bool, time_limit: float):
