@@ -5,6 +5,7 @@ Forced tiles cover ragged shapes (rows and keys that do not divide the tile, sev
 the value head dim split across programs, the first product's K looped); the planner tests check
 that h100 plans choose the chain kernel for attention.
 """
+import math
 import re
 
 import pytest
@@ -95,6 +96,40 @@ def test_attention_boolean_mask_with_fully_masked_rows():
     want = fn(q, k, v, keep)
     assert not torch.isnan(want).any() and torch.count_nonzero(want[:, :, 3]) == 0
     forced(fn, tile(), q, k, v, keep, tol=TOL, family="chain")     # NaN would not compare equal to 0
+
+
+def _finfo_min_masked(additive: bool):
+    """transformers' masks: the type's most negative finite value filled in (DeBERTa's
+    ``masked_fill(~mask, finfo.min)``) or added to the scores (a 4-D float mask), softmax in the
+    scores' type."""
+    def fn(q, k, v, keep):
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        low = torch.finfo(s.dtype).min
+        s = s + torch.where(keep, 0.0, low).to(s.dtype) if additive else s.masked_fill(~keep, low)
+        return torch.softmax(s, -1) @ v
+    return fn
+
+
+@pytest.mark.parametrize("additive", [False, True], ids=["filled", "added"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_mask_of_the_types_most_negative_value_with_fully_masked_rows(dtype, additive):
+    """Rows that see no key under a finite fill are uniform over the keys in eager (every score
+    equal), not NaN: log2(e) times fp32's or bf16's most negative value overflows to -inf, and
+    -inf - -inf is NaN; the kernel takes the difference first there (found by the sweep:
+    DeBERTa's padded row). Scores the product times constants keep the folded scale."""
+    q, k, v = (x.to(dtype) for x in qkv())
+    keep = torch.rand(2, 1, 20, 24) > 0.4
+    keep[:, :, 3] = False               # row 3 sees nothing
+    keep[:, :, 5, :16] = False          # row 5's first key chunk is all masked
+    fn = _finfo_min_masked(additive)
+    want = fn(q, k, v, keep)
+    assert not torch.isnan(want).any() and torch.count_nonzero(want[:, :, 3]) > 0
+    built, _ = forced(fn, tile(), q, k, v, keep, tol=TOL if dtype is torch.float32 else HALF_TOL[dtype],
+                      family="chain")
+    folded_scale = repr(0.25 * 1.4426950408889634)       # 1/sqrt(16)·log2(e): one multiply-add a score
+    assert "tl.exp2(" in built.source and folded_scale not in built.source
+    folded, _ = forced(sdpa(), tile(), *qkv(), tol=TOL, family="chain")
+    assert folded_scale in folded.source
 
 
 @pytest.mark.parametrize("kw,shapes", [({"is_causal": True}, dict(lq=40, lk=40)), ({}, dict(lq=20, lk=24)),

@@ -13,7 +13,9 @@ the chunk's row max, the new running max (``m_safe``: 0 while the row is all -in
 ``alpha = exp(old max - m_safe)``; the second ``Dot`` accumulates ``p·V`` into ``alpha × acc``.
 After the loop the second contraction's value is the accumulator times the softmax's row-only
 coefficient (``1/sum``, guarded), rounded to its type; the epilogue's stores follow.  The
-exponentials are base 2, log2(e) folded into the scores' scale (``_base2``).  A causal key loop
+exponentials are base 2, log2(e) folded into the scores' scale (``_base2``) where the scores are
+the product times constants (a mask of finite fill, fp32's or bf16's most negative value, would
+overflow to -inf times log2(e): the difference is taken first there).  A causal key loop
 without a window is split as FlashAttention's: a ``Loop`` with ``until`` over the chunks no row
 of the tile masks (the mask's comparisons folded to constants: ``body.unmasked``), then the
 bounded loop over the diagonal chunks, which ``resume``s it.  With the keys split across programs
@@ -44,15 +46,35 @@ UNROLLED_VALUES = 64    # fp32 values a thread holds of the splits' shares in an
 LOG2E = 1.4426950408889634
 
 
-def _base2(e):
+def _base2(e, fold: bool = True):
     """``exp(a - b)`` in fp32 as ``exp2(a·log2(e) - b·log2(e))``, the factor folded into a's
     constant scale (the softmax scale): what ``tl.exp`` computes anyway (ex2 of a product), one
-    fused multiply-add per score instead of a multiply, a subtraction and a multiply."""
+    fused multiply-add per score instead of a multiply, a subtraction and a multiply.  Without
+    ``fold`` (scores that may lie beyond fp32's largest value over log2(e): a mask written as the
+    type's most negative finite value, ``masked_fill(~mask, finfo.min)`` or added to the scores),
+    ``exp2((a - b)·log2(e))``: the difference first, so a row masked whole is 0 - 0, uniform as
+    eager's softmax gives it, not -inf - -inf (NaN)."""
     def fn(n):
         if isinstance(n, Unary) and n.op == "exp" and n.x.dtype is DType.float32 and getattr(n.x, "op", None) == "sub":
+            if not fold:
+                return unary("exp2", binary("mul", n.x, Const(LOG2E, n.x.dtype)))
             return unary("exp2", binary("sub", _log2e(n.x.a), _log2e(n.x.b)))
         return None
     return transform(e, fn)
+
+
+def _scaled_scores(x, slot: int) -> bool:
+    """Whether ``x`` is the first product's scores (``Value(slot)``) times constants, masked to
+    -inf: its ``x·log2(e)`` is finite wherever the scores are (``_base2``'s fold is exact)."""
+    if isinstance(x, Value):
+        return x.slot == slot
+    if isinstance(x, Binary) and x.op == "mul" and isinstance(x.b, Const):
+        return _scaled_scores(x.a, slot)
+    if isinstance(x, Binary) and x.op == "mul" and isinstance(x.a, Const):
+        return _scaled_scores(x.b, slot)
+    if isinstance(x, Select) and isinstance(x.b, Const) and x.b.value == -math.inf:
+        return _scaled_scores(x.a, slot)
+    return False
 
 
 def _log2e(x):
@@ -135,8 +157,9 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
         m_safe = select(binary("eq", m_new, neg_inf), Const(0.0, mx.dtype), m_new)
         top = Value(sm.max_slot, mx.dtype)
         score = substitute(sm.score, to_n)
-        p = _base2(transform(substitute(sm.exp_term, to_n), lambda n: m_safe if n is top else None))
-        alpha = _base2(unary("exp", binary("sub", running, m_safe)))
+        fold = _scaled_scores(score, S)
+        p = _base2(transform(substitute(sm.exp_term, to_n), lambda n: m_safe if n is top else None), fold)
+        alpha = _base2(unary("exp", binary("sub", running, m_safe)), fold)
         body = (first,
                 reduction(replace(mx, slot=MXC), score, "n"),
                 reduction(replace(total, slot=SMC), p, "n"),
