@@ -208,3 +208,37 @@ def test_a_sums_rounding_is_judged_against_its_terms():
     assert difference(got, want) is not None
     assert difference(got, want, magnitude=torch.tensor([40.0, 40.0])) is None
     assert difference(got + 1e-2, want, magnitude=torch.tensor([40.0, 40.0])) is not None
+
+
+@pytest.mark.parametrize("err,caught", [(3e-5, False), (0.5, True)])
+def test_a_kernels_sum_is_judged_against_its_terms(monkeypatch, err, caught):
+    """A kernel adds in its own order: where it writes a centered sum (GroupNorm's, 2,048 terms in
+    MaskFormer), a difference of the terms' rounding (3e-5 on a sum of about 1e-5) passes, as
+    ``stage`` judges a rewrite's; a wrong sum (0.5: the terms' sizes add up to about 1,600) is
+    still blamed on the kernel."""
+    from tilefuse.verify import _sums
+    real = api.build_kernels
+
+    def build(plan, pg):
+        kernels = list(real(plan, pg))
+        for i, b in enumerate(kernels):
+            summed = [j for j, n in enumerate(b.outputs) if n in pg.producers and _sums(pg.producers[n])]
+            if summed:
+                def run(ins, outs, run=b.run, summed=summed):
+                    run(ins, outs)
+                    for j in summed:
+                        outs[j].add_(err)
+                kernels[i] = dataclasses.replace(b, run=run)
+        return kernels
+    monkeypatch.setattr(api, "build_kernels", build)
+
+    def centered(x):
+        return (x - x.mean(-1, keepdim=True)).sum(-1)
+    x = torch.randn(4, 2048)
+    if caught:
+        with pytest.raises(VerifyError) as e:
+            tilefuse.compile(centered, (x,), verify=True, time_limit=1.0)
+        assert e.value.stage == "kernels"
+    else:
+        tilefuse.compile(centered, (x,), verify=True, time_limit=1.0)
+
