@@ -697,6 +697,9 @@ _AS_WRITTEN = {
     "splits": (lambda x: torch.cat(x.chunk(2, 1)[::-1], 1) * x.narrow(0, 1, 1).squeeze(0)
                + x.split(2, 0)[1].type_as(x).expand_as(x[:2]).sum(0) + x.unbind(0)[3], (torch.randn(4, 6),)),
     "arange_folded": (lambda x: x * torch.arange(6) + torch.arange(0, 12, 2), (torch.randn(4, 6),)),
+    "casts": (lambda x: x.to(torch.float64).to("cpu", torch.float32).to(torch.float16).unsqueeze(0).squeeze((0,)) * 2,
+              (torch.randn(1, 4, 6),)),
+    "conv3d": (nn.Conv3d(2, 2, 3, padding=1, dilation=1, stride=(1, 2, 1)), (torch.randn(1, 2, 4, 5, 4),)),
 }
 # graphs that need decomposing (or functionalizing)
 _DECOMPOSED = {
