@@ -6,7 +6,8 @@ values: views and layouts (reshape/view/unflatten/flatten, transpose, permute, m
 select/integer indexing, narrow and strided slicing with negative and open bounds, expand,
 squeeze/unsqueeze, flip, roll, chunk/split/unbind, cat/stack, index_select, gather, advanced
 indexing), elementwise arithmetic with broadcasting and Python scalars, casts, reductions,
-softmax, layer norm, matmul/bmm/linear/conv/SDPA, and in-place updates of slices of a clone.
+softmax, layer norm, matmul/bmm/linear/conv/SDPA, attention masked as transformers' eager path
+masks it (a row masked whole included), and in-place updates of slices of a clone.
 
 ``programs()`` draws one step at a time and runs it eagerly on the example inputs while drawing,
 so every step is valid by construction (a call eager PyTorch refuses is never drawn) and shapes
@@ -636,6 +637,47 @@ op("sdpa", _draw_sdpa,
    lambda t, c, causal, scale: F.scaled_dot_product_attention(t[0], t[1], t[2], is_causal=causal, scale=scale),
    lambda n, c, p: f"F.scaled_dot_product_attention({n[0]}, {n[1]}, {n[2]}, is_causal={p[0]}, scale={p[1]})",
    floats_only=True)
+
+
+def _draw_masked_attention(d, x, pool):
+    """transformers' eager attention: q = x, keys and values one pool value of the same layout,
+    the scores masked by a boolean constant (with a row masked whole half the time) as models
+    write it: the type's most negative finite value filled in or added (a row masked whole is
+    uniform), or -inf filled in (NaN there, in eager as here); softmax; the product with the
+    values."""
+    if x.dim() not in (2, 3, 4) or min(x.shape) == 0:
+        return None
+    kv = [j for j, y in enumerate(pool) if y.dtype == x.dtype and y.dim() == x.dim()
+          and y.shape[:-2] == x.shape[:-2] and y.shape[-1] == x.shape[-1] and min(y.shape) > 0]
+    j = d(st.sampled_from(kv))
+    lq, lk = x.shape[-2], pool[j].shape[-2]
+    g = torch.Generator().manual_seed(d(st.integers(0, 999)))
+    keep = torch.rand(lq, lk, generator=g) < 0.6
+    if d(st.booleans()):
+        keep[d(st.integers(0, lq - 1))] = False
+    return [j, j], (d(st.sampled_from(["min_filled", "min_added", "inf_filled"])),), [keep]
+
+
+def _masked_attention(t, c, how):
+    q, k, v = t
+    s = q @ k.transpose(-1, -2)
+    if how == "min_added":
+        s = s + torch.where(c[0], 0.0, torch.finfo(s.dtype).min).to(s.dtype)
+    else:
+        s = s.masked_fill(~c[0], torch.finfo(s.dtype).min if how == "min_filled" else float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _masked_attention_fmt(n, c, p):
+    s = f"{n[0]} @ {n[1]}.transpose(-1, -2)"
+    low = f"torch.finfo({n[0]}.dtype).min"
+    masked = {"min_added": f"{s} + torch.where({c[0]}, 0.0, {low}).to({n[0]}.dtype)",
+              "min_filled": f"({s}).masked_fill(~{c[0]}, {low})",
+              "inf_filled": f"({s}).masked_fill(~{c[0]}, float('-inf'))"}[p[0]]
+    return f"torch.softmax({masked}, -1) @ {n[2]}"
+
+
+op("masked_attention", _draw_masked_attention, _masked_attention, _masked_attention_fmt, floats_only=True)
 
 
 # in-place updates of slices (functionalized by torch.export) ---------------
