@@ -128,8 +128,9 @@ def test_a_mask_of_the_types_most_negative_value_with_fully_masked_rows(dtype, a
                       family="chain")
     folded_scale = repr(0.25 * 1.4426950408889634)       # 1/sqrt(16)·log2(e): one multiply-add a score
     assert "tl.exp2(" in built.source and folded_scale not in built.source
-    folded, _ = forced(sdpa(), tile(), *qkv(), tol=TOL, family="chain")
-    assert folded_scale in folded.source
+    if dtype is torch.float32 and not additive:     # (once) scores times a constant keep the fold
+        folded, _ = forced(sdpa(), tile(), *qkv(), tol=TOL, family="chain")
+        assert folded_scale in folded.source
 
 
 @pytest.mark.parametrize("kw,shapes", [({"is_causal": True}, dict(lq=40, lk=40)), ({}, dict(lq=20, lk=24)),
