@@ -11,8 +11,10 @@ from tilefuse.families.base import Group
 from tilefuse.families.fused import FusedFamily
 from tilefuse.fission import fission
 from tilefuse.fission.registry import Fission
+from tilefuse.frontend.torch import import_torch
 from tilefuse.ir.dtypes import DType, TensorType
 from tilefuse.ir.expr import BINARY_OPS, COMPARE_OPS, LOGIC_OPS, UNARY_OPS, binary, cast, select, unary
+from tilefuse.transform.fold import fold_constants
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +58,6 @@ def _whole(pg):
 
 
 def _model(fn, *inputs):
-    from tilefuse.frontend.torch import import_torch
     pg = fission(import_torch(fn, inputs).graph)
     env = all_values(pg, {d.name: t for d, t in zip(pg.inputs, inputs)})
     return _whole(pg), env
@@ -133,6 +134,31 @@ def test_transpose_reshape_chain():
     fn = lambda x: (x.view(2, 5, 4, 6).permute(0, 2, 1, 3) * 0.5).transpose(1, 2).reshape(2, 5, 24) + 1.0
     group, env = _model(fn, torch.randn(2, 5, 24))
     _check(group, env, xblock=4, rblock=8)
+
+
+def test_two_reductions_under_different_joined_guards_keep_their_own_masks():
+    """Mamba2's chunked scan (Zamba2): a cumsum over zero-padded positions, read at the last
+    position and at every position.  Each reduction's load is guarded by its own triangle test
+    joined with the padding test, an expression made while printing.  The printer's memo once
+    keyed expressions by id: the first joined guard was freed, the second took its id, and both
+    loads used the first's mask (r <= 15 for every row).  Checked against eager."""
+    def segment(a, x):
+        a = torch.nn.functional.pad(a, (0, 0, 0, 8)).permute(0, 2, 1)
+        c = torch.cumsum(a, -1)
+        d = torch.exp(c[..., -1:] - c)
+        x = torch.nn.functional.pad(x, (0, 0, 0, 8)).view(2, 16, 4, 4)
+        return c, x * d.permute(0, 2, 1)[..., None]
+
+    a, x = -torch.rand(2, 8, 4), torch.randn(2, 8, 16)
+    pg = fold_constants(fission(import_torch(segment, (a, x)).graph))
+    s = _schedule(_whole(pg), xblock=16, rblock=16)
+    assert len(s.body.instances) >= 2          # the two reductions, in one kernel
+    outs = {n: torch.full(pg.types[n].shape, float("nan")) for n in pg.outputs}
+    compile_fused(s)([dict(zip((d.name for d in pg.inputs), (a, x)))[n] for n in s.body.inputs],
+                     [outs[st.tensor] for st in s.body.stores])
+    for name, want in zip(pg.outputs, segment(a, x)):
+        torch.testing.assert_close(outs[name].reshape(want.shape), want, rtol=1e-5, atol=1e-5,
+                                   msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("sizes", [[4, 4, 4], [3, 5, 2]], ids=["even", "uneven"])

@@ -222,7 +222,7 @@ class _Printer:
 
     def _offset(self, terms: dict, const: int) -> _Value:
         """The offset ``Σ atom·coefficient + const`` (``_offset_form``) as a tile."""
-        key = ("off", tuple(sorted(((id(a), c) for a, c in terms.items()))), const)
+        key = ("off", frozenset(terms.items()), const)
         got = self._lookup(key)
         if got is not None:
             return got
@@ -251,7 +251,9 @@ class _Printer:
     def value(self, e: Expr, index: bool = False) -> _Value:
         """``e`` as a tile; ``index``: integer index arithmetic (kernel index type, literals)."""
         index = index and e.dtype is INDEX
-        key = (id(e), index)
+        # keyed by the (interned) expression, not its id: the memo keeps a transient one (a joined
+        # guard) alive, so no later expression can take its id and read its tile (Zamba2)
+        key = (e, index)
         got = self._lookup(key)
         if got is not None:
             return got
@@ -449,10 +451,10 @@ class _Printer:
             v = None
             if lo < 0 and Binary("ge", e, Const(0, e.dtype)) not in tested:
                 v = self.value(e, index=True)
-                out.append(self.emit(f"{v.text} >= 0", deps=[v], key=("ge0", id(e))))
+                out.append(self.emit(f"{v.text} >= 0", deps=[v], key=("ge0", e)))
             if hi > n - 1 and Binary("lt", e, Const(n, e.dtype)) not in tested:
                 v = v or self.value(e, index=True)
-                out.append(self.emit(f"{v.text} < {n}", deps=[v], key=("lt", id(e), n)))
+                out.append(self.emit(f"{v.text} < {n}", deps=[v], key=("lt", e, n)))
         return out
 
     # ---------------------------------------------------------------- statements
