@@ -174,17 +174,16 @@ def var_env(vars_: list[Var], extents: Mapping[Var, int], device, offset: dict[V
     return env
 
 
-def retype(n: Expr) -> Expr | None:
-    """A ``transform`` callback widening a 16-bit node to fp32 (how a reduction into fp16/bf16 is
-    evaluated: accumulated in fp32, rounded once)."""
-    f32 = DType.float32
+def retype(n: Expr, to: DType = DType.float32) -> Expr | None:
+    """A ``transform`` callback widening a narrower float node to ``to`` (how a reduction into
+    fp16/bf16 is evaluated: accumulated in fp32, rounded once; verify's float64 re-evaluation)."""
     if isinstance(n, Load):
-        return Cast(n, f32)
-    if isinstance(n, Const):  # the 16-bit constant's value, exactly representable in fp32
-        return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), f32)
+        return Cast(n, to)
+    if isinstance(n, Const):  # the narrower constant's value, exactly representable in ``to``
+        return Const(torch.tensor(n.value, dtype=n.dtype.to_torch()).item(), to)
     if isinstance(n, Cast):
-        return cast(n.x, f32)
-    return None  # inner nodes are rebuilt from widened children and come out fp32 already
+        return cast(n.x, to)
+    return None  # inner nodes are rebuilt from widened children and come out widened already
 
 
 def _factors(body: Expr) -> list[Expr]:
