@@ -195,10 +195,9 @@ def test_a_mip_start_is_improved_on():
     assert groups(sel) == [("acd", "acd"), ("b", "b")]
 
 
-def test_the_time_limit_cuts_the_candidates_by_their_prims_not_by_the_clock():
-    """A small time limit stops the enumeration once the kernels of several prims costed add up
-    to ``limit × COSTED_PER_SECOND`` prims, however slow each is to cost (a loaded machine), and
-    says so: three kernels of 2 prims use 6 of 7, the fourth (3 prims) is costed, then none."""
+def test_the_time_limit_cuts_the_candidates_by_count_not_by_the_clock():
+    """A small time limit stops the enumeration after ``limit × COSTED_PER_SECOND`` kernels of
+    several prims, however slow each is to cost (a loaded machine), and says so."""
     import time
     from tilefuse.orchestrate.candidates import COSTED_PER_SECOND
     seg = segment({"a": [], "b": ["a"], "c": ["b"], "d": ["c"]}, ["d"])
@@ -210,10 +209,9 @@ def test_the_time_limit_cuts_the_candidates_by_their_prims_not_by_the_clock():
         time.sleep(0.02)                  # every candidate slower than the whole limit
         return 1.0 + 0.1 * len(c.names)
     cut: list = []
-    assert [len(c.names) for c in multi[:4]] == [2, 2, 2, 3]
-    got = enumerate_candidates(seg, slow, seconds=7 / COSTED_PER_SECOND, cut=cut)
+    got = enumerate_candidates(seg, slow, seconds=3 / COSTED_PER_SECOND, cut=cut)
     assert cut == ["candidates"]
-    assert [c.names for c, _ in got] == [c.names for c, _ in full][:len(full) - len(multi) + 4]
+    assert [c.names for c, _ in got] == [c.names for c, _ in full][:len(full) - len(multi) + 3]
     assert [c.names for c, _ in enumerate_candidates(seg, slow, seconds=100 / COSTED_PER_SECOND)] == \
         [c.names for c, _ in full]
 
@@ -247,7 +245,6 @@ def test_sets_spanning_two_contractions_are_costed_before_the_smaller_ones():
         return 1.0
     singles = sum(m.bit_count() == 1 for m in convex)
     cut: list = []
-    # a budget of just the two spans' prims: they are costed, and nothing of several prims after
-    enumerate_candidates(seg, cost, seconds=(bare.bit_count() + grown.bit_count()) / COSTED_PER_SECOND, cut=cut)
+    enumerate_candidates(seg, cost, seconds=2 / COSTED_PER_SECOND, cut=cut)
     multi = [m for m in seen if m.bit_count() > 1]
-    assert cut == ["candidates"] and len(seen) >= singles and multi == got, (got, multi)
+    assert cut == ["candidates"] and len(seen) >= singles and set(got) <= set(multi[:4]), (got, multi)

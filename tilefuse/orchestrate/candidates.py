@@ -22,10 +22,9 @@ from ..ir.prim import Prim
 from .segment import Segment
 from .states import DEFAULT_CAPS, Caps, bits
 
-# prims of kernels of several prims costed per second of ``time_limit``: costing a candidate
-# grows with its prims (inlining them, then one kernel walked per tile), about 1.2 ms a prim
-# on one core of the 2-core CI machine (bailing_hybrid's 48-prim segments: 6 ms at 2 prims, 30
-# ms at 24), so a limit means about what it says on an idle machine and the same on a loaded one
+# kernels of several prims costed per second of ``time_limit``: about what this costs on one core
+# (1-3 ms a kernel, the tile searches included), so a limit means what it says on an idle machine
+# and the same on a loaded one
 COSTED_PER_SECOND = 1000
 
 CostFn = Callable[["Candidate"], "float | None"]
@@ -140,9 +139,8 @@ def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAP
 
     Candidates that write no live prim are skipped: no selection needs them.  The work is bounded
     by ``caps`` (``max_convex`` sets per segment) and by ``seconds``, counted as work, not read off
-    a clock: kernels of several prims are costed until their prims add up to ``seconds ×
-    COSTED_PER_SECOND`` (a kernel's costing grows with its prims), so the same segment gives the
-    same candidates on a loaded machine or an idle one.  Single prims come
+    a clock: at most ``seconds × COSTED_PER_SECOND`` kernels of several prims are costed, so the
+    same segment gives the same candidates on a loaded machine or an idle one.  Single prims come
     first (a plan always exists), then the sets spanning two contractions (``spans``: attention's
     and GEMM chains' groups, larger than most sets a short budget reaches), then the rest smallest
     first; when the budget runs out the enumeration stops, keeping what it has, and
@@ -165,7 +163,7 @@ def enumerate_candidates(seg: Segment, cost_fn: CostFn, caps: Caps = DEFAULT_CAP
             if not out_mask & live:
                 continue
             if members.bit_count() > 1:
-                budget -= members.bit_count()
+                budget -= 1
             cand = make_candidate(seg, members, out_mask)
             cost = cost_fn(cand)
             if cost is None or math.isinf(cost) or math.isnan(cost):
