@@ -344,6 +344,9 @@ def _float64(name: str, pg: PrimGraph, leaf: Callable[[str], bool],
     todo = [name]
     while todo:
         n = todo[-1]
+        if n in done:                 # (asked for by two consumers before either was computed)
+            todo.pop()
+            continue
         p = pg.producers.get(n)
         if p is None or leaf(n):
             v = vals[n]
