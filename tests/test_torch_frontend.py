@@ -700,6 +700,9 @@ _AS_WRITTEN = {
     "casts": (lambda x: x.to(torch.float64).to("cpu", torch.float32).to(torch.float16).unsqueeze(0).squeeze((0,)) * 2,
               (torch.randn(1, 4, 6),)),
     "conv3d": (nn.Conv3d(2, 2, 3, padding=1, dilation=1, stride=(1, 2, 1)), (torch.randn(1, 2, 4, 5, 4),)),
+    # unbatched: a batch of 1 around it (the long torch fuzzer found these refused)
+    "conv1d_unbatched": (nn.Conv1d(4, 3, 2, padding=1), (torch.randn(4, 5),)),
+    "conv2d_unbatched": (nn.Conv2d(4, 2, 3, stride=2), (torch.randn(4, 5, 6),)),
 }
 # graphs that need decomposing (or functionalizing)
 _DECOMPOSED = {
