@@ -125,6 +125,18 @@ def test_isnan_isinf_of_bf16(target):
     check(b.build(), target, {x: torch.tensor([NAN, INF, -INF, 1.5, -0.0, 0.0], dtype=torch.bfloat16)})
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_padded_window_one_wide_loads_one_element_under_a_block_mask(target):
+    # a grouped 1-wide convolution of a length-1 signal, padded before it: the input's offset is
+    # the same at every position of the tile, the padding test is not (a scalar pointer under a
+    # block mask, which Triton refuses)
+    b = GraphBuilder(seed=1)
+    x, w = b.const((1, 2, 1), F32), b.const((2, 1, 1), F32)
+    b.node("Conv", [x, w], TensorType((1, 2, 2), F32), dilations=(1,), group=2, kernel_shape=(1,),
+           pads=(1, 0), strides=(1,))
+    check(b.build(), target)
+
+
 @pytest.mark.parametrize("const", [False, True])
 @pytest.mark.parametrize("src", [I32, I64, BOOL])
 def test_cast_to_bf16(src, const):

@@ -370,7 +370,13 @@ class _Printer:
             extra += ', eviction_policy="evict_first"'
         if e.tensor in self.k.written:      # stored by other programs of this launch: not from L1
             extra += ', cache_modifier=".cg"'
-        return self.emit(f"tl.load(in{e.tensor} + {_paren(off.text)}{extra})", deps=[off] + conds)
+        ptr = f"in{e.tensor} + {_paren(off.text)}"
+        axes = off.axes.union(*(c.axes for c in conds))
+        if self.shape(axes) != self.shape(off.axes):
+            # the same element at every position a guard tests (a padded window one wide): a
+            # block mask needs a block of pointers
+            ptr = f"tl.broadcast_to({ptr}, {self.shape(axes)})"
+        return self.emit(f"tl.load({ptr}{extra})", deps=[off] + conds)
 
     def _pointers(self, e: Expr) -> tuple[_Value, _Value | None] | None:
         """(pointers, mask or None) of a select among loads whose tests hold alike over each
