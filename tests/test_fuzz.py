@@ -137,6 +137,19 @@ def test_a_padded_window_one_wide_loads_one_element_under_a_block_mask(target):
     check(b.build(), target)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_padded_window_one_wide_reads_nothing_past_its_channels(target):
+    # the same convolution padded after: past K (one channel a group) the input tile read the
+    # channel again where only the padding test varies along K, and -inf times the weight tile's
+    # zero there gave NaN
+    b = GraphBuilder(seed=1)
+    x, w = b.input((1, 2, 3), F32), b.input((2, 1, 1), F32)
+    b.node("Conv", [x, w], TensorType((1, 2, 4), F32), dilations=(1,), group=2, kernel_shape=(1,),
+           pads=(0, 1), strides=(1,))
+    check(b.build(), target, {x: torch.tensor([[[-INF, 0.1, 2.1], [0.7, -1.3, INF]]]),
+                              w: torch.tensor([[[1.4]], [[INF]]])})
+
+
 @pytest.mark.parametrize("const", [False, True])
 @pytest.mark.parametrize("src", [I32, I64, BOOL])
 def test_cast_to_bf16(src, const):

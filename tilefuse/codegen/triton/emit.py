@@ -358,9 +358,14 @@ class _Printer:
     def _load(self, e: Load, guard: Expr | None = None) -> _Value:
         """``e``; with ``guard``, the load where it holds and 0 elsewhere (``guarded_load``)."""
         t = self.k.inputs[e.tensor]
-        conds = self._bounds_checks(e.index, t.shape, _conjuncts(guard) if guard is not None else frozenset())
+        checks = self._bounds_checks(e.index, t.shape, _conjuncts(guard) if guard is not None else frozenset())
         off = self.offset(e.index, t.shape)
-        conds = self.masks(off.axes) + ([self.value(guard)] if guard is not None else []) + conds
+        tests = ([self.value(guard)] if guard is not None else []) + checks
+        # the tile's positions past an axis's extent read nothing, also where only the guard
+        # varies along it (a padded window one wide: past K, a value times the other operand's
+        # zero would be NaN for an infinite one)
+        axes = off.axes.union(*(c.axes for c in tests))
+        conds = self.masks(axes) + tests
         extra = ""
         if conds:
             extra += f", mask={' & '.join(c.text for c in conds)}, other=0"
@@ -371,7 +376,6 @@ class _Printer:
         if e.tensor in self.k.written:      # stored by other programs of this launch: not from L1
             extra += ', cache_modifier=".cg"'
         ptr = f"in{e.tensor} + {_paren(off.text)}"
-        axes = off.axes.union(*(c.axes for c in conds))
         if self.shape(axes) != self.shape(off.axes):
             # the same element at every position a guard tests (a padded window one wide): a
             # block mask needs a block of pointers
