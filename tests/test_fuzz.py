@@ -150,6 +150,26 @@ def test_a_padded_window_one_wide_reads_nothing_past_its_channels(target):
                               w: torch.tensor([[[1.4]], [[INF]]])})
 
 
+def test_a_sum_over_an_empty_gather_in_a_persistent_kernel():
+    # the unfused plan's kernels as one persistent launch: the sum's loop axis is empty, and the
+    # tile dependencies divided by its extent (now: a whole-phase wait)
+    b = GraphBuilder(seed=0)
+    x = b.input((1, 0), I32, bound=1)
+    v2 = b.node("Gather", [b.const((1, 1), F32), x], TensorType((1, 0, 1), F32), axis=0)
+    v5 = b.node("Where", [b.const((1, 0, 1), BOOL), v2, b.const((1, 0, 1), F32)], TensorType((1, 0, 1), F32))
+    b.node("Relu", [b.node("ReduceSum", [v5], TensorType((), F32), keepdims=0)], TensorType((), F32))
+    check(b.build(), "cpu")
+
+
+def test_an_empty_bool_constant_is_not_taken_for_a_band_mask():
+    # a (0, 2, 9) mask: the band test read its first slice
+    b = GraphBuilder(seed=0)
+    x = b.input((0, 2), I32, bound=6)
+    v2 = b.node("Gather", [b.const((6, 9), F32), x], TensorType((0, 2, 9), F32), axis=0)
+    b.node("Where", [b.const((0, 2, 9), BOOL), v2, b.const((1, 0, 2, 1), F32)], TensorType((1, 0, 2, 9), F32))
+    check(b.build(), "cpu")
+
+
 @pytest.mark.parametrize("const", [False, True])
 @pytest.mark.parametrize("src", [I32, I64, BOOL])
 def test_cast_to_bf16(src, const):

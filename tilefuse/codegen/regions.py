@@ -61,8 +61,8 @@ _memo_programs = 0
 
 def _program_boxes(k: Kernel, ins: Sequence[str], outs: Sequence[str], wanted: Collection[str]):
     programs = math.prod(k.grid)
-    if programs > MAX_PROGRAMS or k.empty:
-        return None
+    if programs > MAX_PROGRAMS or k.empty or any(0 in a.ext for a in k.axes):
+        return None         # (an empty loop axis: no position to bound; a whole-phase wait)
     loads: list[Load] = []
     stores: list[Store] = []
     if not _collect(k.body, loads, stores):

@@ -49,7 +49,7 @@ def _band(data: torch.Tensor) -> tuple[int | None, int | None] | None:
     """(c, w) when ``data`` (bool, or float holding only 0 and -inf) is, in every leading slice,
     true (0) exactly where ``j <= i + c`` and ``j >= i - w`` (None: that edge is absent; a mask
     of the positions to hide, ``~tril``, is the lower edge alone), and not all one value."""
-    if data.dim() < 2 or min(data.shape[-2:]) < MIN_SIDE:
+    if data.dim() < 2 or min(data.shape[-2:]) < MIN_SIDE or data.numel() == 0:
         return None
     if data.dtype == torch.bool:
         keep = data
