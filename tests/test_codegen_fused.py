@@ -154,8 +154,8 @@ def test_two_reductions_under_different_joined_guards_keep_their_own_masks():
     s = _schedule(_whole(pg), xblock=16, rblock=16)
     assert len(s.body.instances) >= 2          # the two reductions, in one kernel
     outs = {n: torch.full(pg.types[n].shape, float("nan")) for n in pg.outputs}
-    compile_fused(s)([dict(zip((d.name for d in pg.inputs), (a, x)))[n] for n in s.body.inputs],
-                     [outs[st.tensor] for st in s.body.stores])
+    feeds = {d.name: t for d, t in zip(pg.inputs, (a, x))}
+    compile_fused(s)([feeds[n] for n in s.body.inputs], [outs[st.tensor] for st in s.body.stores])
     for name, want in zip(pg.outputs, segment(a, x)):
         torch.testing.assert_close(outs[name].reshape(want.shape), want, rtol=1e-5, atol=1e-5,
                                    msg=lambda m: f"{name}: {m}")

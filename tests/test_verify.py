@@ -243,7 +243,6 @@ def test_a_kernels_sum_is_judged_against_its_terms(monkeypatch, err, caught):
         tilefuse.compile(centered, (x,), verify=True, time_limit=1.0)
 
 
-
 def _cosine_graphs(wrong: bool = False):
     """Swin2SR's cosine attention in small: ``s`` sums 8 products that nearly cancel (the terms
     are about 1,000, the sums about 0.01), and ``n = s / |s|`` normalizes pairs of them.  The

@@ -361,17 +361,11 @@ def _float64(name: str, pg: PrimGraph, leaf: Callable[[str], bool],
         if p.is_opaque:
             v = eval_prim(p, [x.to(pg.types[i].dtype.to_torch()) for i, x in zip(p.inputs, ins)])
         else:
-            v = eval_prim(_wide(p), ins)
+            v = eval_prim(_widened(p, DType.float64), ins)
         done[n] = v.double() if v.is_floating_point() else v
         todo.pop()
     out = done[name]
     return out if out.is_floating_point() else None
-
-
-def _wide(p: Prim) -> Prim:
-    narrow = (DType.float16, DType.bfloat16, DType.float32)
-    body = transform(p.body, lambda n: retype(n, DType.float64) if n.dtype in narrow else None)
-    return dataclasses.replace(p, body=body, out=dataclasses.replace(p.out, dtype=body.dtype))
 
 
 def unrounded(prims: Sequence[Prim], vals: Mapping[str, torch.Tensor], pg: PrimGraph) -> dict[str, torch.Tensor]:
@@ -388,10 +382,13 @@ def unrounded(prims: Sequence[Prim], vals: Mapping[str, torch.Tensor], pg: PrimG
     return local
 
 
-def _widened(p: Prim) -> Prim:
-    if p.out.dtype not in HALF and not any(n.dtype in HALF for n in walk(p.body)):
+def _widened(p: Prim, to: DType = DType.float32) -> Prim:
+    """``p`` computed in ``to`` wherever its float types are narrower (16-bit into fp32; into
+    float64, fp32 too)."""
+    narrow = HALF if to is DType.float32 else HALF + (DType.float32,)
+    if p.out.dtype not in narrow and not any(n.dtype in narrow for n in walk(p.body)):
         return p
-    body = transform(p.body, lambda n: retype(n) if n.dtype in HALF else None)
+    body = transform(p.body, lambda n: retype(n, to) if n.dtype in narrow else None)
     return dataclasses.replace(p, body=body, out=dataclasses.replace(p.out, dtype=body.dtype))
 
 
