@@ -11,6 +11,7 @@ a prologue/epilogue the same way.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -63,29 +64,23 @@ class Inliner:
     def resolve(self, p: Prim, mapping: Mapping[Var, Expr]) -> Expr:
         """p's body with its variables replaced by ``mapping`` and its loads made kernel-level.
 
-        One recursive pass over p's own nodes does both; results are never visited again, so index
-        expressions coming in through ``mapping`` (already kernel-level) or produced by folding
-        are never re-read in p's slot numbering.
+        One pass over p's own nodes in post-order does both (a member's loads are resolved in the
+        order a depth-first walk finishes them, which numbers the reduction instances); results are
+        never visited again, so index expressions coming in through ``mapping`` (already
+        kernel-level) or produced by folding are never re-read in p's slot numbering.
         """
-        memo: dict[int, Expr] = {}
-
-        def go(n: Expr) -> Expr:
-            got = memo.get(id(n))
-            if got is not None:
-                return got
-            if isinstance(n, Var):
-                out = mapping.get(n, n)
-            elif isinstance(n, Load):
-                idx = tuple(go(i) for i in n.index)
+        done: list[Expr] = []
+        for n, kids in _postorder(p.body):
+            if type(n) is Load:                 # (a 0-d tensor's too: no index, still a load)
+                idx = tuple(done[k] for k in kids)
                 src = p.inputs[n.tensor]
                 out = self.value_at(src, idx) if src in self.member else Load(self.in_slot[src], idx, n.dtype)
+            elif type(n) is Var:
+                out = mapping.get(n, n)
             else:
-                kids = n.children()
-                out = n.with_children(tuple(go(k) for k in kids)) if kids else n
-            memo[id(n)] = out
-            return out
-
-        return go(p.body)
+                out = n.with_children(tuple(done[k] for k in kids)) if kids else n
+            done.append(out)
+        return done[-1]
 
     def _instance(self, p: Prim, idx: tuple[Expr, ...]) -> Expr:
         key = (p.name, idx)
@@ -103,6 +98,28 @@ class Inliner:
                                            p.out.dtype))
         slot = self.inst_key[key]
         return Value(slot, p.out.dtype)
+
+
+@functools.lru_cache(maxsize=4096)
+def _postorder(body: Expr) -> tuple[tuple[Expr, tuple[int, ...]], ...]:
+    """A prim body's distinct nodes, each after its children (left to right, depth first), with
+    its children's positions in the list: the inliner resolves a prim's body once per index it
+    is used at, so the walk is made once per body."""
+    order: list = []
+    pos: dict[int, int] = {}
+    stack: list = [(body, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if id(n) in pos:
+            continue
+        kids = n.children()
+        if expanded or not kids:
+            pos[id(n)] = len(order)
+            order.append((n, tuple(pos[id(k)] for k in kids)))
+            continue
+        stack.append((n, True))
+        stack.extend((k, False) for k in reversed(kids))
+    return tuple(order)
 
 
 def injective_store(idx: tuple[Expr, ...], shape: tuple[int, ...], ext: Mapping[Var, int], partial=False):

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, guarded_load, piece_tests,
                               pow2)
 from ..ir.dtypes import DType
-from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, walk
+from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, load_nodes, walk
 from .dot import dot_rate
 from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
@@ -442,7 +442,12 @@ def _load_site(load: Load) -> LoadSite:
 
 
 def _site_vars(site: LoadSite) -> tuple:
-    return tuple(sorted(_index_vars(site.load), key=lambda v: v.name))
+    return _sorted_vars(site.load)
+
+
+@functools.lru_cache(maxsize=65536)
+def _sorted_vars(load: Load) -> tuple:
+    return tuple(sorted(_index_vars(load), key=lambda v: v.name))
 
 
 SAMPLES = 8    # program tiles whose boxes stand for a load through a floordiv/mod index map
@@ -721,21 +726,14 @@ class _Walk:
 
     def axes(self, *exprs) -> frozenset:
         """The axes (canonical) the expressions vary along: their variables' and the slots' they read."""
-        out: set = set()
-        for e in exprs:
-            for n in walk(e):
-                if isinstance(n, Var) and n in self.axis_of:
-                    out.add(self.axis_of[n])
-                elif isinstance(n, Value) and n.slot in self.slot_axes:
-                    out |= self.slot_axes[n.slot]
-        return frozenset(out)
+        return frozenset().union(*(self.node_axes(e) for e in exprs))
 
     def loads(self, e, operand: bool = False) -> list[tuple]:
         """Place every memory load of ``e`` in its scope, once; the loop paths of the scopes
         holding them (for a Dot's operand: staged in shared memory when one is a loop's)."""
         paths = []
-        for n in walk(e):
-            if not isinstance(n, Load) or n.tensor >= self.nin:
+        for n in load_nodes(e):
+            if n.tensor >= self.nin:
                 continue
             depth = next((i for i, s in enumerate(self.stack) if n in s[1]), None)
             if depth is None:
@@ -796,8 +794,6 @@ def _whole_runs(e) -> bool:
         and isinstance(e.b, Const) and int(e.b.value) % GATHER_RUN == 0
 
 
-def _index_vars(ld: Load) -> set[Var]:
-    out: set[Var] = set()
-    for e in ld.index:
-        out |= free_vars(e)
-    return out
+@functools.lru_cache(maxsize=65536)
+def _index_vars(ld: Load) -> frozenset[Var]:
+    return frozenset().union(*(free_vars(e) for e in ld.index))

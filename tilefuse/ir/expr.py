@@ -9,6 +9,7 @@ is therefore independent of tensor names, and structurally identical prims hash 
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -29,7 +30,14 @@ LOGIC_OPS = frozenset({"and", "or", "xor"})
 BITWISE_OPS = frozenset({"bitand", "bitor", "bitxor", "shl", "shr"})
 BINARY_OPS = ARITH_OPS | COMPARE_OPS | LOGIC_OPS | BITWISE_OPS
 
-_TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
+# key -> a weak reference to the one node with that key (a WeakValueDictionary's table without its
+# Python-level lookup, which planning pays millions of times: nodes are looked up, never iterated)
+_TABLE: "dict[tuple, weakref.KeyedRef]" = {}
+
+
+def _forget(ref: weakref.KeyedRef) -> None:
+    if _TABLE.get(ref.key) is ref:       # (a newer node under the same key stays)
+        del _TABLE[ref.key]
 
 
 class Expr:
@@ -40,15 +48,17 @@ class Expr:
 
     @classmethod
     def _intern(cls, key: tuple, dtype: DType, **fields) -> "Expr":
-        found = _TABLE.get(key)
-        if found is not None:
-            return found
+        ref = _TABLE.get(key)
+        if ref is not None:
+            found = ref()
+            if found is not None:
+                return found
         obj = object.__new__(cls)
         for k, v in fields.items():
             object.__setattr__(obj, k, v)
         object.__setattr__(obj, "dtype", dtype)
         object.__setattr__(obj, "_hash", hash(key))
-        _TABLE[key] = obj
+        _TABLE[key] = weakref.KeyedRef(obj, _forget, key)
         return obj
 
     def __setattr__(self, k, v):
@@ -448,9 +458,30 @@ def substitute(e: Expr, mapping: dict[Expr, Expr]) -> Expr:
     return transform(e, lambda n: mapping.get(n))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def free_vars(e: Expr) -> frozenset[Var]:
+    """(Cached: planning asks for the same interned index expressions many times over.)"""
     return frozenset(n for n in walk(e) if isinstance(n, Var))
 
 
 def loads(e: Expr) -> list[Load]:
-    return [n for n in walk(e) if isinstance(n, Load)]
+    return list(load_nodes(e))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def load_nodes(e: Expr) -> tuple[Load, ...]:
+    """The distinct ``Load`` nodes of ``e`` in ``walk`` order (cached: the cost model and the
+    templates look for the loads of one expression several times)."""
+    return tuple(n for n in walk(e) if isinstance(n, Load))
+
+
+def node_count(e: Expr) -> int:
+    """How many distinct nodes ``e`` has (``walk``'s count, without a generator's overhead)."""
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(n.children())
+    return len(seen)

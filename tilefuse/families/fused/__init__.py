@@ -34,7 +34,7 @@ from ...cost.model import estimate
 from ...cost.target import Target
 from ...cost.tiles import load_sites, requested_bytes, stored_bytes
 from ...cost.work import work
-from ...ir.expr import Expr, Var, free_vars, substitute, walk
+from ...ir.expr import Expr, Var, free_vars, node_count, substitute
 from ..base import Built, Family, Group, Schedule
 
 MAX_EXPR_NODES = 4000          # beyond this, inlining has blown up (stencils of stencils): reject
@@ -256,7 +256,7 @@ def _build(group: Group, nested_ok: bool = False) -> FusedBody | None:
         row_only = not (deps & set(ivars))
         limits = tuple((e, n) for e, n in zip(idx, o.out.shape) if isinstance(e, Var) and ext[e] > n)
         stores.append(FusedStore(o.name, idx, val, mask, row_only, limits))
-    size = sum(1 for s in stores for _ in walk(s.value)) + sum(1 for i in inl.instances for _ in walk(i.body))
+    size = sum(node_count(s.value) for s in stores) + sum(node_count(i.body) for i in inl.instances)
     if size > MAX_EXPR_NODES:
         return None
     return FusedBody(group, anchor.name, group.inputs, xvars, tuple(ext[v] for v in xvars), ivars,

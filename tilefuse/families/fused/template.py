@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from ...codegen.kernel import Kernel, Loop, Store, TileAxis, pow2
 from ...codegen.reduction import reduction
-from ...ir.expr import Load, Var, binary, substitute, walk
+from ...ir.expr import Load, Var, binary, load_nodes, substitute
 
 
 def fused_kernel(s, name: str) -> Kernel:
@@ -84,8 +84,8 @@ def _reused(b) -> frozenset:
     loops = []
     for inst in b.instances:
         canon = dict(zip(inst.rvars, b.ivars)) if inst.rext == b.iext else {}
-        loops.append([(n, substitute(n, canon) if canon else n) for n in walk(inst.body) if _is_input(n, b)])
-    loops.append([(n, n) for st in b.stores for n in walk(st.value) if _is_input(n, b)])
+        loops.append([(n, substitute(n, canon) if canon else n) for n in load_nodes(inst.body) if _is_input(n, b)])
+    loops.append([(n, n) for st in b.stores for n in load_nodes(st.value) if _is_input(n, b)])
     last = {}
     for k, loads in enumerate(loops):
         for _, c in loads:
