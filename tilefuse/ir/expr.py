@@ -30,14 +30,7 @@ LOGIC_OPS = frozenset({"and", "or", "xor"})
 BITWISE_OPS = frozenset({"bitand", "bitor", "bitxor", "shl", "shr"})
 BINARY_OPS = ARITH_OPS | COMPARE_OPS | LOGIC_OPS | BITWISE_OPS
 
-# key -> a weak reference to the one node with that key (a WeakValueDictionary's table without its
-# Python-level lookup, which planning pays millions of times: nodes are looked up, never iterated)
-_TABLE: "dict[tuple, weakref.KeyedRef]" = {}
-
-
-def _forget(ref: weakref.KeyedRef) -> None:
-    if _TABLE.get(ref.key) is ref:       # (a newer node under the same key stays)
-        del _TABLE[ref.key]
+_TABLE: "weakref.WeakValueDictionary[tuple, Expr]" = weakref.WeakValueDictionary()
 
 
 class Expr:
@@ -48,17 +41,15 @@ class Expr:
 
     @classmethod
     def _intern(cls, key: tuple, dtype: DType, **fields) -> "Expr":
-        ref = _TABLE.get(key)
-        if ref is not None:
-            found = ref()
-            if found is not None:
-                return found
+        found = _TABLE.get(key)
+        if found is not None:
+            return found
         obj = object.__new__(cls)
         for k, v in fields.items():
             object.__setattr__(obj, k, v)
         object.__setattr__(obj, "dtype", dtype)
         object.__setattr__(obj, "_hash", hash(key))
-        _TABLE[key] = weakref.KeyedRef(obj, _forget, key)
+        _TABLE[key] = obj
         return obj
 
     def __setattr__(self, k, v):
