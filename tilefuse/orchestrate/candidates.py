@@ -23,8 +23,9 @@ from .segment import Segment
 from .states import DEFAULT_CAPS, Caps, bits
 
 # kernels of several prims costed per second of ``time_limit``: about what this costs on one core
-# (1-3 ms a kernel, the tile searches included), so a limit means what it says on an idle machine
-# and the same on a loaded one
+# for the zoo's models (1-3 ms a kernel, the tile searches included), so a limit gives the same
+# candidates on an idle machine and a loaded one; groups whose inlined expressions are large cost
+# more (bailing_hybrid's unrolled slice updates: 10-30 ms), and their limit is then exceeded
 COSTED_PER_SECOND = 1000
 
 CostFn = Callable[["Candidate"], "float | None"]

@@ -38,7 +38,8 @@ class Caps:
     """
     max_prims: int = 48
     max_states: int = 2048
-    max_convex: int = 6000          # each costs ~0.1 ms to cost: bounds a segment to about a second
+    max_convex: int = 6000          # enumerating them is cheap; costing them is what takes time (1 to 30 ms
+                                    # a kernel of several prims), bounded by ``time_limit`` (candidates.py)
     max_members: int = 24
 
 
