@@ -606,6 +606,8 @@ def _argreduce(draw, b):
     a = draw(st.integers(0, t.rank - 1))
     keep = draw(st.booleans())
     shape = [1 if d == a else n for d, n in enumerate(t.shape) if keep or d != a]
+    if t.shape[a] == 0 and _numel(shape):       # no index to give: refused (as by torch and onnxruntime)
+        return
     b.node(draw(st.sampled_from(("ArgMax", "ArgMin"))), [x], _tt(shape, I64), axis=a, keepdims=int(keep),
            select_last_index=int(draw(st.booleans())))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from ..errors import UnsupportedAttribute
+from ..errors import UnsupportedAttribute, UnsupportedOperator
 from ..ir.dtypes import DType
 from ..ir.expr import Const, Expr, binary, cast, select, unary
 from ..ir.graph import Node
@@ -204,6 +204,9 @@ def arg_max_min(fx: Fission, node: Node, ins: list) -> TensorRef:
     """Index of the max/min along `axis`: a max/min reduce, then a min-reduce of matching indices."""
     x = ins[0]
     axis = norm_axis(node, node.attrs.get("axis", 0), x.rank)
+    if x.shape[axis] == 0 and math.prod(x.shape[:axis] + x.shape[axis + 1:]):
+        raise UnsupportedOperator(node, f"{node.op} over axis {axis} of a {list(x.shape)} tensor: the axis is empty, "
+                                        f"there is no index to give (torch and onnxruntime refuse it too)")
     return argreduce(fx, x, axis, bool(node.attrs.get("keepdims", 1)), node.op == "ArgMax",
                      bool(node.attrs.get("select_last_index", 0)))
 
