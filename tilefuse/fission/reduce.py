@@ -201,7 +201,9 @@ def reduce_log_sum_exp(fx: Fission, node: Node, ins: list) -> TensorRef:
 
 @rule("ArgMax", "ArgMin")
 def arg_max_min(fx: Fission, node: Node, ins: list) -> TensorRef:
-    """Index of the max/min along `axis`: a max/min reduce, then a min-reduce of matching indices."""
+    """Index of the max/min along `axis`; refused over an empty axis with rows to index (as by torch).
+
+    A max/min reduce, then a min-reduce of matching indices."""
     x = ins[0]
     axis = norm_axis(node, node.attrs.get("axis", 0), x.rank)
     if x.shape[axis] == 0 and math.prod(x.shape[:axis] + x.shape[axis + 1:]):
