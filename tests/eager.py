@@ -9,7 +9,9 @@ reference that departs from the operator's meaning shows as a difference from th
 
 Where torch's eager operator and the canonical semantics differ, the canonical one is written out
 (and says why): ONNX's Slice clamping and negative steps, asymmetric pads, empty reductions,
-16-bit normalizations computed in fp32 (``stash_type``).
+16-bit normalizations computed in fp32 (``stash_type``), attention as torch documents it rather
+than as its CPU kernel computes it at non-finite inputs.  Where the meaning itself leaves the
+result open (attention over non-finite values its mask drops), ``Undefined`` is raised.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 
 
 class Undefined(Exception):
@@ -80,10 +81,6 @@ def _clip(ins, a, outs):
 
 def _hard_sigmoid(ins, a, outs):
     return torch.clamp(a.get("alpha", 0.2) * _wide(ins[0]) + a.get("beta", 0.5), 0, 1)
-
-
-def _pow(x, y):
-    return torch.pow(x, y)
 
 
 def _cast(ins, a, outs):
@@ -369,7 +366,7 @@ OPS = {
     "IsNaN": _unary(torch.isnan), "IsInf": _unary(torch.isinf), "Not": _unary(torch.logical_not),
     "Cast": _cast,
     "Add": _binary(torch.add), "Sub": _binary(torch.sub), "Mul": _binary(torch.mul), "Div": _binary(torch.div),
-    "Max": _binary(torch.maximum), "Min": _binary(torch.minimum), "Pow": _binary(_pow),
+    "Max": _binary(torch.maximum), "Min": _binary(torch.minimum), "Pow": _binary(torch.pow),
     "Greater": _binary(torch.gt), "Less": _binary(torch.lt), "Equal": _binary(torch.eq),
     "LessOrEqual": _binary(torch.le),
     "And": _binary(torch.logical_and), "Or": _binary(torch.logical_or), "Xor": _binary(torch.logical_xor),
