@@ -232,6 +232,29 @@ def test_attention_over_non_finite_values_its_mask_drops_is_left_to_the_referenc
     check(case, "cpu", feeds)               # the kernels still equal the reference
 
 
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
+def test_the_oracles_attention_is_eagers_on_finite_inputs(mask):
+    # the oracle writes attention out (tests/eager.py); on finite inputs it must be eager's own,
+    # empty queries, keys and head dims included
+    from eager import OPS
+    from tilefuse.ir.graph import Attrs
+    gen = torch.Generator().manual_seed(0)
+    for lq, s, e, ev, gq in ((5, 6, 3, 4, 2), (1, 1, 3, 4, 1), (0, 6, 3, 4, 1), (5, 0, 3, 4, 2), (5, 6, 0, 4, 1),
+                             (5, 6, 3, 0, 1)):
+        q, k, v = (torch.randn(shape, generator=gen) for shape in ((2, 2 * gq, lq, e), (2, 2, s, e), (2, 2, s, ev)))
+        ins, kw = [q, k, v], {}
+        if mask == "causal":
+            kw["is_causal"] = True
+        elif mask != "none":
+            m = torch.rand(lq, s, generator=gen) > 0.4 if mask == "bool" else torch.randn(lq, s, generator=gen)
+            ins.append(m)
+            kw["attn_mask"] = m
+        attrs = Attrs({"enable_gqa": int(gq > 1), "is_causal": int(mask == "causal")})
+        got = OPS["ScaledDotProductAttention"](ins, attrs, None)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=gq > 1, **kw)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
 @pytest.mark.parametrize("const", [False, True])
 @pytest.mark.parametrize("src", [I32, I64, BOOL])
 def test_cast_to_bf16(src, const):
