@@ -83,6 +83,25 @@ def _hard_sigmoid(ins, a, outs):
     return torch.clamp(a.get("alpha", 0.2) * _wide(ins[0]) + a.get("beta", 0.5), 0, 1)
 
 
+def _shrink(ins, a, outs):
+    x, lambd, bias = _wide(ins[0]), a.get("lambd", 0.5), a.get("bias", 0.0)
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, torch.zeros_like(x)))
+
+
+def _thresholded_relu(ins, a, outs):
+    x = _wide(ins[0])       # x > alpha ? x : 0, NaN to 0 (F.threshold keeps NaN)
+    return torch.where(x > a.get("alpha", 1.0), x, 0.0)
+
+
+def _prelu(ins, a, outs):
+    x, slope = _wide(ins[0]), _wide(ins[1])
+    return torch.where(x < 0, x * slope, x)
+
+
+def _trilu(ins, a, outs):
+    return (torch.triu if a.get("upper", 1) else torch.tril)(ins[0], a.get("k", 0))
+
+
 def _cast(ins, a, outs):
     return ins[0].to(_dt(outs[0]))
 
@@ -241,15 +260,31 @@ def _rms_norm(ins, a, outs):
     return x * torch.rsqrt(torch.mean(x * x, dims, keepdim=True) + a.get("epsilon", 1e-5)) * _wide(ins[1])
 
 
-def _cumsum(ins, a, outs):
-    x = ins[0]
-    ax = _axis(a, x.dim())
-    w = _wide(x.flip(ax) if a.get("reverse", 0) else x)
-    if a.get("exclusive", 0):       # each sum of the elements before it: shifted, not subtracted (inf - inf)
-        w = torch.cat([torch.zeros_like(w.narrow(ax, 0, 1)), w.narrow(ax, 0, w.shape[ax] - 1)], ax) \
-            if w.shape[ax] else w
-    s = torch.cumsum(w, ax)
-    return s.flip(ax) if a.get("reverse", 0) else s
+def _cumulative(fn, identity: float):
+    def go(ins, a, outs):
+        x = ins[0]
+        ax = _axis(a, x.dim())
+        w = _wide(x.flip(ax) if a.get("reverse", 0) else x)
+        if a.get("exclusive", 0) and w.shape[ax]:   # the elements before each: shifted, not divided out
+            w = torch.cat([torch.full_like(w.narrow(ax, 0, 1), identity), w.narrow(ax, 0, w.shape[ax] - 1)], ax)
+        s = fn(w, ax)
+        return s.flip(ax) if a.get("reverse", 0) else s
+    return go
+
+
+def _group_norm(ins, a, outs):
+    """GroupNormalization (opset 21), InstanceNormalization (a group a channel): the textbook form,
+    ((x - mean) / sqrt(var + eps)) · scale + bias, in fp32 (F.group_norm folds scale into the
+    deviation first, which differs at infinities, and refuses one spatial element)."""
+    x, scale, bias = (_wide(t) for t in ins[:3])
+    n, c = x.shape[:2]
+    groups = a.get("num_groups", c)
+    g = x.reshape(n, groups, (c // groups) * math.prod(x.shape[2:]))
+    mean = g.mean(-1, keepdim=True)
+    var = ((g - mean) ** 2).mean(-1, keepdim=True)
+    y = ((g - mean) / torch.sqrt(var + a.get("epsilon", 1e-5))).reshape(x.shape)
+    at = (1, c) + (1,) * (x.dim() - 2)
+    return y * scale.reshape(at) + bias.reshape(at)
 
 
 def _pool(kind: str):
@@ -363,6 +398,11 @@ OPS = {
     "LeakyRelu": lambda ins, a, outs: F.leaky_relu(_wide(ins[0]), a.get("alpha", 0.01)),
     "Elu": lambda ins, a, outs: F.elu(_wide(ins[0]), a.get("alpha", 1.0)),
     "HardSigmoid": _hard_sigmoid, "Clip": _clip,
+    "Mish": _unary(F.mish), "Selu": _unary(F.selu), "Softsign": _unary(F.softsign),
+    "HardSwish": _unary(F.hardswish), "Ceil": _unary(torch.ceil), "Round": _unary(torch.round),
+    "Celu": lambda ins, a, outs: F.celu(_wide(ins[0]), a.get("alpha", 1.0)),
+    "ThresholdedRelu": _thresholded_relu,
+    "Shrink": _shrink, "PRelu": _prelu,
     "IsNaN": _unary(torch.isnan), "IsInf": _unary(torch.isinf), "Not": _unary(torch.logical_not),
     "Cast": _cast,
     "Add": _binary(torch.add), "Sub": _binary(torch.sub), "Mul": _binary(torch.mul), "Div": _binary(torch.div),
@@ -371,14 +411,17 @@ OPS = {
     "LessOrEqual": _binary(torch.le),
     "And": _binary(torch.logical_and), "Or": _binary(torch.logical_or), "Xor": _binary(torch.logical_xor),
     "Where": _where,
-    "Transpose": _transpose, "Reshape": _shaped, "Flatten": _shaped, "Squeeze": _shaped, "Unsqueeze": _shaped,
+    "Trilu": _trilu, "Transpose": _transpose,
+    "Reshape": _shaped, "Flatten": _shaped, "Squeeze": _shaped, "Unsqueeze": _shaped,
     "Slice": _slice, "Pad": _pad, "Concat": _concat, "Split": _split, "Expand": _expand, "Tile": _tile,
     "ReduceSum": _reduce("sum"), "ReduceMax": _reduce("max"), "ReduceMin": _reduce("min"),
     "ReduceMean": _reduce("mean"), "ReduceProd": _reduce("prod"), "ReduceSumSquare": _reduce("sumsquare"),
     "ReduceL1": _reduce("l1"), "ReduceL2": _reduce("l2"), "ReduceLogSumExp": _reduce("logsumexp"),
     "ArgMax": _argreduce(True), "ArgMin": _argreduce(False),
     "Softmax": _softmax(False), "LogSoftmax": _softmax(True),
-    "LayerNormalization": _layer_norm, "RMSNormalization": _rms_norm, "CumSum": _cumsum,
+    "LayerNormalization": _layer_norm, "RMSNormalization": _rms_norm,
+    "GroupNormalization": _group_norm, "InstanceNormalization": _group_norm,
+    "CumSum": _cumulative(torch.cumsum, 0.0), "CumProd": _cumulative(torch.cumprod, 1.0),
     "MaxPool": _pool("max"), "AveragePool": _pool("average"),
     "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv, "ScaledDotProductAttention": _sdpa,
     "Gather": _gather, "GatherElements": _gather_elements,

@@ -373,7 +373,8 @@ NUMERIC = FLOAT_DTYPES + INT_DTYPES
 # ---- elementwise and broadcast
 
 UNARY_FLOAT = ("Relu", "Exp", "Neg", "Abs", "Sqrt", "Log", "Tanh", "Sigmoid", "Erf", "Reciprocal", "Floor",
-               "Sin", "Sign", "Gelu", "Silu", "LeakyRelu", "Elu", "HardSigmoid", "Softplus", "Clip", "IsNaN", "IsInf")
+               "Sin", "Sign", "Gelu", "Silu", "LeakyRelu", "Elu", "HardSigmoid", "Softplus", "Clip", "IsNaN", "IsInf",
+               "Mish", "Selu", "Celu", "Softsign", "HardSwish", "ThresholdedRelu", "Shrink", "Ceil", "Round")
 UNARY_INT = ("Abs", "Neg", "Sign", "Relu", "Clip")
 ARITH_FLOAT = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow")
 ARITH_INT = ("Add", "Sub", "Mul", "Max", "Min")     # no Div: an int divisor may be 0
@@ -391,8 +392,10 @@ def _unary(draw, b):
     ins, attrs = [x], {}
     if op == "Gelu":
         attrs["approximate"] = draw(st.sampled_from(("none", "tanh")))
-    elif op in ("LeakyRelu", "Elu"):
+    elif op in ("LeakyRelu", "Elu", "Celu", "ThresholdedRelu"):
         attrs["alpha"] = draw(st.sampled_from((0.1, 1.0, 2.5)))
+    elif op == "Shrink":
+        attrs.update(lambd=draw(st.sampled_from((0.0, 0.5, 1.5))), bias=draw(st.sampled_from((0.0, 0.5))))
     elif op == "Clip":      # min and max: optional scalar inputs
         ins += [b.const((), t.dtype) if draw(st.booleans()) else "" for _ in range(2)]
     b.node(op, ins, _tt(t.shape, BOOL if op in ("IsNaN", "IsInf") else t.dtype), **attrs)
@@ -418,6 +421,14 @@ def _binary(draw, b):
     else:
         op, out = draw(st.sampled_from(COMPARE)), BOOL
     b.node(op, [a, c], _tt(_bshape(b.types[a].shape, b.types[c].shape), out))
+
+
+def _prelu(draw, b):
+    """PRelu: a float value and a slope broadcast to it (numpy rules, as opset 21)."""
+    x = _value(draw, b, FLOAT_DTYPES)
+    t = b.types[x]
+    slope = _of_type(draw, b, draw(st.sampled_from((t.shape, t.shape[-1:], (1,) * min(t.rank, 1)))), t.dtype)
+    b.node("PRelu", [x, slope], t)
 
 
 def _where(draw, b):
@@ -571,6 +582,12 @@ def _expand(draw, b):
         b.node("Expand", [x], _tt(shape, t.dtype))
 
 
+def _trilu(draw, b):
+    x = _value(draw, b, ANY, 2, 4)
+    t = b.types[x]
+    b.node("Trilu", [x], t, upper=int(draw(st.booleans())), k=draw(st.integers(-3, 3)))
+
+
 def _tile(draw, b):
     x = _value(draw, b, ANY, 1, 4)
     t = b.types[x]
@@ -633,10 +650,29 @@ def _norm(draw, b):
     b.node("LayerNormalization", ins, t, axis=axis, epsilon=eps)
 
 
+def _channel_norm(draw, b):
+    """GroupNormalization (opset 21: per-channel scale and bias) or InstanceNormalization over an
+    [N, C, ...] value."""
+    x = _value(draw, b, FLOAT_DTYPES, 3, 4)
+    t = b.types[x]
+    c = t.shape[1]
+    if not c:
+        return
+    scale, bias = (_of_type(draw, b, (c,), t.dtype) for _ in range(2))
+    eps = draw(st.sampled_from((1e-5, 0.1)))
+    if draw(st.booleans()):
+        groups = draw(st.sampled_from([g for g in range(1, c + 1) if c % g == 0]))
+        b.node("GroupNormalization", [x, scale, bias], t, num_groups=groups, epsilon=eps)
+    else:
+        b.node("InstanceNormalization", [x, scale, bias], t, epsilon=eps)
+
+
 def _cumsum(draw, b):
+    """CumSum, or CumProd of floats (an integer product overflows)."""
     x = _value(draw, b, NUMERIC, 1, 4)
     t = b.types[x]
-    b.node("CumSum", [x], t, axis=draw(st.integers(-t.rank, t.rank - 1)), exclusive=int(draw(st.booleans())),
+    op = "CumProd" if t.dtype.is_float and draw(st.integers(0, 2)) == 0 else "CumSum"
+    b.node(op, [x], t, axis=draw(st.integers(-t.rank, t.rank - 1)), exclusive=int(draw(st.booleans())),
            reverse=int(draw(st.booleans())))
 
 
@@ -811,9 +847,9 @@ def _embedding(draw, b):
 # Operator builders by the category of the prims they make (analysis/classify.py's names).
 OP_BUILDERS = {
     "elementwise": (_unary, _cast),
-    "broadcast": (_binary, _where),
-    "layout": (_transpose, _reshape, _flatten, _squeeze, _slice, _pad, _concat, _split, _expand, _tile),
-    "reduce": (_reduce, _argreduce, _softmax, _norm, _cumsum, _pool),
+    "broadcast": (_binary, _where, _prelu),
+    "layout": (_transpose, _reshape, _flatten, _squeeze, _slice, _pad, _concat, _split, _expand, _tile, _trilu),
+    "reduce": (_reduce, _argreduce, _softmax, _norm, _channel_norm, _cumsum, _pool),
     "contraction": (_matmul, _gemm, _conv, _sdpa, _attention, _mlp),
     "indirect": (_gather, _gather_elements, _embedding),
 }
