@@ -36,6 +36,7 @@ from tilefuse.fission import fission
 from tilefuse.frontend.common import Imported
 from tilefuse.ir.dtypes import TensorType
 from tilefuse.ir.evaluate import run_reference
+from tilefuse.ir.prim import Constant
 from tilefuse.orchestrate.plan import execute_reference
 from tilefuse.verify import difference, floor
 from tilefuse.orchestrate.strategies import STRATEGIES
@@ -216,6 +217,25 @@ def test_an_arg_max_over_an_empty_axis_is_refused_naming_the_node():
     x = b.input((0, 0, 2), F32)
     b.node("ArgMin", [x], TensorType((0, 1, 2), I64), axis=1, keepdims=1)
     check(b.build(), "cpu")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_fused_arg_min_over_computed_16_bit_values_finds_its_index(target):
+    # the min's reduction widened its whole body to fp32, dropping the inlined PRelus' bf16
+    # roundings, so the min (unrounded) equalled none of the values the index pass rounded: -1
+    b = GraphBuilder(seed=0)
+    x = b.input((1, 1, 3), BF16)
+    slope, slopes = b.const((1,), BF16), b.const((3,), BF16)
+    v = b.node("PRelu", [x, slope], TensorType((1, 1, 3), BF16))
+    v = b.node("PRelu", [v, slopes], TensorType((1, 1, 3), BF16))
+    b.node("ArgMin", [v], TensorType((1, 1), I64), axis=2, keepdims=0, select_last_index=1)
+    case = b.build()
+    data = {slope: torch.tensor([1.0703]), slopes: torch.tensor([-0.6328, -0.3555, -2.4062])}
+    graph = case.graph
+    graph = type(graph)(graph.inputs, graph.outputs, graph.nodes,
+                        tuple(Constant(c.name, data[c.name].to(torch.bfloat16)) for c in graph.constants), graph.types)
+    feeds = {x: torch.tensor([[[-0.3379, -0.5352, 4.2188]]], dtype=torch.bfloat16)}
+    check(OpGraph(graph, case.bounds, case.seed, case.specials), target, feeds)
 
 
 def test_a_reference_that_departs_from_eager_fails_the_check(monkeypatch):
