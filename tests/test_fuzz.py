@@ -238,6 +238,23 @@ def test_a_fused_arg_min_over_computed_16_bit_values_finds_its_index(target):
     check(OpGraph(graph, case.bounds, case.seed, case.specials), target, feeds)
 
 
+def test_a_padded_window_over_a_normalization_of_an_empty_axis_reads_nothing():
+    # Pad's window over an empty axis (its tests contradict: rs >= 1 and rs < 1): the range
+    # analysis, refined by those tests, found the index range empty and took it for in bounds, so
+    # the LayerNorm's loads ran unmasked at every position, past an empty tensor (the
+    # interpreter segfaulted; found by the long kernel fuzzer)
+    b = GraphBuilder(seed=0)
+    x, scale = b.input((2, 0), F16), b.input((0,), F16)
+    v = b.node("LayerNormalization", [x, "", scale], TensorType((2, 0), F16), axis=-1, epsilon=1e-5)
+    b.node("Pad", [v], TensorType((6, 2), F16), pads=(3, 1, 1, 1), mode="constant")
+    case = b.build()
+    cm = _pipeline(Imported(case.graph), target="cpu", backend="triton", strategy="greedy", t0=time.perf_counter(),
+                   dump=None)
+    loads = [line for k in cm.kernels for line in k.source.splitlines() if "tl.load(" in line]
+    assert loads and all("mask=" in line for line in loads), loads
+    check(case, "cpu")
+
+
 def test_a_reference_that_departs_from_eager_fails_the_check(monkeypatch):
     # the kernels and the reference agreeing is not enough: a reference that computes another
     # operator (Sign as Abs here, kernels and all) is caught by eager
