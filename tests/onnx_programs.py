@@ -701,10 +701,10 @@ def _div(d, b, x):
 def _pow(d, b, x):
     if not x.is_float:
         e = d(st.sampled_from([2, 3]))
-        if x.mag ** e > LIMIT[x.dtype]:
+        if _power(x.mag, e) > LIMIT[x.dtype]:
             return None
         (out,) = b.emit("Pow", [x.name, b.const(np.array(e), x.dtype)])
-        return [b.val(out, x.mag ** e)]
+        return [b.val(out, _power(x.mag, e))]
     if d(st.integers(0, 3)) == 0:        # raw: negative bases to fractional powers are NaN
         y = _partner(d, b, x)
         (out,) = b.emit("Pow", [x.name, y.name])
@@ -713,7 +713,7 @@ def _pow(d, b, x):
     if d(st.booleans()):
         e = d(st.sampled_from([2.0, 3.0, 0.5, -1.0, -0.5]))
         exponent = b.const(np.array(e), d(st.sampled_from([x.dtype, x.dtype, I64])) if e in (2.0, 3.0) and b.opset >= 12 else x.dtype)
-        bound = max(base.mag ** e, 0.5 ** e)
+        bound = max(_power(base.mag, e), 0.5 ** e)   # (a magnitude near float's largest overflows)
     else:           # a bounded tensor exponent
         y = _partner(d, b, x)
         (t,) = b.emit("Tanh", [y.name])
@@ -822,8 +822,10 @@ def _isnan(d, b, x):
 # ---------------------------------------------------------------- reductions, normalization
 
 def _power(m: float, n: float) -> float:
-    """m ** n, infinite where it would overflow a float."""
-    return math.inf if m > 1 and n * math.log(m) > 700 else m ** n
+    """m ** n of a magnitude m >= 0, infinite where it would overflow a float (or divide by 0)."""
+    if m == 0:
+        return 0.0 if n > 0 else math.inf
+    return math.inf if n * math.log(m) > 700 else m ** n
 
 
 # name -> bound of the result from (bound m, reduced count n)

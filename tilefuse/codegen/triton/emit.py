@@ -456,10 +456,11 @@ class _Printer:
         out = []
         for e, n in zip(index, shape):
             lo, hi = bounds(e, self.ranges)
-            if lo > hi or n == 0:
-                # an index no position takes (the tests of the select around it contradict each
-                # other: a window over an empty axis) or an empty dim: the value is never used,
-                # and the load, which Triton runs at every position, must read nothing
+            if n == 0:
+                # an empty dim: its tensor holds nothing, the value is never used (a padded window
+                # over it has tests that contradict each other, whose range analysis finds the
+                # index range empty, which the test below would take for in bounds), and the load,
+                # which Triton runs at every position, must read nothing
                 out.append(self.emit(f"tl.full({self.shape(())}, False, tl.int1)", key=("never",)))
                 continue
             if lo >= 0 and hi <= n - 1:
