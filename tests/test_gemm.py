@@ -606,6 +606,16 @@ def test_depthwise_convolution_as_a_stencil():
     assert not any(t.bb for t in tile_space(GemmShape(4, 64, 2, 9, DType.float16), H100))
 
 
+def test_a_one_tap_depthwise_stencil_reads_its_single_tap_as_a_scalar():
+    """A 1 × 1 depthwise convolution (one channel per group, strided, dilated and padded): its
+    single tap is one K position, no loop, and the tap index is the scalar 0 (it was printed as
+    a rank-3 ``tl.arange`` in a rank-2 tile, which the interpreter refused; found by the long
+    ONNX fuzzer).  Matches eager."""
+    conv = torch.nn.Conv2d(16, 16, 1, stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=16, bias=False).eval()
+    built, body = forced(conv, GemmTile(16, 1, 1, 4, 1, 1, dot=False, bb=16), torch.randn(2, 16, 5, 3))
+    assert body.shape.k == 1 and "ks = 0" in built.source and "[None, None]" not in built.source
+
+
 def test_the_stem_convolutions_64_row_wgmma_tiles_are_costed_on_its_own_kernels():
     """The ResNet stem (7 × 7, stride 2, over the NCHW image's 3 channels: an im2col gather per
     value): the plain GEMM's ranking of its shape has no 64-row wgmma tile among its first three,

@@ -156,9 +156,11 @@ class _Printer:
             text = f"{target.name}_start"
         elif target.looped:
             text = f"{target.name}_start + {ar}{self._expand(a.dim)}"
+        elif a.dim < 0:         # a scalar axis in one chunk (a single position): its position is 0
+            text = "0"
         else:
             text = f"{ar}{self._expand(a.dim)}"
-        if self.idt is DType.int64 and a.grid is None:
+        if self.idt is DType.int64 and a.grid is None and text != "0":
             text = f"({text}).to(tl.int64)"
         home = self._home(frozenset({a.name}), 0)
         home.lines.append(f"{home.indent}{a.name}s = {text}")
