@@ -176,7 +176,8 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
             fam["wide_load_share"] = round(sum(c for w, c in loads.items() if w >= 16) / total, 3) if total else None
             regs = fam.pop("_regs")
             fam["registers_binary_over_model"] = _ratio_stats(regs)
-            fam["registers_within_25"] = sum(0.75 <= b / m <= 1.25 for b, m in regs if m > 0)
+            # the model within ±25% of the binary (issue #22's words; tests/test_native_plans.py)
+            fam["registers_within_25"] = sum(0.75 <= m / b <= 1.25 for b, m in regs if b > 0)
             fam["shared_binary_over_model"] = _ratio_stats(fam.pop("_smem"))
             occ = fam.pop("_occ")
             fam["occupancy_model_above_binary"] = sum(m > b for b, m in occ) if arch == 90 else None

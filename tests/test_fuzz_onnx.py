@@ -8,12 +8,16 @@ the generated Triton kernels for a ``cpu`` plan (``.run``; for half the programs
 persistent kernels), and an ``h100`` plan's kernels run
 here with ``.emulate`` — and every output must equal onnxruntime's: NaN where it is NaN,
 infinities exactly, integers and bools exactly, floats within the tolerance of their type
-(``tilefuse.verify.difference``).  A failure prints the graph as ONNX text and, from ``verify``,
+(``tilefuse.verify.difference``); a 16-bit program that differs is held to the model computed
+wider with each value rounded to its declared type (``tilefuse.verify.mismatch``,
+``onnx_wide``), since onnxruntime skips some of those roundings.  A failure prints the graph as ONNX text and, from ``verify``,
 the stage that changed it.
 
 The default run is a derandomized batch of 40; ``--runslow`` draws 2,000 programs.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -26,7 +30,8 @@ from onnx import helper, numpy_helper
 import tilefuse
 from onnx_programs import OnnxProgram, program, programs
 from test_fuzz_torch import persistent
-from tilefuse.verify import difference, floor
+from tilefuse.ir.dtypes import DType
+from tilefuse.verify import difference, floor, mismatch, onnx_wide
 
 CONFIGS = (("reference", "cpu"), ("triton", "cpu"), ("triton", "h100"))
 
@@ -45,6 +50,16 @@ def _tensor(a) -> torch.Tensor:
 def check(program: OnnxProgram, configs=CONFIGS) -> None:
     feeds = program.feeds()
     want = [_tensor(a) for a in program.expected]
+    wide = []
+
+    def wider(k: int):
+        """Output ``k`` computed wider, each value rounded to its declared type (``onnx_wide``):
+        where a 16-bit program differs from onnxruntime, which rounds its values elsewhere, the
+        kernels may be at most twice as far from it as onnxruntime is, and must round to it where
+        either is not finite (``tilefuse.verify.mismatch``)."""
+        if not wide:
+            wide.append(onnx_wide(program.model, {n: torch.from_numpy(np.asarray(a)) for n, a in feeds.items()})())
+        return wide[0][k] if k < len(wide[0]) else None
     for backend, target in configs:
         where = f"backend={backend!r}, target={target!r}"
         try:
@@ -60,7 +75,7 @@ def check(program: OnnxProgram, configs=CONFIGS) -> None:
         assert len(got) == len(want), f"{where}: {len(got)} outputs, onnxruntime {len(want)}\n{program.source()}"
         lo = floor(cm.primgraph.types.values())    # an fp32 value cast from an fp16 one carries its rounding
         for k, (g, w) in enumerate(zip(got, want)):
-            bad = difference(_tensor(g), w, lo)
+            bad = mismatch(_tensor(g), w, lo, lambda k=k: wider(k))
             assert bad is None, f"{where}: output {k} {bad}\n{program.source()}"
 
 
@@ -234,3 +249,49 @@ def test_a_contraction_operand_that_reads_a_0d_value_and_a_wrapped_window_is_cos
              helper.make_node("Sign", ["q"], ["g"]), helper.make_node("MatMul", ["w", "g"], ["y"])]
     model = _model(nodes, [("x", TP.FLOAT, [7, 6])], [("y", TP.FLOAT, [2, 7])], [c, pads, axes, w], opset=21)
     check(program(model, seed=1))
+
+
+def test_a_16_bit_value_onnxruntime_leaves_unrounded_is_held_to_the_rounded_model():
+    # found by the 2,000-program ONNX fuzz (seed 3902): onnxruntime has no fp16 CumSum or Cos on
+    # the CPU; it runs both in fp32 between casts and drops the casts between them, so the fp16
+    # cumsum 4 + 0.8027 (a tie: 4.8047 in fp16, round half to even) reaches Cos unrounded and
+    # gives cos(4.8027) = 0.0902.  The model's values are fp16: cos(4.8047) = 0.0922, what
+    # tilefuse gives and what the wider run with each value rounded (``onnx_wide``) gives; the
+    # check holds tilefuse to that run where onnxruntime differs
+    ax = numpy_helper.from_array(np.array(0, np.int64), "ax")
+    nodes = [helper.make_node("CumSum", ["x", "ax"], ["c"]), helper.make_node("Cos", ["c"], ["y"])]
+    model = _model(nodes, [("x", TP.FLOAT16, [2])], [("y", TP.FLOAT16, [2])], [ax])
+    x = np.array([4.0, 0.802734375], np.float16)
+    p = program(model, feeds={"x": x})
+    rounded = torch.cos(torch.tensor([4.0, 4.802734375]).half().double()).half().double()
+    (wide,) = onnx_wide(model, {"x": torch.from_numpy(x)})()
+    assert torch.equal(wide, rounded)
+    ours = _tensor(tilefuse.compile_onnx(model, backend="reference").run({"x": x})[0])
+    assert difference(ours, rounded.half()) is None and difference(ours, _tensor(p.expected[0])) is not None
+    check(p)
+
+
+def test_a_16_bit_clip_without_max_keeps_infinity_at_the_types_largest_value():
+    # found by the 2,000-program ONNX fuzz (seed 3902): an fp16 Clip with no max bounds by fp16's
+    # largest value (ONNX: the type's numeric_limits), so +inf from a MatMul becomes 65504 and
+    # 65504 · 0.527 = 34496 after ConvTranspose; onnxruntime computes the Clip in fp32 between
+    # casts, where the bound is float's, keeps +inf and gives inf.  The wider run makes the
+    # Clip's bounds explicit (widened, the bound would move), and tilefuse's finite value is
+    # held to it, while an infinity the wider run does not give is refused (``mismatch``)
+    c1 = numpy_helper.from_array(np.array([-0.1069, 0.2], np.float16), "c1")
+    lo = numpy_helper.from_array(np.array(-0.5, np.float16), "lo")
+    w = numpy_helper.from_array(np.array([[[0.527]]], np.float16), "w")
+    nodes = [helper.make_node("MatMul", ["x", "c1"], ["v"]), helper.make_node("Clip", ["v", "lo"], ["c"]),
+             helper.make_node("ConvTranspose", ["c", "w"], ["y"])]
+    model = _model(nodes, [("x", TP.FLOAT16, [1, 1, 3, 2])], [("y", TP.FLOAT16, [1, 1, 3])], [c1, lo, w])
+    x = np.array([[[[-np.inf, 1], [1, 1], [2, 2]]]], np.float16)
+    p = program(model, feeds={"x": x})
+    want = _tensor(p.expected[0])
+    assert torch.isinf(want[0, 0, 0])
+    (wide,) = onnx_wide(model, {"x": torch.from_numpy(x)})()
+    assert wide[0, 0, 0].item() == float(torch.tensor(65504 * float(np.float16(0.527))).half()) == 34496
+    check(p)
+    ours = _tensor(tilefuse.compile_onnx(model, backend="reference").run({"x": x})[0])
+    wrong = ours.clone()
+    wrong[0, 0, 1] = math.inf
+    assert "the wider run disagrees" in mismatch(wrong, want, DType.float16, lambda: wide)

@@ -47,7 +47,8 @@ from .transform.masks import masks_as_predicates
 from .transform.horizontal import horizontal
 from .transform.vertical import vertical
 from .transform.simplify import simplify_graph
-from .verify import Verifier, eager_float64, eager_oracle, enabled, kernel_device, onnx_oracle, random_feeds, tensor_leaves
+from .verify import (Verifier, eager_float64, eager_oracle, enabled, kernel_device, onnx_oracle, onnx_wide, random_feeds,
+                     tensor_leaves)
 
 BACKENDS = ("reference", "triton")
 # The graph-to-graph stages after fission, in order (each checked against its input by ``verify``).
@@ -528,7 +529,7 @@ def _compile_onnx(model, source, *, target, backend, strategy, dump, time_limit,
     check = None
     if enabled(verify):
         feeds = random_feeds(imported.graph.inputs)
-        check = Verifier(feeds, onnx_oracle(source, feeds))
+        check = Verifier(feeds, onnx_oracle(source, feeds), exact=onnx_wide(source, feeds))
     compiled = _pipeline(imported, target=target, backend=backend, strategy=strategy, t0=t0, dump=dump,
                          time_limit=time_limit, progress=progress, cuda_graph=cuda_graph, measure=measure,
                          native=native, check=check, template=template, sizes=sizes, persistent=persistent)

@@ -246,7 +246,7 @@ def _describe(model) -> str:
 def _import(model, example_inputs, example_kwargs, input_shapes=None, dims=None):
     """(graph, feeds by input name, the model's own outputs, how to flatten graph outputs like them,
     the model's outputs in float64 where it can run so)."""
-    from .verify import eager_float64, eager_oracle, onnx_oracle, random_feeds, tensor_leaves
+    from .verify import eager_float64, eager_oracle, onnx_oracle, onnx_wide, random_feeds, tensor_leaves
     if isinstance(model, torch.nn.Module) or callable(model) and not isinstance(model, (str, bytes, Path)):
         from .frontend.torch import import_torch
         args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -262,7 +262,7 @@ def _import(model, example_inputs, example_kwargs, input_shapes=None, dims=None)
         feeds = random_feeds(graph.inputs)
     else:
         feeds = {k: torch.as_tensor(v) for k, v in dict(example_inputs).items()}
-    return graph, feeds, onnx_oracle(model, feeds), list, None
+    return graph, feeds, onnx_oracle(model, feeds), list, onnx_wide(model, feeds)
 
 
 # ---------------------------------------------------------------- the test case

@@ -149,6 +149,9 @@ def mismatch(got: torch.Tensor, want: torch.Tensor, floor: DType | None,
     if bad and floor in HALF and got.is_floating_point():
         ref = exact()
         if ref is not None:
+            odd = _non_finite(got, want, ref)
+            if odd:
+                return f"{bad}; {odd}"
             ours, theirs = _rms(got, ref), _rms(want, ref)
             if ours <= 2 * theirs + 1e-6:
                 return None
@@ -396,6 +399,27 @@ HALF = (DType.float16, DType.bfloat16)
 HALF_TORCH = (torch.float16, torch.bfloat16)
 
 
+def _non_finite(got: torch.Tensor, want: torch.Tensor, exact: torch.Tensor) -> str | None:
+    """Where ``got`` and ``want`` differ in finiteness (one finite, or two different non-finite
+    values), ``got`` must be what ``exact`` rounds to in ``got``'s type there: its infinities,
+    NaNs and finite values alike (the RMS comparison cannot see those elements).  What differs,
+    else None."""
+    g, w = got.detach().cpu().double(), want.detach().cpu().double()
+    e = exact.detach().cpu().to(got.dtype).double()
+    if e.shape != g.shape:
+        return None
+    apart = (torch.isfinite(g) != torch.isfinite(w)) | (~torch.isfinite(g) & ~torch.isfinite(w) &
+                                                          ~(g == w) & ~(torch.isnan(g) & torch.isnan(w)))
+    agree = (torch.isnan(g) & torch.isnan(e)) | (g == e) | (torch.isfinite(g) & torch.isfinite(e))
+    wrong = apart & ~agree
+    if not wrong.any():
+        return None
+    first = tuple(wrong.nonzero()[0].tolist())
+    return (f"at {int(wrong.sum())} elements where the model is not finite or tilefuse is not, the wider run "
+            f"disagrees with tilefuse (first at {list(first)}: got {g[first].item()}, want {w[first].item()}, "
+            f"wider {exact[first].item()})")
+
+
 def _rms(got: torch.Tensor, exact: torch.Tensor) -> float:
     d = got.detach().cpu().double() - exact.detach().cpu().double()
     d = d[torch.isfinite(d)]
@@ -481,6 +505,111 @@ def onnx_oracle(model_or_path, feeds: Mapping[str, torch.Tensor]) -> Callable[[]
         outs = sess.run(None, {n: _numpy(t) for n, t in feeds.items() if n in names})
         return [torch.from_numpy(o.copy()) if o.dtype.kind != "V" else torch.tensor(o) for o in outs]
     return run
+
+
+def onnx_wide(model_or_path, feeds: Mapping[str, torch.Tensor]) -> Callable[[], list[torch.Tensor]] | None:
+    """onnxruntime's outputs of the model computed in a wider type, each value still rounded to
+    its declared type: every float type of its tensors, initializers, casts and constants widened
+    (to float64, or where onnxruntime has no float64 kernel for one of its operators, its 16-bit
+    types to float32), and a Cast to the declared 16-bit type and back after each operator whose
+    output is declared so.  So each operator is computed exactly from the rounded values the
+    model defines, the ONNX counterpart of ``eager_float64`` that onnxruntime's own 16-bit run is
+    not (it computes an operator without a 16-bit kernel in float32 between casts, and drops the
+    casts between two such operators: the value between them is never rounded).  [] where it
+    runs in neither type; None without onnxruntime."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    import onnx
+    from onnx import TensorProto as TP
+    from .frontend.onnx_load import load_model
+
+    def run() -> list[torch.Tensor]:
+        model, _ = load_model(model_or_path)
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:       # noqa: BLE001 - without inferred types, values are not rounded
+            pass
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 21)
+        for to, dtype, widened in ((TP.DOUBLE, torch.float64, {TP.FLOAT16, TP.BFLOAT16, TP.FLOAT}),
+                                   (TP.FLOAT, torch.float32, {TP.FLOAT16, TP.BFLOAT16})):
+            wide = onnx.ModelProto()
+            wide.CopyFrom(model)
+            _widen_graph(wide.graph, to, widened, opset)
+            options = ort.SessionOptions()
+            options.log_severity_level = 4
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            try:
+                sess = ort.InferenceSession(wide.SerializeToString(), options, providers=["CPUExecutionProvider"])
+                names = {i.name for i in sess.get_inputs()}
+                outs = sess.run(None, {n: _numpy(t.to(dtype) if t.is_floating_point() and t.dtype.itemsize <=
+                                                 dtype.itemsize else t) for n, t in feeds.items() if n in names})
+            except Exception:       # noqa: BLE001 - an operator without a kernel of that type
+                continue
+            return [torch.from_numpy(o.copy()) if o.dtype.kind != "V" else torch.tensor(o) for o in outs]
+        return []
+    return run
+
+
+def _widen_graph(g, to: int, widened: set, opset: int) -> None:
+    """``g`` (in place, with its subgraphs) with every tensor type in ``widened`` made ``to``, and
+    each operator output declared 16-bit rounded to that type (a Cast to it and back)."""
+    from onnx import AttributeProto as AP
+    from onnx import TensorProto as TP
+    from onnx import helper, numpy_helper
+    np_type = {TP.FLOAT: "float32", TP.DOUBLE: "float64"}[to]
+    declared = {vi.name: vi.type.tensor_type.elem_type for vi in (*g.input, *g.output, *g.value_info)
+                if vi.type.HasField("tensor_type")}
+
+    def tensor(t):
+        if t.data_type in widened:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np_type), t.name))
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in widened:
+            vi.type.tensor_type.elem_type = to
+    for t in g.initializer:
+        tensor(t)
+    nodes = []
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == AP.INT and a.name in ("to", "dtype") and a.i in widened:
+                a.i = to
+            elif a.type == AP.TENSOR:
+                tensor(a.t)
+            elif a.type == AP.GRAPH:
+                _widen_graph(a.g, to, widened, opset)
+            elif a.type == AP.GRAPHS:
+                for sub in a.graphs:
+                    _widen_graph(sub, to, widened, opset)
+        if n.op_type == "Clip" and opset >= 11 and declared.get(n.input[0]) in widened - {to}:
+            _clip_bounds(g, n, declared[n.input[0]], np_type)
+        nodes.append(n)
+        for k, out in enumerate(n.output):
+            narrow = declared.get(out)
+            if out and narrow in (TP.FLOAT16, TP.BFLOAT16):
+                n.output[k] = f"{out}__wide"
+                nodes.append(helper.make_node("Cast", [f"{out}__wide"], [f"{out}__narrow"], to=narrow))
+                nodes.append(helper.make_node("Cast", [f"{out}__narrow"], [out], to=to))
+    del g.node[:]
+    g.node.extend(nodes)
+
+
+def _clip_bounds(g, n, narrow: int, np_type: str) -> None:
+    """A Clip's absent bounds (opset 11 on) made explicit: they are its input type's limits, which
+    widening would move (a 16-bit Clip without max takes +inf to 65504)."""
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import numpy_helper
+    limits = torch.finfo({TP.FLOAT16: torch.float16, TP.BFLOAT16: torch.bfloat16, TP.FLOAT: torch.float32}[narrow])
+    ins = list(n.input) + [""] * (3 - len(n.input))
+    for k, bound in ((1, limits.min), (2, limits.max)):
+        if not ins[k]:
+            name = f"{n.output[0]}__clip{k}"
+            g.initializer.append(numpy_helper.from_array(np.array(float(bound), dtype=np_type), name))
+            ins[k] = name
+    del n.input[:]
+    n.input.extend(ins)
 
 
 def _numpy(t: torch.Tensor):
