@@ -247,12 +247,24 @@ class OpGraph:
         return f"OpGraph(seed={self.seed}, specials={self.specials}, bounds={dict(self.bounds)})\n{self.graph}"
 
 
+def pick(draw, b: "GraphBuilder", options):
+    """One of ``options``, drawn so that each is as likely: hypothesis collapses draws to their
+    simplest choice (the first) as an example nears its size limit, which made the first entry
+    of a long tuple (Relu) 100 times as common as a late one (Erf); the drawn index is turned by
+    the graph's seed and by how many choices the graph has made, so that collapse lands on a
+    different entry each time, and a failure still shrinks (to index 0: that choice's own first)."""
+    b.picks += 1
+    turn = (b.seed * 2654435761 + b.picks * 40503) >> 7
+    return options[(draw(st.integers(0, len(options) - 1)) + turn) % len(options)]
+
+
 class GraphBuilder:
     """Builds a canonical operator ``Graph`` (``tilefuse/ir/graph.py``) node by node; every value's
     type is declared by the caller, so fission checks its rules against types computed here."""
 
     def __init__(self, seed: int = 0, specials: bool = False):
         self.seed, self.specials = seed, specials
+        self.picks = 0                  # choices ``pick`` has made
         self.gen = torch.Generator().manual_seed(seed + 1)
         self.inputs: list[TensorDecl] = []
         self.constants: list[Constant] = []
@@ -388,7 +400,7 @@ def _unary(draw, b):
     if t.dtype is BOOL:
         b.node("Not", [x], t)
         return
-    op = draw(st.sampled_from(UNARY_FLOAT if t.dtype.is_float else UNARY_INT))
+    op = pick(draw, b, UNARY_FLOAT if t.dtype.is_float else UNARY_INT)
     ins, attrs = [x], {}
     if op == "Gelu":
         attrs["approximate"] = draw(st.sampled_from(("none", "tanh")))
@@ -417,7 +429,7 @@ def _binary(draw, b):
     if t.dtype is BOOL:
         op, out = draw(st.sampled_from(LOGIC)), BOOL
     elif draw(st.integers(0, 3)):
-        op, out = draw(st.sampled_from(ARITH_FLOAT if t.dtype.is_float else ARITH_INT)), t.dtype
+        op, out = pick(draw, b, ARITH_FLOAT if t.dtype.is_float else ARITH_INT), t.dtype
     else:
         op, out = draw(st.sampled_from(COMPARE)), BOOL
     b.node(op, [a, c], _tt(_bshape(b.types[a].shape, b.types[c].shape), out))
@@ -607,7 +619,7 @@ REDUCE_INT = ("ReduceSum", "ReduceMax", "ReduceMin")   # no int products: they o
 def _reduce(draw, b):
     x = _value(draw, b, NUMERIC)
     t = b.types[x]
-    op = draw(st.sampled_from(REDUCE_FLOAT if t.dtype.is_float else REDUCE_INT))
+    op = pick(draw, b, REDUCE_FLOAT if t.dtype.is_float else REDUCE_INT)
     axes = sorted(draw(st.sets(st.integers(0, t.rank - 1)))) if t.rank else []
     keep = draw(st.booleans())
     every = axes or range(t.rank)       # no axes: all of them
@@ -862,7 +874,7 @@ def op_graphs(draw, max_ops: int = 5) -> OpGraph:
     no operator reads and a few others (kernels with several outputs)."""
     b = GraphBuilder(seed=draw(st.integers(0, 2 ** 16)), specials=draw(st.booleans()))
     for _ in range(draw(st.integers(1, max_ops))):
-        build = draw(st.sampled_from(OP_BUILDERS[draw(st.sampled_from(tuple(OP_BUILDERS)))]))
+        build = pick(draw, b, OP_BUILDERS[pick(draw, b, tuple(OP_BUILDERS))])
         build(draw, b)
     made = [o for n in b.nodes for o in n.outputs]
     if not made:                     # every drawn operator would have been too large
