@@ -255,6 +255,17 @@ def test_a_padded_window_over_a_normalization_of_an_empty_axis_reads_nothing():
     check(case, "cpu")
 
 
+def test_a_group_norm_over_an_empty_axis_is_costed_and_run():
+    # the cost model samples the boxes of a few programs for a load through a floordiv/mod map
+    # (the group's channels); over an empty split axis it divided by the axis's zero stride
+    # (ZeroDivisionError at compile; found by the long kernel fuzzer, seed 11)
+    b = GraphBuilder(seed=0)
+    x, scale = b.input((1, 5, 0), F32), b.input((5,), F32)
+    v = b.node("Relu", [x], TensorType((1, 5, 0), F32))
+    b.node("GroupNormalization", [v, scale, scale], TensorType((1, 5, 0), F32), num_groups=1, epsilon=1e-5)
+    check(b.build(), "cpu")
+
+
 def test_a_reference_that_departs_from_eager_fails_the_check(monkeypatch):
     # the kernels and the reference agreeing is not enough: a reference that computes another
     # operator (Sign as Abs here, kernels and all) is caught by eager

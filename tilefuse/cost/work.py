@@ -469,6 +469,8 @@ def _sampled(ranges: dict, split: list) -> list[dict]:
 
 def _box_at(vars_, ext, block: int, start: int) -> dict:
     """Each variable's range over the row-major positions [start, start + block) of its axis."""
+    if not math.prod(ext):          # an empty axis: no position, its variables' whole (empty) ranges
+        return {v: (0, n - 1) for v, n in zip(vars_, ext)}
     out, stride = {}, 1
     end = min(start + block, math.prod(ext)) - 1
     for v, n in zip(reversed(vars_), reversed(ext)):
