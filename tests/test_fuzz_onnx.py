@@ -295,3 +295,24 @@ def test_a_16_bit_clip_without_max_keeps_infinity_at_the_types_largest_value():
     wrong = ours.clone()
     wrong[0, 0, 1] = math.inf
     assert "the wider run disagrees" in mismatch(wrong, want, DType.float16, lambda: wide)
+
+
+def test_an_integer_power_of_a_literal_exponent_compiles():
+    # found by the 2,000-program ONNX fuzz (seed 37): an int64 Pow by the constant 2 was printed
+    # as ``2.to(tl.float64)``, a Python syntax error (the kernel did not load)
+    c = numpy_helper.from_array(np.array(2, np.int64), "c")
+    nodes = [helper.make_node("Pow", ["x", "c"], ["p"]), helper.make_node("Less", ["x", "p"], ["y"])]
+    model = _model(nodes, [("x", TP.INT64, [4])], [("y", TP.BOOL, [4])], [c], opset=13)
+    check(program(model, feeds={"x": np.array([-3, 0, 1, 5], np.int64)}))
+
+
+def test_an_int64_power_under_a_comparison_keeps_its_64_bits():
+    # a comparison of int64 values is printed as index arithmetic, and the power's cast back from
+    # float64 went to the index type (int32): x < x^3 was False for x = 2^20 (a silent wrong
+    # answer, seen while fixing the test above)
+    c = numpy_helper.from_array(np.array(3, np.int64), "c")
+    nodes = [helper.make_node("Pow", ["x", "c"], ["p"]), helper.make_node("Less", ["x", "p"], ["y"])]
+    model = _model(nodes, [("x", TP.INT64, [4])], [("y", TP.BOOL, [4])], [c], opset=13)
+    p = program(model, feeds={"x": np.array([-3, 2 ** 20, 1, 5], np.int64)})
+    assert p.expected[0].tolist() == [False, True, False, True]
+    check(p)

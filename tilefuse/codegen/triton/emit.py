@@ -346,7 +346,9 @@ class _Printer:
             a = self.emit(f"{a.text}.to(tl.float32)", deps=[a])
             b = self.emit(f"{b.text}.to(tl.float32)", deps=[b])
         f = self.emit(f"libdevice.fmod({a.text}, {b.text})", deps=[a, b]) if "{f}" in rule else None
-        t = TL[self.idt] if index else TL[dt]
+        # an integer power is computed in float64 and cast back: to its own type, never narrowed to
+        # the index type (a comparison of int64 data is printed as index arithmetic)
+        t = TL[self.idt] if index and e.op != "pow" else TL[dt]
         text = rule.format(a=a.text, b=b.text, t=t, f=f.text if f else "")
         if e.op in COMPARE:
             return self.emit(text, deps=[a, b])

@@ -51,7 +51,8 @@ BINARY = {
             "{a} % {b} + tl.where((({a} % {b}) != 0) & (({a} % {b} < 0) != ({b} < 0)), {b}, 0)"),
     "fmod": ("libdevice.fmod({a}, {b})", "{a} % {b}"),     # dividend's sign
     "pow": ("libdevice.pow({a}, {b})",
-            "libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({t})"),
+            # (tl.cast: an operand may be a literal, which has no .to)
+            "libdevice.pow(tl.cast({a}, tl.float64), tl.cast({b}, tl.float64)).to({t})"),
     "max": ("tl.maximum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)", "tl.maximum({a}, {b})"),
     "min": ("tl.minimum({a}, {b}, propagate_nan=tl.PropagateNan.ALL)", "tl.minimum({a}, {b})"),
     "lt": ("{a} < {b}",) * 2, "le": ("{a} <= {b}",) * 2, "gt": ("{a} > {b}",) * 2,
