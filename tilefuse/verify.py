@@ -494,17 +494,22 @@ def onnx_oracle(model_or_path, feeds: Mapping[str, torch.Tensor]) -> Callable[[]
 
     def run() -> list[torch.Tensor]:
         model, _ = load_model(model_or_path)
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        # the model's operators as written: onnxruntime's graph optimizer fuses patterns into
-        # kernels of their own rounding, and once crashed this process in a fuzzed model's session
-        # (tests/test_fuzz_onnx.py computes its expected outputs the same way)
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        names = {i.name for i in sess.get_inputs()}
-        outs = sess.run(None, {n: _numpy(t) for n, t in feeds.items() if n in names})
-        return [torch.from_numpy(o.copy()) if o.dtype.kind != "V" else torch.tensor(o) for o in outs]
+        return _ort_run(ort, model, feeds)
     return run
+
+
+def _ort_run(ort, model, feeds: Mapping[str, torch.Tensor], cast=lambda t: t) -> list[torch.Tensor]:
+    """onnxruntime's outputs of ``model`` for ``feeds`` (each through ``cast`` first)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    # the model's operators as written: onnxruntime's graph optimizer fuses patterns into
+    # kernels of their own rounding, and once crashed this process in a fuzzed model's session
+    # (tests/test_fuzz_onnx.py computes its expected outputs the same way)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    outs = sess.run(None, {n: _numpy(cast(t)) for n, t in feeds.items() if n in names})
+    return [torch.from_numpy(o.copy()) if o.dtype.kind != "V" else torch.tensor(o) for o in outs]
 
 
 def onnx_wide(model_or_path, feeds: Mapping[str, torch.Tensor]) -> Callable[[], list[torch.Tensor]] | None:
@@ -537,17 +542,11 @@ def onnx_wide(model_or_path, feeds: Mapping[str, torch.Tensor]) -> Callable[[], 
             wide = onnx.ModelProto()
             wide.CopyFrom(model)
             _widen_graph(wide.graph, to, widened, opset)
-            options = ort.SessionOptions()
-            options.log_severity_level = 4
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
-                sess = ort.InferenceSession(wide.SerializeToString(), options, providers=["CPUExecutionProvider"])
-                names = {i.name for i in sess.get_inputs()}
-                outs = sess.run(None, {n: _numpy(t.to(dtype) if t.is_floating_point() and t.dtype.itemsize <=
-                                                 dtype.itemsize else t) for n, t in feeds.items() if n in names})
+                return _ort_run(ort, wide, feeds, lambda t, d=dtype: t.to(d) if t.is_floating_point() and
+                                t.dtype.itemsize <= d.itemsize else t)
             except Exception:       # noqa: BLE001 - an operator without a kernel of that type
                 continue
-            return [torch.from_numpy(o.copy()) if o.dtype.kind != "V" else torch.tensor(o) for o in outs]
         return []
     return run
 
