@@ -316,3 +316,17 @@ def test_an_int64_power_under_a_comparison_keeps_its_64_bits():
     p = program(model, feeds={"x": np.array([-3, 2 ** 20, 1, 5], np.int64)})
     assert p.expected[0].tolist() == [False, True, False, True]
     check(p)
+
+
+def test_an_int64_divisor_under_a_comparison_keeps_its_64_bits():
+    # the same cause as above: a comparison of int64 values is printed as index arithmetic, and
+    # the divisor of a division by data (guarded against 0 for masked lanes) was cast to the index
+    # type, so a divisor of 2^32 + 2 became 2 (x / d < 1 was False where onnxruntime says True)
+    nodes = [helper.make_node("Div", ["x", "d"], ["q"]), helper.make_node("Less", ["q", "one"], ["y"])]
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    model = _model(nodes, [("x", TP.INT64, [4]), ("d", TP.INT64, [4])], [("y", TP.BOOL, [4])], [one], opset=13)
+    big = 2 ** 32 + 2
+    p = program(model, feeds={"x": np.array([7, 7, -9, 2 ** 33], np.int64),
+                              "d": np.array([big, 3, big, big], np.int64)})
+    assert p.expected[0].tolist() == [True, False, True, False]
+    check(p)

@@ -336,9 +336,12 @@ class _Printer:
             return self.emit(f"{_paren(a.text)} {op} {_paren(b.text)}", deps=[a, b])
         if dt is DType.bool and e.op in BOOL_BINARY:
             return self.emit(BOOL_BINARY[e.op].format(a=a.text, b=b.text), deps=[a, b])
+        # index arithmetic runs in the kernel's index type only on positions; a comparison of int64
+        # data is printed as index arithmetic too, and its values must keep their 64 bits
+        t = TL[self.idt] if index and _positions_only(e) else TL[dt]
         if not dt.is_float and e.op in INT_DIVISION and not isinstance(e.b, Const):
             # an untaken Select branch (or a masked lane) may divide by zero: divide by 1 there
-            b = self.emit(f"tl.where({b.text} == 0, 1, {b.text}).to({TL[self.idt if index else dt]})", deps=[b])
+            b = self.emit(f"tl.where({b.text} == 0, 1, {b.text}).to({t})", deps=[b])
         rule = BINARY[e.op][0 if dt.is_float else 1]
         # bf16 arithmetic runs in fp32 and rounds once (what the GPU computes; the interpreter
         # would otherwise operate on bf16's raw bits)
@@ -346,9 +349,6 @@ class _Printer:
             a = self.emit(f"{a.text}.to(tl.float32)", deps=[a])
             b = self.emit(f"{b.text}.to(tl.float32)", deps=[b])
         f = self.emit(f"libdevice.fmod({a.text}, {b.text})", deps=[a, b]) if "{f}" in rule else None
-        # an integer power is computed in float64 and cast back: to its own type, never narrowed to
-        # the index type (a comparison of int64 data is printed as index arithmetic)
-        t = TL[self.idt] if index and e.op != "pow" else TL[dt]
         text = rule.format(a=a.text, b=b.text, t=t, f=f.text if f else "")
         if e.op in COMPARE:
             return self.emit(text, deps=[a, b])
@@ -830,6 +830,11 @@ def _extends(ext, coeffs, j0: int, l: int) -> bool:
     """Whether variables j0..l (with coefficients) enumerate a row-major block ending at l."""
     s = coeffs[l]
     return all(coeffs.get(m, 0) == s * math.prod(ext[m + 1:l + 1]) for m in range(j0, l + 1) if ext[m] != 1)
+
+
+def _positions_only(e: Expr) -> bool:
+    """Whether ``e`` computes positions only (tile variables and literals), reading no data."""
+    return not any(isinstance(n, (Load, Value)) for n in walk(e))
 
 
 _INDEX_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%"}
