@@ -146,6 +146,15 @@ def mismatch(got: torch.Tensor, want: torch.Tensor, floor: DType | None,
     cannot be), as torch's own accuracy check does: ``got`` may be at most twice as far from it
     as ``want`` is (RMS)."""
     bad = difference(got, want, floor)
+    if bad and floor in HALF and not got.is_floating_point():
+        # a discrete value (a Cast to an integer, a comparison, an argmax) of 16-bit values flips
+        # where two runs round differently (-3.9998 truncates to -3, its fp16 rounding -4.0 to -4):
+        # each element must equal the model's own run or the wider one
+        ref = exact()
+        if ref is not None and tuple(ref.shape) == tuple(got.shape):
+            if bool(((got == want) | (got == ref.to(got.dtype))).all()):
+                return None
+            bad += "; the wider run disagrees too"
     if bad and floor in HALF and got.is_floating_point():
         ref = exact()
         if ref is not None:
