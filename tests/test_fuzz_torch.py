@@ -150,3 +150,22 @@ def test_a_cancellation_after_bf16_attention_is_rounding_not_a_bug(config, twice
     if twice:
         steps.append(("binary", (2, 2), ("add",), False))
     check(_program((6, 3, 8, 4), torch.bfloat16, steps, seed=20), configs=(config,))
+
+
+def test_a_bf16_additive_attention_mask_has_a_float64_run():
+    # found by the 5,000-program fuzz: the fuzzer's additive mask was made in float32 and cast,
+    # which overflows with float64's min in the float64 run that checks a 16-bit program; without
+    # that run eager's bf16 was the only oracle, and a LayerNorm over 4 attention outputs of nearly
+    # equal value (eager 0.1875, tilefuse 0.0, float64 0.043) failed the check
+    keep = torch.tensor([[1, 1, 0, 1], [1, 0, 0, 1], [0, 1, 1, 1], [0, 1, 1, 1]], dtype=torch.bool)
+    ln0 = torch.tensor([1.3984, 0.2578, -0.5742, 0.75, 2.6562, 0.7852], dtype=torch.bfloat16)
+    ln1 = torch.tensor([1.5391, -0.293, -2.1719, 0.5703], dtype=torch.bfloat16)
+    from torch_programs import Step
+    steps = (Step("int_index", (0,), (0, 0, False), ()), Step("where", (1, 1), (0.0,), ()),
+             Step("binary", (2, 0), ("div",), ()), Step("layer_norm", (0,), (), (0,)),
+             Step("masked_attention", (4, 3, 3), ("min_added",), (1,)), Step("movedim", (5,), (-1, -2), ()),
+             Step("layer_norm", (6,), (), (2,)))
+    p = Program((((4, 6), torch.bfloat16),), steps, (7,), (ln0, keep, ln1), seed=34026)
+    (wide,) = eager_float64(p.module().eval(), tuple(p.example_inputs()), {})()
+    assert wide.dtype == torch.float64
+    check(p, configs=(("triton", "cpu"),))

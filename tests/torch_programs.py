@@ -662,7 +662,9 @@ def _masked_attention(t, c, how):
     q, k, v = t
     s = q @ k.transpose(-1, -2)
     if how == "min_added":
-        s = s + torch.where(c[0], 0.0, torch.finfo(s.dtype).min).to(s.dtype)
+        # the bias in s's type from the start: made in float32 and cast, float64's min (the
+        # float64 run that checks a 16-bit program) would overflow
+        s = s + torch.where(c[0], s.new_zeros(()), torch.finfo(s.dtype).min)
     else:
         s = s.masked_fill(~c[0], torch.finfo(s.dtype).min if how == "min_filled" else float("-inf"))
     return torch.softmax(s, -1) @ v
@@ -671,7 +673,7 @@ def _masked_attention(t, c, how):
 def _masked_attention_fmt(n, c, p):
     s = f"{n[0]} @ {n[1]}.transpose(-1, -2)"
     low = f"torch.finfo({n[0]}.dtype).min"
-    masked = {"min_added": f"{s} + torch.where({c[0]}, 0.0, {low}).to({n[0]}.dtype)",
+    masked = {"min_added": f"{s} + torch.where({c[0]}, {n[0]}.new_zeros(()), {low})",
               "min_filled": f"({s}).masked_fill(~{c[0]}, {low})",
               "inf_filled": f"({s}).masked_fill(~{c[0]}, float('-inf'))"}[p[0]]
     return f"torch.softmax({masked}, -1) @ {n[2]}"
