@@ -493,15 +493,19 @@ def test_split_k_with_an_epilogue_that_reduces_rows(dtype, split, bn):
     assert "BLOCK_N: tl.constexpr" in built.source and "RBLOCK" in reduce_src
 
 
-@pytest.mark.parametrize("case", ["linear", "bmm", "fp16-ragged"])
+@pytest.mark.parametrize("case", ["linear", "bmm", "fp16-ragged", "batch-of-one"])
 def test_operands_through_tensor_descriptors(case):
     """On sm_90 plans (``GemmTile.tma``) a Dot operand that is a whole input tile is read through
     a tensor descriptor (TMA): the weight of a Linear as [N, K] blocks transposed, a batched
-    operand at its batch position (its [K, N] blocks as they are), ragged M, N and K past the tensor reading zeros; the same
+    operand at its batch position (its [K, N] blocks as they are), ragged M, N and K past the tensor reading zeros,
+    a [1, S, K] activation whose batch of one is merged into the rows (BERT's and LLaMA's
+    projections read theirs through pointers before: 32 more cp.async addresses a thread); the same
     values as eager (run here by the interpreter's descriptors)."""
     torch.manual_seed(0)
     if case == "linear":
         fn, args, tol = torch.nn.Sequential(torch.nn.Linear(40, 24), torch.nn.ReLU()).eval(), (torch.randn(20, 40),), F32_TOL
+    elif case == "batch-of-one":
+        fn, args, tol = torch.nn.Linear(40, 24).eval(), (torch.randn(1, 20, 40),), F32_TOL
     elif case == "bmm":
         fn, args, tol = (lambda a, b: torch.bmm(a, b)), (torch.randn(3, 20, 40), torch.randn(3, 40, 24)), F32_TOL
     else:
@@ -509,7 +513,10 @@ def test_operands_through_tensor_descriptors(case):
         args, tol = (torch.randn(33, 72).half(),), dict(rtol=1e-2, atol=1e-2)
     built, body = forced(fn, GemmTile(16, 16, 32, 4, 2, 1, True, tma=True), *args, tol=tol)
     assert built.source.count("tl.make_tensor_descriptor(") == 2
-    assert ("tl.trans(" in built.source) == (case != "bmm")     # a Linear's weight is [N, K] in memory
+    # a Linear's weight is [N, K] in memory (over a 3-d input the export folds its transpose)
+    assert ("tl.trans(" in built.source) == (case in ("linear", "fp16-ragged"))
+    if case == "batch-of-one":
+        assert ".load([0, pid_m * BLOCK_M, " in built.source     # the batch's position 0, the rows' tile
 
 
 def test_a_computed_operand_is_read_through_pointers_under_tma():

@@ -259,23 +259,27 @@ TMA_ARCH = 90
 
 
 def descriptor_dims(load: Load, shape: tuple[int, ...], axis_of: Mapping[Var, tuple],
-                    tile: tuple[str, str]) -> dict[str, int] | None:
+                    tile: tuple[str, str], extents: Mapping[Var, int]) -> dict[str, int] | None:
     """The tensor dim of each of the ``tile`` axes when ``load`` reads a whole tile through a tensor
     descriptor (TMA), else None: each tile axis one variable indexing a dim of its own extent, the
     innermost dim among them, the other dims per-program positions (a batch; no gathered index),
     every stride a whole number of 16 bytes.  ``axis_of``: variable -> (axis name, its variables,
-    its extent, its tile dim), as the caller names the axes.  The printer reads the operand this
-    way (``emit.py: _described``) and the cost model charges it so (``cost/work.py``)."""
+    its extent, its tile dim), as the caller names the axes; ``extents``: each variable's.  A
+    variable of extent 1 is position 0 (a batch of one merged into a GEMM's rows: the rows are the
+    other variable's).  The printer reads the operand this way (``emit.py: _described``) and the
+    cost model charges it so (``cost/work.py``)."""
     from ..ir.expr import free_vars, walk
     item = load.dtype.itemsize
     if any(math.prod(shape[d + 1:]) * item % 16 for d in range(len(shape) - 1)):
         return None
     where: dict[str, int] = {}
     for d, (x, n) in enumerate(zip(load.index, shape)):
+        if isinstance(x, Var) and extents.get(x) == 1:
+            continue
         a = axis_of.get(x) if isinstance(x, Var) else None
         if a is not None and a[0] in tile:
-            name, vars_, ext, _ = a
-            if len(vars_) != 1 or ext != n or name in where:
+            name, vars_, _, _ = a
+            if [v for v in vars_ if extents[v] != 1] != [x] or extents[x] != n or name in where:
                 return None
             where[name] = d
         elif not all(v in axis_of and axis_of[v][3] < 0 for v in free_vars(x)) or \

@@ -520,6 +520,7 @@ class _Walk:
         self.tiled = {v: dim >= 0 for _, vars_, _, dim, *_ in shape for v in vars_}   # a tile dim, not per program
         self.axis_info = {v: (alias or name, vars_, ext[0] if len(ext) == 1 else None, dim)
                           for name, vars_, ext, dim, _, alias in shape for v in vars_}
+        self.extents = {v: n for _, vars_, ext, *_ in shape for v, n in zip(vars_, ext)}
         num_inputs = len(input_shapes)
         self.canon = {name: alias or name for name, _, _, _, _, alias in shape}
         self.axis_of = {v: self.canon[name] for name, vars_, *_ in shape for v in vars_}
@@ -650,7 +651,8 @@ class _Walk:
         if guarded_load(e):                 # a padded window: one zero-filling masked copy (no TMA)
             return "direct", 1, ()
         if isinstance(e, Load):
-            whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims))
+            whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims),
+                                                 self.extents)
             return ("tma" if whole else "direct"), 1, ()
         if isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0:
             return "windowed", tiles, ()     # a prologue zeroed outside a padded window

@@ -73,7 +73,8 @@ class _Printer:
         self.axis_info = {v: (a.name, a.vars, a.ext[0] if len(a.ext) == 1 else None, a.dim)
                           for a in k.axes for v in a.vars}
         self.axis_by_name = {a.name: a for a in k.axes}
-        self.ranges = {v: (0, n - 1) for a in k.axes for v, n in zip(a.vars, a.ext)}
+        self.extents = {v: n for a in k.axes for v, n in zip(a.vars, a.ext)}
+        self.ranges = {v: (0, n - 1) for v, n in self.extents.items()}
         self.nin = len(k.inputs)
         self.count = 0
         self.results: dict[int, _Value] = {}       # Reduce/Dot slot -> value
@@ -686,7 +687,7 @@ class _Printer:
         if not isinstance(e, Load) or e.tensor in self.k.written or self.rank != 2 or self.idt is DType.int64:
             return None         # (descriptor coordinates are 32-bit)
         t = self.k.inputs[e.tensor]
-        where = descriptor_dims(e, t.shape, self.axis_info, axes)
+        where = descriptor_dims(e, t.shape, self.axis_info, axes, self.extents)
         if where is None or any(self.axis_by_name[n].block * e.dtype.itemsize < 16 for n in axes):
             return None
         offsets: list[str] = []
@@ -699,6 +700,9 @@ class _Printer:
                 deps.append(self.linear(a))         # (placed where the axis is bound)
                 offsets.append(self._start(a))
                 blocks.append(a.block_name)
+            elif isinstance(x, Var) and self.extents.get(x) == 1:
+                offsets.append("0")                 # (descriptor_dims: a variable of extent 1)
+                blocks.append("1")
             else:
                 v = self.value(x, index=True)
                 deps.append(v)
