@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Union
+from typing import Mapping, Sequence, Union
 
 from ..ir.dtypes import DType, TensorType
 from ..ir.expr import Expr, Load, Var
@@ -288,6 +288,48 @@ def descriptor_dims(load: Load, shape: tuple[int, ...], axis_of: Mapping[Var, tu
     if set(where) != set(tile) or len(shape) - 1 not in where.values():
         return None
     return where
+
+
+def piece_descriptors(e, shapes: Sequence[tuple[int, ...]], axis_of: Mapping[Var, tuple], tile: tuple[str, str],
+                      extents: Mapping[Var, int]) -> tuple[dict[str, int], tuple, dict] | None:
+    """A select among loads of a concatenation read in place (``piece_tests``) read through one
+    tensor descriptor per tile: (the tensor dim of each tile axis, the index every piece shares
+    once its shift is taken off, each piece load's shift per dim) where every piece is a whole
+    tile of its tensor (``descriptor_dims``, the tested axes' variables ranging over the piece's
+    extent) of the same rank and strides, read at the same index but for a constant along the
+    tested axes (a merged Q/K/V weight: ``w_k[n - 2048, k]``), else None.  The caller checks that
+    each tile lies in one piece (every block divides its threshold; ``shapes``: the inputs')."""
+    from ..analysis.index import linear_form
+    from ..ir.expr import walk
+    tests = piece_tests(e, axis_of)
+    if not tests:
+        return None
+    tested = {v for v, info in axis_of.items() if info[0] in {name for name, _, _ in tests}}
+    leaves = [n for n in walk(e) if isinstance(n, Load)]
+    first: tuple | None = None          # (dims, index, strides) of the first piece
+    shifts = {}
+    for ld in leaves:
+        shape = shapes[ld.tensor]
+        idx, shift = [], []
+        for x, n in zip(ld.index, shape):
+            lin = linear_form(x)
+            v, c = next(iter(lin.terms.items())) if len(lin.terms) == 1 else (None, 0)
+            if v in tested and c == 1:      # the piece's position along the concatenation
+                idx.append(v)
+                shift.append(lin.const)
+            else:
+                idx.append(x)
+                shift.append(0)
+        ext = {**extents, **{v: n for v, n in zip(idx, shape) if v in tested}}
+        got = descriptor_dims(Load(ld.tensor, tuple(idx), ld.dtype), shape, axis_of, tile, ext)
+        this = (got, tuple(idx), tuple(math.prod(shape[d + 1:]) for d in range(len(shape))))
+        if got is None or (first is not None and this != first):
+            return None
+        first = first or this
+        shifts[ld] = tuple(shift)
+    if first is None or len({ld.dtype for ld in leaves}) != 1:
+        return None
+    return first[0], first[1], shifts
 
 
 # a test ``v <op> c`` as (threshold t, whether the test holds below t): v < c, v <= c, v >= c, v > c

@@ -53,8 +53,8 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, guarded_load, piece_tests,
-                              pow2)
+from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, guarded_load,
+                              piece_descriptors, piece_tests, pow2)
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, load_nodes, walk
 from .dot import dot_rate
@@ -373,7 +373,10 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 held += tile * item
             how, tiles, tests = reads
             if tests and all(t % blk(a) == 0 for a, t, _ in tests):
-                how, tiles = "direct", 1         # one piece's pointers per tile (emit.py: _pointers)
+                # one piece's pointers per tile (emit.py: _pointers), or its descriptor
+                how, tiles = ("tma" if how == "pieces" else "direct"), 1
+            elif how == "pieces":
+                how = "computed"
             if how in ("computed", "windowed") and kind == 1:
                 operand_regs += HELD_COMPUTED * tiles * tile
             elif how:
@@ -638,7 +641,8 @@ class _Walk:
         of whole tiles it reads, a concatenation's tests): gathered when a load's address is not
         affine in a tile axis's flat index, else direct when the operand is the load itself (cast
         at most), else computed (direct after all, at binding, where it is a concatenation whose
-        pieces the blocks divide)."""
+        pieces the blocks divide; "pieces" where each piece's tile is a descriptor's box on sm_90:
+        ``tma`` then, as the printer reads it, ``emit.py: _described_pieces``)."""
         loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
         # each load of the whole tile holds its own values and addresses (a concatenation's
         # select among three weights: three); a per-row or per-column vector is few values;
@@ -656,7 +660,11 @@ class _Walk:
             return ("tma" if whole else "direct"), 1, ()
         if isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0:
             return "windowed", tiles, ()     # a prologue zeroed outside a padded window
-        return "computed", tiles, piece_tests(e, self.axis_info) or ()
+        tests = piece_tests(e, self.axis_info) or ()
+        if tests and self.tma and {a for a, _, _ in tests} <= {self.canon[n] for n in self.split} and \
+                piece_descriptors(e, self.input_shapes, self.axis_info, tuple(dims), self.extents):
+            return "pieces", tiles, tests    # through the descriptor of a tile's piece, where blocks divide
+        return "computed", tiles, tests
 
     def gathered(self, ld: Load) -> bool:
         """The load's element offset is not affine in the flat index of a tile axis of several

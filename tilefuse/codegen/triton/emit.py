@@ -19,7 +19,7 @@ from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, walk
 from ..kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims, guarded_load,
-                      piece_tests, uniform_test)
+                      piece_descriptors, piece_tests, uniform_test)
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -683,31 +683,19 @@ class _Printer:
         per-value addresses or masks; positions past the tensor read as zeros), or None where it
         is not a whole input tile: each tile axis one variable indexing a dim of its own extent,
         the innermost dim among them, the other dims per-program positions (a batch), every
-        stride a whole number of 16 bytes."""
-        if not isinstance(e, Load) or e.tensor in self.k.written or self.rank != 2 or self.idt is DType.int64:
+        stride a whole number of 16 bytes.  A concatenation read in place is read through the
+        descriptor of the piece the program's tile lies in (``_described_pieces``)."""
+        if self.rank != 2 or self.idt is DType.int64:
             return None         # (descriptor coordinates are 32-bit)
+        if isinstance(e, Select):
+            return self._described_pieces(e, axes)
+        if not isinstance(e, Load) or e.tensor in self.k.written:
+            return None
         t = self.k.inputs[e.tensor]
         where = descriptor_dims(e, t.shape, self.axis_info, axes, self.extents)
         if where is None or any(self.axis_by_name[n].block * e.dtype.itemsize < 16 for n in axes):
             return None
-        offsets: list[str] = []
-        blocks: list[str] = []
-        deps: list[_Value] = []
-        tile_dims = {d: n for n, d in where.items()}
-        for d, x in enumerate(e.index):
-            if d in tile_dims:
-                a = self.axis_by_name[tile_dims[d]]
-                deps.append(self.linear(a))         # (placed where the axis is bound)
-                offsets.append(self._start(a))
-                blocks.append(a.block_name)
-            elif isinstance(x, Var) and self.extents.get(x) == 1:
-                offsets.append("0")                 # (descriptor_dims: a variable of extent 1)
-                blocks.append("1")
-            else:
-                v = self.value(x, index=True)
-                deps.append(v)
-                offsets.append(v.text)
-                blocks.append("1")
+        offsets, blocks, deps = self._box(e.index, where, {})
         top = self.scopes[0]
         key = ("desc", e.tensor, tuple(blocks))
         desc = top.memo.get(key)
@@ -717,6 +705,70 @@ class _Printer:
             top.lines.insert(0, f"{top.indent}{desc} = tl.make_tensor_descriptor(in{e.tensor}, "
                                 f"[{', '.join(map(str, t.shape))}], [{', '.join(strides)}], [{', '.join(blocks)}])")
             top.memo[key] = desc
+        return self._boxed(desc, offsets, where, axes, deps)
+
+    def _described_pieces(self, e: Select, axes: tuple[str, str]) -> _Value | None:
+        """A concatenation read in place (a merged Q/K/V weight) through one descriptor a program:
+        made on the base and extents of the piece its tile lies in (each tested axis split across
+        programs, every block dividing its threshold), read at the tile's position less the
+        piece's start (``kernel.piece_descriptors``)."""
+        got = piece_descriptors(e, [t.shape for t in self.k.inputs], self.axis_info, axes, self.extents)
+        if got is None:
+            return None
+        where, index, shifts = got
+        if any(ld.tensor in self.k.written for ld in shifts) or \
+                any(self.axis_by_name[n].block * e.dtype.itemsize < 16 for n in axes):
+            return None
+        for name, threshold, _ in piece_tests(e, self.axis_info):
+            a = self.axis_by_name[name]
+            if a.grid is None or a.within or threshold % a.block:
+                return None
+        rank = len(index)
+
+        def chosen(leaf) -> _Value:
+            return self._chosen(e, lambda ld: _Value(leaf(ld), frozenset(), 0))
+        base = chosen(lambda ld: f"in{ld.tensor}")
+        extents = [chosen(lambda ld, d=d: str(self.k.inputs[ld.tensor].shape[d])) for d in range(rank)]
+        offsets, blocks, deps = self._box(index, where, {d: chosen(lambda ld, d=d: str(shifts[ld][d]))
+                                                          for d in range(rank)})
+        shape = self.k.inputs[next(iter(shifts)).tensor].shape
+        strides = [str(math.prod(shape[d + 1:])) for d in range(rank)]
+        desc = self.emit(f"tl.make_tensor_descriptor({base.text}, [{', '.join(x.text for x in extents)}], "
+                         f"[{', '.join(strides)}], [{', '.join(blocks)}])", deps=[base, *extents])
+        return self._boxed(desc.text, offsets, where, axes, deps + [desc])
+
+    def _box(self, index: tuple, where: dict[str, int], shifts: dict[int, _Value]):
+        """(offsets, block shape, what they read) of a descriptor's box at the tile: the tile's
+        start (plus ``shifts[d]``, a piece's) along its axes' dims, a position elsewhere."""
+        offsets: list[str] = []
+        blocks: list[str] = []
+        deps: list[_Value] = []
+        tile_dims = {d: n for n, d in where.items()}
+        for d, x in enumerate(index):
+            if d in tile_dims:
+                a = self.axis_by_name[tile_dims[d]]
+                deps.append(self.linear(a))         # (placed where the axis is bound)
+                shift = shifts.get(d)
+                if shift is not None and shift.text != "0":
+                    deps.append(shift)
+                    offsets.append(f"{self._start(a)} + {_paren(shift.text)}")
+                else:
+                    offsets.append(self._start(a))
+                blocks.append(a.block_name)
+            elif isinstance(x, Var) and self.extents.get(x) == 1:
+                offsets.append("0")                 # (descriptor_dims: a variable of extent 1)
+                blocks.append("1")
+            else:
+                v = self.value(x, index=True)
+                deps.append(v)
+                offsets.append(v.text)
+                blocks.append("1")
+        return offsets, blocks, deps
+
+    def _boxed(self, desc: str, offsets: list[str], where: dict[str, int], axes: tuple[str, str],
+               deps: list[_Value]) -> _Value:
+        """The box loaded through ``desc`` as a tile over ``axes`` (transposed where its dims are
+        stored the other way)."""
         stored = sorted(axes, key=lambda n: where[n])            # the tile's axes in memory order
         wanted = sorted(axes, key=lambda n: self.axis_by_name[n].dim)
         text = (f"tl.reshape({desc}.load([{', '.join(offsets)}]), "
@@ -724,6 +776,16 @@ class _Printer:
         if stored != wanted:
             text = f"tl.trans({text})"
         return self.emit(text, axes=axes, deps=deps)
+
+    def _chosen(self, e: Expr, leaf) -> _Value:
+        """``leaf(load)`` of the piece of a concatenation the tile lies in (a scalar)."""
+        if isinstance(e, Load):
+            return leaf(e)
+        a, b = self._chosen(e.a, leaf), self._chosen(e.b, leaf)
+        if a.text == b.text:
+            return a
+        c = self._uniform(e.cond)
+        return self.emit(f"tl.where({c.text}, {a.text}, {b.text})", deps=[c, a, b])
 
     def _start(self, a: TileAxis) -> str:
         """The first position of the program's (or this chunk's) tile of axis ``a``."""
