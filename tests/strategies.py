@@ -292,6 +292,12 @@ class GraphBuilder:
         self.constants.append(Constant(name, random_tensor(self.gen, tt, bound, self.specials)))
         return name
 
+    def constant(self, data: torch.Tensor) -> str:
+        """A constant of the given values (a failure's, pinned in a regression test)."""
+        name = self._new(TensorType(tuple(data.shape), DType.from_torch(data.dtype)), "c")
+        self.constants.append(Constant(name, data))
+        return name
+
     def node(self, op: str, inputs, *outs: TensorType, **attrs):
         """Appends a node; returns its output's name (a tuple of names for several outputs)."""
         names = tuple(self._new(t, "v") for t in outs)

@@ -429,11 +429,9 @@ def test_an_argmax_over_a_bf16_near_tie_is_held_to_its_kernels_inputs():
     b = GraphBuilder(seed=1315)
     x1, x7 = b.input((2, 5, 1), BF16), b.input((2, 5, 7), BF16)
     v2 = b.node("Transpose", [x1], TensorType((2, 1, 5), BF16), perm=(0, 2, 1))
-    c0 = b._new(TensorType((2, 3, 1), BF16), "c")
-    b.constants.append(Constant(c0, torch.tensor([[[-0.8047], [2.4062], [-1.3984]], [[-0.5156], [-1.4219], [-0.0119]]],
-                                                 dtype=torch.bfloat16)))
-    c4 = b._new(TensorType((), BF16), "c")
-    b.constants.append(Constant(c4, torch.tensor(-3.4062, dtype=torch.bfloat16)))
+    c0 = b.constant(torch.tensor([[[-0.8047], [2.4062], [-1.3984]], [[-0.5156], [-1.4219], [-0.0119]]],
+                                 dtype=torch.bfloat16))
+    c4 = b.constant(torch.tensor(-3.4062, dtype=torch.bfloat16))
     v3 = b.node("MatMul", [c0, v2], TensorType((2, 3, 5), BF16))
     v6 = b.node("Softmax", [b.node("Mul", [v3, c4], TensorType((2, 3, 5), BF16))], TensorType((2, 3, 5), BF16), axis=-1)
     v8 = b.node("MatMul", [v6, x7], TensorType((2, 3, 7), BF16))
