@@ -292,7 +292,8 @@ class Verifier:
         16-bit output differs from the reference, it may instead match the kernel's prims computed
         without rounding between them (``unrounded``): a fused kernel keeps its intermediates in
         fp32 registers, and a difference one rounding of a large intermediate makes survives a
-        cancellation downstream (an attention output minus its input, in bf16).  A sum is judged
+        cancellation downstream (an attention output minus its input, in bf16); or be at most
+        twice as far from its prims computed in float64 as the reference is (RMS).  A sum is judged
         against its terms' sizes, as in ``stage`` (a kernel adds in its own order: MaskFormer's
         GroupNorm, a centered sum of 2,048 terms, differs by 1.4e-5 where it is 1e-5 itself)."""
         self.stages.append("kernels")
@@ -318,6 +319,14 @@ class Verifier:
                 if bad and o.dtype in HALF_TORCH and n in owner:
                     wide = wide if wide is not None else unrounded(owner[n].prims, vals, pg)
                     if difference(o, wide[n].to(o.dtype), lo) is None:
+                        continue
+                    # the kernel rounds elsewhere still (a tensor-core product of attention's P
+                    # rounded to bf16), and an ill-conditioned prim after it (a LayerNorm over two
+                    # nearly equal values) magnifies that: held to its prims in float64, at most
+                    # twice as far from them as the reference (RMS), as ``mismatch`` holds outputs
+                    mine = {q.name for q in owner[n].prims}
+                    exact = _float64(n, pg, lambda m: m not in mine, vals)
+                    if exact is not None and _rms(o, exact) <= 2 * _rms(vals[n], exact) + 1e-6:
                         continue
                 if bad:
                     raise VerifyError("kernels", n, f"as kernel {i} {b.name} ({b.family}) writes it {bad}",
