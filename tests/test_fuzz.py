@@ -64,10 +64,10 @@ def tolerance(case: OpGraph) -> dict:
 
 def mismatch(got: list[torch.Tensor], want: list[torch.Tensor], names, tol, wide=None) -> str | None:
     """None when every output matches, else a line naming the first that does not.  ``wide()``,
-    where given (a graph computing through 16-bit floats): the outputs as the plan's kernels
-    compute them (``unrounded_kernels``); an integer or bool output may equal it instead, element
-    by element (an argmax of two values one bf16 ulp apart: a fused kernel rounds once, the
-    reference at every prim)."""
+    where given (a graph computing through 16-bit floats): each output by the reference of the
+    kernel that writes it, on what the kernels before it wrote (``kernel_by_kernel``); an integer
+    or bool output may equal it instead, element by element (an argmax of two values one bf16 ulp
+    apart, which a fused kernel rounds otherwise than the reference)."""
     if len(got) != len(want):
         return f"{len(got)} outputs, want {len(want)}"
     for k, (name, g, w) in enumerate(zip(names, got, want)):
