@@ -230,7 +230,7 @@ def test_a_bucket_is_narrowed_until_its_bound_holds():
         n = at["seq"]
         if template is not None:
             checked.append(n)
-        return SimpleNamespace(template=SimpleNamespace(plan="plan", merged=False, strategy="optimal", persistent=()), kernels=(),
+        return SimpleNamespace(template=SimpleNamespace(plan="plan", rewrites=(), strategy="optimal", persistent=()), kernels=(),
                                report=SimpleNamespace(est_total_us=130.0 if template is not None and n < 13 else 100.0))
     b, _ = plan_bucket({"seq": (9, 16)}, compile_at)
     assert checked[:3] == [9, 12, 14]
@@ -301,7 +301,7 @@ def test_a_plan_that_does_not_carry_to_the_far_end_narrows_the_bucket_and_skips_
     def compile_at(at, template):
         if template is not None and at["seq"] in (9, 11):
             raise PlanMismatch(f"no kernel at {at['seq']}")
-        return SimpleNamespace(template=SimpleNamespace(plan="plan", merged=False, strategy="optimal", persistent=()), kernels=(),
+        return SimpleNamespace(template=SimpleNamespace(plan="plan", rewrites=(), strategy="optimal", persistent=()), kernels=(),
                                report=SimpleNamespace(est_total_us=100.0))
     b, _ = plan_bucket({"seq": (9, 16)}, compile_at)
     assert b.ranges == {"seq": (12, 16)} and b.checked_at == {"seq": 12} and b.slower == 0.0

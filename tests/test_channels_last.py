@@ -11,7 +11,8 @@ import tilefuse
 from tilefuse import api
 from tilefuse.codegen.kernel import Dot, guarded_load
 from tilefuse.codegen.triton import triton_source
-from tilefuse.transform.channels_last import channels_last
+from tilefuse.frontend.torch import import_torch
+from tilefuse.transform.channels_last import MIN_CHANNELS, channels_last, channels_padded
 
 
 class Block(torch.nn.Module):
@@ -77,7 +78,8 @@ def _dots(body):
 
 
 def test_few_channels_keep_their_layout():
-    """Fewer than 8 channels make no 16-byte run: the graph is left as it is."""
+    """Fewer than 8 channels make no 16-byte run: the stage leaves the graph as it is (padding them
+    is ``channels_padded``, an alternative the planner weighs: below)."""
     m, args = _model(c=4)
     cm = tilefuse.compile(m, args, target="cpu", backend="reference")
     assert not any(p.name.endswith("_nhwc") for p in cm.primgraph.prims)
@@ -86,7 +88,6 @@ def test_few_channels_keep_their_layout():
 
 
 def _stages_until_channels_last(m, args):
-    from tilefuse.frontend.torch import import_torch
     pg = api.fission(import_torch(m, args).graph)
     for name, stage in api.GRAPH_STAGES:
         if name == "channels_last":
@@ -117,3 +118,32 @@ def test_channels_last_convolutions_load_activations_in_16_byte_async_copies(tmp
     wide = lambda bs: sum(b.wide_share(16) for b in bs) / len(bs)  # noqa: E731
     assert wide(nhwc) > 0.8 and wide(nchw) < 0.5
     assert all(b.pipelined and b.async_copies.get(16) for b in nhwc)
+
+
+def test_few_channels_padded_read_zero_padded_channels_last_copies_and_match_eager():
+    """``channels_padded``: each convolution over 3 to 7 channels (the stem's 3, the block's 4)
+    reads a channels-last copy of its activation padded with zero channels to 8 and a weight
+    padded alike, the channel innermost in K; run by the interpreter's kernels, eager's values."""
+    m, args = _model(c=4)
+    pg = api.prims(import_torch(m, args).graph)
+    padded = channels_padded(pg)
+    assert padded is not pg
+    copies = [p for p in padded.prims if p.name.endswith("_nhwc8")]
+    # one copy per activation: the stem's padded image, the block's two padded intermediates
+    assert len(copies) == 3 and all(p.out.shape[-1] == MIN_CHANNELS for p in copies)
+    convs = [p for p in padded.prims if p.reduce is not None and p.out.rank == 4 and len(p.reduce.axes) == 3]
+    assert [p.reduce.extents[-1] for p in convs] == [MIN_CHANNELS] * 3
+    assert all(set(p.inputs) & {c.name for c in copies} for p in convs)
+    weights = [c for c in padded.constants if c.name.endswith("_nhwc8")]
+    assert len(weights) == 3
+    for w in weights:
+        assert w.data.shape[1:3] == (3, 3) and w.data.shape[3] == MIN_CHANNELS
+        real = 3 if w.name.startswith("stem") else 4
+        assert not w.data[..., real:].any() and w.data[..., :real].abs().sum() > 0
+    with torch.no_grad():
+        cm = tilefuse.compile_prims(padded, target="cpu", verify=True)
+        torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
+    # one or two channels are not padded (4 to 8 times the work)
+    thin = torch.nn.Conv2d(2, 8, 3).eval()
+    pg2 = api.prims(import_torch(thin, (torch.randn(1, 2, 6, 6),)).graph)
+    assert channels_padded(pg2) is pg2

@@ -198,7 +198,7 @@ def test_the_planner_keeps_the_merge_when_it_is_cheaper():
     model, sets = zoo.build("bert", "tiny")
     imported = import_torch(model, sets[0])
     pg = simplify_graph(vertical(fold_constants(simplify_graph(fission(imported.graph)))))
-    chosen, plans, _ = choose_graph(pg, H100, time_limit=2.0)
+    chosen, plans, _, _ = choose_graph(pg, H100, time_limit=2.0)
     assert chosen is not pg and any(p.name.endswith(".h") for p in chosen.prims)
     cm = tilefuse.compile(model, sets[0], target="h100", backend="reference", time_limit=2.0)
     assert any(p.name.endswith(".h") for p in cm.primgraph.prims)
@@ -210,5 +210,22 @@ def test_the_planner_keeps_the_merge_when_it_is_cheaper():
 
 def test_choose_graph_without_siblings_plans_once():
     pg, _ = prims_of(lambda x: F.gelu(x @ torch.ones(4, 4)), torch.randn(2, 4))
-    chosen, plans, _ = choose_graph(pg, H100, time_limit=2.0)
+    chosen, plans, _, _ = choose_graph(pg, H100, time_limit=2.0)
     assert chosen is pg and plans["optimal"].kernels
+
+
+def test_choose_graph_keeps_a_padded_stem_only_where_it_plans_cheaper():
+    """``api.ALTERNATIVES``: each rewrite is planned with and without, in order, and kept where the
+    optimum with it is cheaper; a 3-channel stem's padded copy (``channels_padded``) is one."""
+    from tilefuse import api
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.ReLU()).eval().half()
+    pg = api.prims(import_torch(model, (torch.randn(1, 3, 32, 32).half(),)).graph)
+    chosen, plans, _, steps = choose_graph(pg, H100, time_limit=2.0)
+    assert [name for name, _, _ in steps] == [name for name, _ in api.ALTERNATIVES] == ["horizontal", "padded_channels"]
+    (_, before, after), = [s for s in steps if s[0] == "padded_channels"]
+    padded = api._padded(before)
+    assert padded is not before and any(p.name.endswith("_nhwc8") for p in padded.prims)
+    with_, without = (api.orchestrate(g, H100, time_limit=2.0)[0]["optimal"].cost for g in (padded, before))
+    assert (after is not before) == (with_ < without)
+    assert chosen is after and plans["optimal"].cost == pytest.approx(min(with_, without))

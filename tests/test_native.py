@@ -337,6 +337,46 @@ def test_a_stems_scalar_gather_runs_one_stage_in_the_model_as_in_the_binary(tmp_
             assert 2 in b.loads and 0.75 <= b.shared_bytes / s.work.res.smem_bytes <= 1.25
 
 
+def test_a_padded_stem_reads_16_byte_vectors_and_its_copy_fused_back_gathers_in_the_model_as_in_the_binary(
+        tmp_path, monkeypatch):
+    """``channels_padded`` (an alternative ``api.choose_graph`` weighs): the stem over a copy of the
+    image channels-last, zero-padded to 8 channels, reads each tap as one 16-byte vector: async
+    copies, a loop pipelined in the model and the binary. The copy fused back into the stem as a
+    prologue reads the NCHW image with the channel innermost in K: a value at a time, one stage in
+    both (the model's gather test once followed the tap's column, which moves by one element but
+    not fastest in K, and took it for a vector load: 66 registers against the binary's 242)."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse import api
+    from tilefuse.cost.work import work
+    from tilefuse.families import family
+    from tilefuse.frontend.torch import import_torch
+    from tilefuse.orchestrate.candidates import enumerate_candidates
+    from tilefuse.orchestrate.costing import Coster
+    from tilefuse.orchestrate.segment import split_segments
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.ReLU()).eval().half()
+    padded = api._padded(api.prims(import_torch(model, (torch.randn(1, 3, 64, 64).half(),)).graph))
+    (copy,) = [p.name for p in padded.prims if p.name.endswith("_nhwc8")]
+    (conv,) = [p.name for p in padded.prims if p.reduce is not None]
+    coster = Coster(padded.types, H100)
+    chosen = {}
+    for seg in split_segments(padded):
+        for c, _ in enumerate_candidates(seg, coster):
+            best = coster.best(c) if conv in c.names else None
+            if best is not None and best[1].family == "gemm":
+                chosen.setdefault(copy in c.names, best[1])
+    assert set(chosen) == {False, True}
+    for fused, s in sorted(chosen.items()):
+        (kernel,) = family("gemm").kernels(s, "conv")
+        deep, one = (work(dataclasses.replace(kernel, num_stages=n), H100).res for n in (3, 1))
+        b = compile_native(kernel, 90)
+        assert (deep == one) == fused and b.pipelined != fused and not b.spills, (fused, s.tile_key())
+        if fused:
+            assert 2 in b.loads and 0.75 <= b.registers / s.work.res.regs_per_thread <= 1.25
+        else:
+            assert b.async_copies.get(16) and 2 not in b.loads
+
+
 def test_a_prologue_zeroed_outside_a_padded_window_holds_the_registers_its_binary_does(tmp_path, monkeypatch):
     """BatchNorm + ReLU before a padded 3 x 3 convolution is a prologue zeroed outside the window
     (``where(in_window, relu(bn(x)), 0)``: relu(bn(0)) is not 0): the window's test, the

@@ -14,7 +14,8 @@ import tilefuse.api as api
 from tilefuse.ir.prim import Constant, Prim, PrimGraph
 from tilefuse.verify import VerifyError, difference
 
-ALL_STAGES = ["import", "simplify", "fold", "masks", "vertical", "channels_last", "simplify", "horizontal", "plan", "kernels"]
+ALL_STAGES = ["import", "simplify", "fold", "masks", "vertical", "channels_last", "simplify", "horizontal", "padded_channels",
+              "plan", "kernels"]
 
 
 class Block(torch.nn.Module):

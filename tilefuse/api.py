@@ -42,7 +42,7 @@ from .runtime.compiled import CompiledModel
 from .runtime.dynamic import DynamicModel
 from .runtime.memory import MemoryPlan, plan_memory
 from .transform.fold import fold_constants
-from .transform.channels_last import channels_last
+from .transform.channels_last import channels_last, channels_padded
 from .transform.masks import masks_as_predicates
 from .transform.horizontal import horizontal
 from .transform.vertical import vertical
@@ -104,23 +104,48 @@ def orchestrate(pg: PrimGraph, target: Target, *, time_limit: float = 10.0, cuda
     return dict(plan_strategies(pg, coster, time_limit=time_limit, progress=progress, solved=solved)), coster
 
 
-def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[str, Plan], Coster]:
-    """The graph to compile and its plans: ``pg`` or its horizontal rewrite (contractions sharing
-    an activation merged, ``transform/horizontal.py``), whichever has the cheaper optimal plan.
-    Segments the two graphs share are solved once, and candidates of the same structure costed once."""
+def _merged(pg: PrimGraph) -> PrimGraph:
+    """The horizontal rewrite (contractions sharing an activation merged, ``transform/horizontal.py``),
+    its slices composed into their readers."""
+    merged = horizontal(pg)
+    return simplify_graph(vertical(merged)) if merged is not pg else pg
+
+
+def _padded(pg: PrimGraph) -> PrimGraph:
+    """Convolutions over 3 to 7 channels reading zero-padded channels-last copies
+    (``transform/channels_last.channels_padded``)."""
+    padded = channels_padded(pg)
+    return simplify_graph(padded) if padded is not pg else pg
+
+
+# Rewrites that pay on some models and targets and not on others, each planned with and without
+# (``choose_graph``): the horizontal merge saves launches and activation reads but moves epilogues
+# into readers; a padded stem reads 16-byte vectors but costs a copy kernel (a launch) and 8/C of
+# its tensor-core work.  Each name is also the ``verify`` stage that checks it.
+ALTERNATIVES = (("horizontal", lambda pg: _merged(pg)), ("padded_channels", lambda pg: _padded(pg)))
+
+
+def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[str, Plan], Coster, tuple]:
+    """The graph to compile, its plans, and each rewrite of ``ALTERNATIVES`` as (name, graph
+    before, graph after: the same object where it was not kept): in order, each rewrite is kept
+    where its optimal plan is cheaper than the graph's without it.  Segments the graphs share are
+    solved once, and candidates of the same structure costed once."""
     solved: dict = {}
     seconds: dict = {}
     plans, coster = orchestrate(pg, target, solved=solved, seconds=seconds, **kw)
-    merged = horizontal(pg)
-    if merged is not pg:
-        merged = simplify_graph(vertical(merged))      # the slices compose into their readers
-        plans_h, coster_h = orchestrate(merged, target, solved=solved, seconds=seconds, **kw)
-        keep = plans_h["optimal"].cost < plans["optimal"].cost
-        _log.info("horizontal: contractions sharing an input merged: optimal %.1f us vs %.1f us as they are: %s",
-                  plans_h["optimal"].cost * 1e6, plans["optimal"].cost * 1e6, "merged" if keep else "kept apart")
+    steps = []
+    for name, rewrite in ALTERNATIVES:
+        new = rewrite(pg)
+        keep = False
+        if new is not pg:
+            plans_r, coster_r = orchestrate(new, target, solved=solved, seconds=seconds, **kw)
+            keep = plans_r["optimal"].cost < plans["optimal"].cost
+            _log.info("%s: optimal %.1f us with the rewrite vs %.1f us without: %s", name,
+                      plans_r["optimal"].cost * 1e6, plans["optimal"].cost * 1e6, "kept" if keep else "not kept")
+        steps.append((name, pg, new if keep else pg))
         if keep:
-            return merged, plans_h, coster_h
-    return pg, plans, coster
+            pg, plans, coster = new, plans_r, coster_r
+    return pg, plans, coster, tuple(steps)
 
 
 def _scheduled(coster: Coster, k) -> tuple:
@@ -269,15 +294,15 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
               ", ".join(f"{k} {v}" for k, v in count_by_category(primgraph.prims).items() if v))
     if template is not None:
         with _stage(f"carrying the bucket's plan to these sizes ({tgt.name})"):
-            chosen, plans, coster = _instantiated(primgraph, template, tgt, cuda_graph)
+            chosen, plans, coster, steps = _instantiated(primgraph, template, tgt, cuda_graph)
         native = measure = False
     else:
         with _stage(f"planning for {tgt.name}"):
-            chosen, plans, coster = choose_graph(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph,
-                                                 progress=progress)
-    if check is not None:
-        check.stage("horizontal", primgraph, chosen)
-    merged, primgraph = chosen is not primgraph, chosen
+            chosen, plans, coster, steps = choose_graph(primgraph, tgt, time_limit=time_limit,
+                                                        cuda_graph=cuda_graph, progress=progress)
+    for name, before, after in steps if check is not None else ():
+        check.stage(name, before, after)
+    rewrites, primgraph = tuple(name for name, before, after in steps if after is not before), chosen
     if native:
         with _stage(f"planning on kernels compiled for sm_{tgt.arch}"):
             grounding = _ground(primgraph, tgt, time_limit=time_limit, cuda_graph=cuda_graph)
@@ -336,18 +361,20 @@ def _pipeline(imported: Imported, *, target: str | Target, backend: str, strateg
     _log_plan(report)
     compiled = CompiledModel(imported, primgraph, plan, report, backend, tgt, kernels, cuda_graph=cuda_graph,
                              memory=memory, persistent=runs)
-    compiled.template = template or PlanTemplate(plan, merged, strategy, persistent=tuple(runs))
+    compiled.template = template or PlanTemplate(plan, rewrites, strategy, persistent=tuple(runs))
     return compiled
 
 
 def _instantiated(pg: PrimGraph, template: PlanTemplate, tgt: Target, cuda_graph: bool):
     """``template``'s plan on ``pg`` (the same program at other sizes), on the graph it was planned
-    on: ``pg`` or its horizontal rewrite (``choose_graph``)."""
-    if template.merged:
-        merged = horizontal(pg)
-        pg = simplify_graph(vertical(merged)) if merged is not pg else pg
+    on: ``pg`` with the rewrites ``choose_graph`` kept for it; as ``choose_graph`` returns."""
+    steps = []
+    for name, rewrite in ALTERNATIVES:
+        new = rewrite(pg) if name in template.rewrites else pg
+        steps.append((name, pg, new))
+        pg = new
     coster = Coster(pg.types, tgt, cuda_graph=cuda_graph)
-    return pg, {template.strategy: instantiate(template, pg, coster)}, coster
+    return pg, {template.strategy: instantiate(template, pg, coster)}, coster, tuple(steps)
 
 
 _interpreter_told = False

@@ -681,8 +681,12 @@ class _Walk:
             for v, c in what[0].items():
                 coeff[v] = coeff.get(v, 0) + c * stride
             stride *= n
-        for _, vars_, ext, dim, *_ in self.shape:
-            live = [(v, n) for v, n in zip(vars_, ext) if n > 1 and dim >= 0]
+        lives = [[(v, n) for v, n in zip(vars_, ext) if n > 1 and dim >= 0] for _, vars_, ext, dim, *_ in self.shape]
+        # the variables a tile axis's flat index moves fastest: runs of memory follow one of them
+        # or none (a padded-channels stem over an NCHW image: the channel innermost, a tap's
+        # column moving by one element but not fastest, so no run of the flat index)
+        fastest = {live[-1][0] for live in lives if live}
+        for live in lives:
             if len(live) > 1 and any(coeff.get(v) for v, _ in live) and \
                     any(coeff.get(a, 0) != coeff.get(b, 0) * nb for (a, _), (b, nb) in zip(live, live[1:])):
                 # runs of the innermost variable that hold whole 16-byte vectors stay vector
@@ -692,7 +696,8 @@ class _Walk:
                 inner, n = live[-1]
                 if coeff.get(inner) == 1 and n % GATHER_RUN == 0:
                     continue
-                if coeff.get(inner) == 1 or not any(c == 1 and self.tiled.get(v) for v, c in coeff.items()):
+                if coeff.get(inner) == 1 or \
+                        not any(c == 1 and self.tiled.get(v) and v in fastest for v, c in coeff.items()):
                     return True
         return False
 

@@ -157,7 +157,7 @@ def plan_bucket(ranges: Mapping[str, tuple[int, int]], compile_at: CompileAt, *,
     asked = ranges = dict(ranges)
     at = {s: planned_size(*r) for s, r in ranges.items()}
     top = compile_at(at, None)
-    template = PlanTemplate(top.template.plan, top.template.merged, top.template.strategy, dict(at),
+    template = PlanTemplate(top.template.plan, top.template.rewrites, top.template.strategy, dict(at),
                             persistent=top.template.persistent)
     made = {tuple(at.items()): top}
     bound = ()

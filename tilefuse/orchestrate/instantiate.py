@@ -35,7 +35,7 @@ class PlanTemplate:
     ``generics``, each kernel's size-generic source (``codegen/triton/generic.py``) over the
     symbols ``generic_over`` (moving together), the other symbols at ``generic_fixed``."""
     plan: Plan
-    merged: bool                          # planned on the horizontal rewrite (``api.choose_graph``)
+    rewrites: tuple[str, ...]             # the rewrites it was planned on (``api.choose_graph``)
     strategy: str
     sizes: Mapping[str, int] = field(default_factory=dict)   # symbol -> the size it was planned at
     generics: tuple = ()                  # per planned kernel: a Generic or None

@@ -16,25 +16,40 @@ permutes its index the same way, and each convolution over a relabeled activatio
 a tap's channels contiguous).  The weight is a constant re-laid out
 once here (a copy the size of the weight: the layout the kernel reads, as the vendor libraries'
 reformatted weights; beyond ``COPY_LIMIT`` too); a weight that is not a constant is relabeled as
-an intermediate.  Graph inputs and outputs keep their layout (a convolution reading the model's
-input, the stem, reads it as it is), and so does a tensor an opaque prim reads or produces.
+an intermediate.  Graph inputs and outputs keep their layout, and so does a tensor an opaque prim
+reads or produces.
+
+``channels_padded``, a rewrite the planner weighs (``api.ALTERNATIVES``): a convolution over 3
+to 7 channels (a stem over an image's three: a run of that few channels is no 16-byte vector)
+reads a copy of its activation made channels-last with its channels padded with zeros to
+``MIN_CHANNELS``, and a weight padded alike (TensorRT and cuDNN pad an image's channels for their
+NHWC stems).  A tap is then one 16-byte vector: the stem's loads are async copies and its loop is
+pipelined, for 8/C of the tensor-core work and a copy kernel (a launch; the planner may fuse the
+copy with the activation's producer, or with the stem as a prologue, which gathers again).  The
+padded products are zero times zero, so every sum is the same.  One or two channels stay
+gathers: padding them would multiply the work by four to eight.
 
 Exact: every value is the same; only addresses change (``verify`` checks the stage against eager).
 """
 from __future__ import annotations
 
-from ..ir.expr import Load, Var, free_vars, transform, walk
+import torch
+
+from ..ir.dtypes import TensorType
+from ..ir.expr import Const, Load, Var, binary, free_vars, select, transform, walk
 from ..ir.prim import Constant, Prim, PrimGraph, Reduction
 
 NHWC = (0, 2, 3, 1)          # dims of an NCHW tensor in channels-last order
 TAPS_OUTER = (2, 3, 1, 0)    # dims of a depthwise weight [C, 1, KH, KW] as [KH, KW, 1, C]
 MIN_CHANNELS = 8             # channels a K run needs to be a 16-byte fp16 vector
+MIN_PADDED = 3               # fewest channels padded to MIN_CHANNELS (at most 8/3 the work)
 
 
 def channels_last(pg: PrimGraph) -> PrimGraph:
     """``pg`` with its convolutions' activations channels-last (module docstring); the same object
     when no convolution reads an intermediate activation of at least ``MIN_CHANNELS`` channels."""
-    convs = {p.name: c for p in pg.prims if (c := _conv(p, pg)) is not None}
+    convs = {p.name: c for p in pg.prims if (c := _conv(p, pg)) is not None
+             and pg.types[c[0]].shape[1] >= MIN_CHANNELS}
     region = _region(pg, convs)
     if not region:
         return pg
@@ -124,9 +139,66 @@ def _depthwise_taps_outer(pg: PrimGraph, region: set[str]) -> PrimGraph:
     return PrimGraph(pg.inputs, constants, tuple(prims), pg.outputs)
 
 
+def channels_padded(pg: PrimGraph) -> PrimGraph:
+    """Each convolution over ``MIN_PADDED`` to ``MIN_CHANNELS - 1`` channels whose weight is a
+    constant reads its activation from a channels-last copy padded with zero channels to
+    ``MIN_CHANNELS`` (one copy per activation) and its weight padded alike, summing over
+    (kh, kw, c) (the module docstring); the same object when there is none."""
+    consts = pg.constant_map
+    padded: dict[str, tuple[str, str, Var]] = {}
+    for p in pg.prims:
+        c = _conv(p, pg)
+        if c is None:
+            continue
+        act, weight, var = c
+        w = consts.get(weight)
+        if not MIN_PADDED <= pg.types[act].shape[1] < MIN_CHANNELS or w is None or weight in pg.outputs \
+                or not w.data.is_floating_point() or w.data.shape[1] != pg.types[act].shape[1]:
+            continue
+        j, k = p.inputs.index(act), p.inputs.index(weight)
+        if all(ld.index[1] is var for ld in walk(p.body) if isinstance(ld, Load) and ld.tensor in (j, k)):
+            padded[p.name] = c
+    if not padded:
+        return pg
+    taken = set(pg.types)
+    copies = _renamed(sorted({act for act, _, _ in padded.values()}), "_nhwc8", taken)
+    weights = _renamed(sorted({w for _, w, _ in padded.values()}), "_nhwc8", taken)
+    constants = list(pg.constants)
+    for c in pg.constants:
+        if c.name in weights:       # [F, C, KH, KW] -> [F, KH, KW, MIN_CHANNELS], zeros after C
+            data = torch.nn.functional.pad(c.data, (0, 0, 0, 0, 0, MIN_CHANNELS - c.data.shape[1]))
+            constants.append(Constant(weights[c.name], data.permute(*NHWC).contiguous()))
+    prims, made = [], set()
+    for p in pg.prims:
+        if p.name not in padded:
+            prims.append(p)
+            continue
+        act, weight, var = padded[p.name]
+        if act not in made:
+            made.add(act)
+            prims.append(_padded_copy(act, copies[act], pg.types[act], p.origin))
+        j, k = p.inputs.index(act), p.inputs.index(weight)
+        body = transform(p.body, lambda n: Load(n.tensor, tuple(n.index[d] for d in NHWC), n.dtype)
+                         if isinstance(n, Load) and n.tensor in (j, k) else None)
+        inputs = tuple(copies[act] if s == j else weights[weight] if s == k else n for s, n in enumerate(p.inputs))
+        r = p.reduce
+        extents = tuple(MIN_CHANNELS if v is var else e for v, e in zip(r.axes, r.extents))
+        prims.append(_channels_inner(Prim(p.name, inputs, p.axes, body, p.out,
+                                          Reduction(r.axes, extents, r.combiner), p.origin), var))
+    return PrimGraph(pg.inputs, tuple(constants), tuple(prims), pg.outputs)
+
+
+def _padded_copy(src: str, name: str, t: TensorType, origin) -> Prim:
+    """``name[n, h, w, c] = src[n, c, h, w]`` for c < C, zero up to ``MIN_CHANNELS``."""
+    n, h, w, c = (Var(f"i{d}") for d in range(4))
+    body = select(binary("lt", c, t.shape[1]), Load(0, (n, c, h, w), t.dtype), Const(0, t.dtype))
+    shape = (t.shape[0], t.shape[2], t.shape[3], MIN_CHANNELS)
+    return Prim(name, (src,), (n, h, w, c), body, TensorType(shape, t.dtype), None, origin)
+
+
 def _conv(p: Prim, pg: PrimGraph) -> tuple[str, str, Var] | None:
     """(activation, weight, channel variable) when ``p`` sums ``x[n, c, ...] · w[f, c, kh, kw]``
-    over c and the window, with x a 4-D tensor of at least ``MIN_CHANNELS`` channels."""
+    over c and the window, with x a 4-D tensor."""
     if p.is_opaque or p.reduce is None or p.reduce.combiner != "sum" or p.out.rank != 4:
         return None
     reduced = set(p.reduce.axes)
@@ -143,9 +215,7 @@ def _conv(p: Prim, pg: PrimGraph) -> tuple[str, str, Var] | None:
                 continue
             window = w.index[2:]
             if all(isinstance(k, Var) and k in reduced and k is not c for k in window) and len(set(window)) == 2:
-                x = p.inputs[a.tensor]
-                if pg.types[x].shape[1] >= MIN_CHANNELS:
-                    return x, p.inputs[w.tensor], c
+                return p.inputs[a.tensor], p.inputs[w.tensor], c
     return None
 
 
