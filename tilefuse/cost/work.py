@@ -57,7 +57,7 @@ from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descript
                               piece_descriptors, piece_tests, pow2)
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, load_nodes, walk
-from .dot import dot_rate
+from .dot import dot_rate, wgmma
 from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
@@ -83,6 +83,19 @@ EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs s
 # A computed operand loaded once, outside a pipelined loop (attention's query, a whole key tile),
 # streams through registers into shared memory: a fraction of the values a loop keeps in flight
 HELD_COMPUTED = 0.1
+# The computed operand of a kernel's one Dot, which no loop repeats (the whole K one chunk, no loop
+# around it), is live in registers, values and their computation's temporaries, until the product
+# (fitted: sm_90 binaries of single-chunk GEMMs with a computed operand, K 64 and 128, 16 to 128
+# rows, wgmma and mma.sync: 0.35-0.4 a value; MobileNetV2's BatchNorm + ReLU6 before a 1 x 1
+# convolution). An attention chain's query, its key tile one chunk, still streams to shared
+# memory: HELD_COMPUTED.
+SINGLE_CHUNK_COMPUTED = 0.4
+# Per value of a warp's slice of a computed A operand held whole on warp-level MMA
+# (``_warp_operand_registers``; fitted: sm_90 binaries of 16- and 32-row GEMMs with a computed
+# operand and a described weight, BK 64 and 128: 0.3-0.6; at BK 32 the binaries hold no more
+# than counted)
+WARP_OPERAND_REGISTERS = 0.45
+WARP_OPERAND_MIN_K = 64
 SPLIT_REGISTERS = 1.5    # per value of a fresh product tile in the second loop of a split (Loop.resume)
 LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
 # An unrolled loop's loads are issued ahead of their use: about 70% of all its chunks' values
@@ -151,9 +164,9 @@ def work(kernel: Kernel, target: Target) -> Work:
     t = _tile(kernel.body, kernel.axes, kernel.inputs, kernel.outputs, (kernel.workspaces, kernel.counters),
               target, kernel.tma)
     threads = kernel.num_warps * target.warp_size
-    regs = _registers(t.main, threads)
+    regs = _registers(t.main, threads) + _warp_operand_registers(t.main, kernel.num_warps, target)
     if t.tail is not None:
-        regs = max(regs, _registers(t.tail, threads))
+        regs = max(regs, _registers(t.tail, threads) + _warp_operand_registers(t.tail, kernel.num_warps, target))
     # Triton pipelines a loop only when every operand can be copied asynchronously: with a scalar
     # gather it runs one stage, whatever ``num_stages`` says (the stems' binaries: no cp.async, one
     # stage of shared memory)
@@ -197,6 +210,9 @@ class _Phase:
     epilogue_elems: int               # values of the tiles loaded outside Dot operands
     tail: bool                        # an Arrive's tail phase
     pipelined: bool = True            # no Dot operand is a scalar gather (``_Walk.scalar``)
+    # per Dot whose A operand is computed in a loop and whose B comes through a tensor descriptor:
+    # (BM, BN, BK, the registers counted for A, all threads): ``_warp_operand_registers``
+    warp_operands: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -271,6 +287,33 @@ def _registers(p: _Phase, threads: int) -> int:
     # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
     # values than it loads)
     return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
+
+
+def _warp_operand_registers(p: _Phase, warps: int, target: Target) -> int:
+    """Registers beyond the count of ``OPERAND_REGISTERS`` for a computed A operand on Hopper's
+    warp-level MMA (mma.sync: fewer rows than a warpgroup MMA takes) whose B operand comes through a
+    tensor descriptor: each warp holds its rows' whole BK-wide slice of A in registers, and a warp's
+    rows are at least the instruction's 16, so with 16 rows every warp holds all of A (sm_90
+    binaries: MobileNetV2's 16-row BatchNorm + ReLU6 convolutions, 72 registers against 46 counted;
+    with B through pointers Triton slices the product along K and holds no more than counted)."""
+    extra = 0.0
+    for bm, bn, bk, counted in p.warp_operands:
+        if target.warpgroup_mma_rows and not wgmma(bm, warps, target) and bk >= WARP_OPERAND_MIN_K:
+            per_warp = bm * bk / (target.warp_size * _warps_along_m(bm, bn, warps))
+            extra += max(0.0, WARP_OPERAND_REGISTERS * per_warp - counted / (warps * target.warp_size))
+    return math.ceil(extra)
+
+
+def _warps_along_m(bm: int, bn: int, warps: int) -> int:
+    """How Triton spreads ``warps`` over a BM x BN tile for warp-level MMA (16 x 8 a warp at least):
+    doubling along whichever dimension has more instruction tiles a warp, M first on a tie."""
+    wm = wn = 1
+    while wm * wn < warps:
+        if bm // 16 // wm >= bn // (8 * wn) and wm < bm // 16:
+            wm *= 2
+        else:
+            wn *= 2
+    return wm
 
 
 @functools.lru_cache(maxsize=4096)
@@ -350,7 +393,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     if arrive is not None:      # the tail walks its groups' tiles: positions per group, times groups
         cuda *= programs
     blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
-    dot_flops, dots, staged, held, acc, operand_regs = [], [], 0, 0, 0, 0.0
+    dot_flops, dots, staged, held, acc, operand_regs, warp_ops = [], [], 0, 0, 0, 0.0, []
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
         dims = (d.m, d.n, d.k)
@@ -366,6 +409,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
             continue
         acc += blk(d.m) * blk(d.n)
         item = max(d.in_dtype.itemsize, 1)
+        final = []
         for kind, reads, tile in zip(d.staged, d.reads, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
             if kind == 2:
                 staged += tile * item
@@ -377,13 +421,18 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 how, tiles = ("tma" if how == "pieces" else "direct"), 1
             elif how == "pieces":
                 how = "computed"
-            if how in ("computed", "windowed") and kind == 1:
+            if how == "computed" and kind == 1 and len(prof.dots) == 1 and not any(chunks(x) > 1 for x in d.around):
+                operand_regs += SINGLE_CHUNK_COMPUTED * tiles * tile
+            elif how in ("computed", "windowed") and kind == 1:
                 operand_regs += HELD_COMPUTED * tiles * tile
             elif how:
                 # a scalar gather loaded once (the whole K one chunk: no loop) streams to shared
                 # memory as other gathers do; in a loop it holds each chunk's values and addresses
                 how = "gathered" if how == "scalar" and kind == 1 else how
                 operand_regs += OPERAND_REGISTERS[how] * tiles * tile
+            final.append((how, kind, tiles * tile))
+        if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
+            warp_ops.append((blk(d.m), blk(d.n), blk(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     for a in axes:
@@ -427,7 +476,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                                       default=math.prod(dims.values())))
                   if arrive is not None else math.prod(dims.values()),
                   live, staged, held, acc, operand_regs, epilogue, arrive is not None,
-                  not any(r[0] == "scalar" for d in prof.dots for r in d.reads))
+                  not any(r[0] == "scalar" for d in prof.dots for r in d.reads), tuple(warp_ops))
 
 
 @functools.lru_cache(maxsize=65536)
