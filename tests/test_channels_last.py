@@ -136,6 +136,8 @@ def test_few_channels_padded_read_zero_padded_channels_last_copies_and_match_eag
     assert all(set(p.inputs) & {c.name for c in copies} for p in convs)
     weights = [c for c in padded.constants if c.name.endswith("_nhwc8")]
     assert len(weights) == 3
+    # the weights only the padded convolutions read are replaced, not kept beside their copies
+    assert not {"stem.weight", "conv1.weight", "conv2.weight"} & {c.name for c in padded.constants}
     for w in weights:
         assert w.data.shape[1:3] == (3, 3) and w.data.shape[3] == MIN_CHANNELS
         real = 3 if w.name.startswith("stem") else 4

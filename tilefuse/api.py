@@ -122,7 +122,7 @@ def _padded(pg: PrimGraph) -> PrimGraph:
 # (``choose_graph``): the horizontal merge saves launches and activation reads but moves epilogues
 # into readers; a padded stem reads 16-byte vectors but costs a copy kernel (a launch) and 8/C of
 # its tensor-core work.  Each name is also the ``verify`` stage that checks it.
-ALTERNATIVES = (("horizontal", lambda pg: _merged(pg)), ("padded_channels", lambda pg: _padded(pg)))
+ALTERNATIVES = (("horizontal", _merged), ("padded_channels", _padded))
 
 
 def choose_graph(pg: PrimGraph, target: Target, **kw) -> tuple[PrimGraph, dict[str, Plan], Coster, tuple]:

@@ -163,11 +163,17 @@ def channels_padded(pg: PrimGraph) -> PrimGraph:
     taken = set(pg.types)
     copies = _renamed(sorted({act for act, _, _ in padded.values()}), "_nhwc8", taken)
     weights = _renamed(sorted({w for _, w, _ in padded.values()}), "_nhwc8", taken)
-    constants = list(pg.constants)
+    constants = []
     for c in pg.constants:
-        if c.name in weights:       # [F, C, KH, KW] -> [F, KH, KW, MIN_CHANNELS], zeros after C
-            data = torch.nn.functional.pad(c.data, (0, 0, 0, 0, 0, MIN_CHANNELS - c.data.shape[1]))
-            constants.append(Constant(weights[c.name], data.permute(*NHWC).contiguous()))
+        if c.name not in weights:
+            constants.append(c)
+            continue
+        # [F, C, KH, KW] -> [F, KH, KW, MIN_CHANNELS], zeros after C; the weight itself stays only
+        # where a prim other than the padded convolutions reads it
+        data = torch.nn.functional.pad(c.data, (0, 0, 0, 0, 0, MIN_CHANNELS - c.data.shape[1]))
+        if any(q.name not in padded for q in pg.consumers.get(c.name, ())):
+            constants.append(c)
+        constants.append(Constant(weights[c.name], data.permute(*NHWC).contiguous()))
     prims, made = [], set()
     for p in pg.prims:
         if p.name not in padded:
