@@ -58,7 +58,7 @@ def plan_of(model, inputs, device: str):
     tgt = Target.get("auto") if device == "cuda" else Target.get("h100")
     with torch.no_grad():
         imported = import_torch(model, inputs)
-    pg, plans, coster = choose_graph(prims(imported.graph), tgt, time_limit=10.0)
+    pg, plans, coster, _ = choose_graph(prims(imported.graph), tgt, time_limit=10.0)
     return pg, plans["optimal"], coster, tgt
 
 
