@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -26,3 +28,55 @@ def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
             assert "error" not in g[variant], (g["shape"], variant, g[variant]["error"])
             assert g[variant]["modelled_us"] > 0 and g[variant]["measured_us"] > 0
         assert g["chosen"] in ("gemm", "library")
+
+
+def _run(tmp_path, script: str, *args: str) -> dict:
+    out = tmp_path / "out.json"
+    flag = "--json" if script in ("attention.py", "launch_overhead.py") else "--out"
+    proc = subprocess.run([sys.executable, f"bench/{script}", *args, flag, str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _errors(rec, path="") -> list[str]:
+    """Every ``error`` (or failed ``check``) anywhere in a script's record, with where it is."""
+    found = []
+    if isinstance(rec, dict):
+        for k, v in rec.items():
+            if k == "error":
+                found.append(f"{path}: {str(v)[:300]}")
+            elif k == "check" and isinstance(v, dict) and v.get("pass") is False:
+                found.append(f"{path}.check: {v}")
+            else:
+                found += _errors(v, f"{path}.{k}")
+    elif isinstance(rec, list):
+        for i, v in enumerate(rec):
+            found += _errors(v, f"{path}[{i}]")
+    return found
+
+
+# The other steps of the suite, on the CPU at their smallest (about 2.5 minutes together): run
+# them with --runslow before a session that has a GPU.
+@pytest.mark.slow
+@pytest.mark.parametrize("script,args", [
+    ("gpu_kernels.py", ("--device", "cpu", "--models", "bert", "--size", "tiny", "--parts", "kernels,stems")),
+    ("gpu_models.py", ("--device", "cpu", "--size", "tiny", "--models", "bert,resnet")),
+    ("gpu_check.py", ("--device", "cpu", "--size", "tiny", "--models", "bert,resnet", "--sample")),
+    ("attention.py", ("--device", "cpu", "--shapes", "tiny", "--variants", "eager,sdpa_flash,tilefuse")),
+    ("gpu_decode.py", ("--device", "cpu", "--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                       "--ffn", "128", "--vocab", "64", "--cache", "32", "--prompt", "4", "--runs", "2",
+                       "--warmup", "1", "--calls", "3")),
+    ("launch_overhead.py", ("--size", "tiny", "--calls", "5")),
+], ids=lambda v: v.removesuffix(".py") if isinstance(v, str) else "")
+def test_gpu_suite_scripts_run_on_a_cpu(tmp_path, script, args):
+    rec = _run(tmp_path, script, *args)
+    assert not _errors(rec), _errors(rec)
+    if script == "gpu_kernels.py":
+        assert rec["kernels"][0]["kernels"] and len(rec["stems"]) == 3
+    if script == "gpu_models.py":
+        assert [m["model"] for m in rec["models"]] == ["bert", "resnet"]
+    if script == "attention.py":
+        assert rec["ok"] and rec["cases"]
+    if script == "gpu_decode.py":
+        assert rec["variants"]
