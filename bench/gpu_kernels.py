@@ -48,17 +48,23 @@ def timer_for(device: str):
     return cuda_timer() if device == "cuda" else wall_timer(warmup=1, reps=2)
 
 
-def plan_of(model, inputs, device: str):
-    """(primgraph, optimal plan, coster, target) as ``tilefuse.compile`` plans them (modelled)."""
+def plan_of(model, inputs, device: str, padded: bool | None = None):
+    """(primgraph, optimal plan, coster, target) as ``tilefuse.compile`` plans them (modelled);
+    with ``padded`` True or False, the ``padded_channels`` rewrite applied or not whatever the
+    planner would choose (the other rewrites as it chooses)."""
     import torch
 
-    from tilefuse.api import choose_graph, prims
+    from tilefuse import api
     from tilefuse.cost.target import Target
     from tilefuse.frontend.torch import import_torch
     tgt = Target.get("auto") if device == "cuda" else Target.get("h100")
     with torch.no_grad():
         imported = import_torch(model, inputs)
-    pg, plans, coster, _ = choose_graph(prims(imported.graph), tgt, time_limit=10.0)
+    pg, plans, coster, steps = api.choose_graph(api.prims(imported.graph), tgt, time_limit=10.0)
+    if padded is not None:
+        (_, before, _), = [s for s in steps if s[0] == "padded_channels"]
+        pg = api._padded(before) if padded else before
+        plans, coster = api.orchestrate(pg, tgt, time_limit=10.0)
     return pg, plans["optimal"], coster, tgt
 
 
@@ -166,7 +172,10 @@ def gemms_part(args, started: float) -> list[dict]:
     return out
 
 
-STEM_LAYOUTS = (("nchw", 3), ("nhwc4", 4), ("nhwc8", 8))   # (the image's layout, its channels)
+# (the image's layout, its channels): "rows4" is the NCHW image through the ``padded_channels``
+# rewrite (tilefuse's copy, rows of 4-channel pixels, a kernel row's taps one 16-byte K run); the
+# others are planned without it
+STEM_LAYOUTS = (("nchw", 3), ("rows4", 3), ("nhwc4", 4), ("nhwc8", 8))
 
 
 def stem_module(channels: int, weight, device):
@@ -191,9 +200,10 @@ def stem_module(channels: int, weight, device):
 def stems_part(args, started: float) -> list[dict]:
     """The stem over each layout of ``STEM_LAYOUTS`` (issue #22's 16-byte question: the NCHW image
     is gathered 2 bytes at a time and its loop is not pipelined; a channels-last copy padded to 8
-    channels is read in 16-byte async copies over 8/3 the K): each plan's kernels MODELLED and
-    MEASURED as in ``kernels``, and the copy that makes the layout (``permute`` + ``pad`` in torch)
-    MEASURED; the outputs' largest difference from the NCHW layout's eager output."""
+    channels is read in 16-byte async copies over 8/3 the K, tilefuse's row copy over 32/21):
+    each plan's kernels MODELLED and MEASURED as in ``kernels`` (the row copy among them), and the
+    copy that makes an input's layout (``permute`` + ``pad`` in torch) MEASURED; the outputs'
+    largest difference from the NCHW layout's eager output."""
     import torch
     import torch.nn.functional as F
     dtype = getattr(torch, args.dtype)
@@ -221,19 +231,48 @@ def stems_part(args, started: float) -> list[dict]:
             rec["max_abs_diff_from_nchw_eager"] = float((eager - reference).abs().max())
             if channels != 3:
                 rec["copy_measured_us"] = round(timer(make).median_s * 1e6, 3)
-            pg, plan, coster, tgt = plan_of(model, (x,), args.device)
+            pg, plan, coster, tgt = plan_of(model, (x,), args.device, padded=layout == "rows4")
             launch = tgt.launch(False)
             rec.update(target=tgt.name, modelled_total_us=round(plan.cost * 1e6, 3))
+            if layout == "rows4" and not any(p.name.endswith("_rows4") for p in pg.prims):
+                raise RuntimeError("the padded_channels rewrite made no row copy of the image")
             for k in plan.kernels:
                 cost, sched = coster.best(k.candidate)
                 row = {"family": sched.family, "schedule": sched.key(), "modelled_us": round(cost.seconds * 1e6, 3),
                        "measured_us": round((timed(sched, pg, args.device, timer) + launch) * 1e6, 3)}
                 rec["kernels"].append(row)
             rec["measured_sum_us"] = round(sum(r["measured_us"] for r in rec["kernels"]), 3)
+            if layout == "rows4":
+                rec["copy_apart"] = _rows_apart(pg, coster, args.device, timer, launch)
         except Exception as e:
             rec["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2000:]
         print(summary_stem(rec), flush=True)
     return out
+
+
+def _rows_apart(pg, coster, device: str, timer, launch: float) -> list[dict]:
+    """The row copy and the stem over it as kernels of their own, whatever the plan chose (it may
+    fuse the copy back into the stem, which gathers the NCHW image again): each group of at most
+    three prims that holds the copy and not the stem, or the stem and not the copy, with its
+    best schedule, MODELLED and MEASURED."""
+    from tilefuse.orchestrate.candidates import enumerate_candidates
+    from tilefuse.orchestrate.segment import split_segments
+    (copy,) = [p.name for p in pg.prims if p.name.endswith("_rows4")]
+    conv = next(p.name for p in pg.prims if copy in p.inputs)
+    rows = []
+    for seg in split_segments(pg):
+        for cand, _ in enumerate_candidates(seg, coster):
+            names = list(cand.names)
+            if len(names) > 3 or (copy in names) == (conv in names):
+                continue
+            got = coster.best(cand)
+            if got is None:
+                continue
+            cost, sched = got
+            rows.append({"kernel": "copy" if copy in names else "stem over the copy", "prims": names,
+                         "family": sched.family, "modelled_us": round(cost.seconds * 1e6, 3),
+                         "measured_us": round((timed(sched, pg, device, timer) + launch) * 1e6, 3)})
+    return sorted(rows, key=lambda r: (r["kernel"], r["prims"]))
 
 
 def summary_stem(rec: dict) -> str:

@@ -129,13 +129,16 @@ def test_few_channels_padded_read_zero_padded_channels_last_copies_and_match_eag
     padded = channels_padded(pg)
     assert padded is not pg
     copies = [p for p in padded.prims if p.name.endswith("_nhwc8")]
-    # one copy per activation: the stem's padded image, the block's two padded intermediates
-    assert len(copies) == 3 and all(p.out.shape[-1] == MIN_CHANNELS for p in copies)
+    # one copy per activation and form: the stem's padded image and the block's first padded
+    # intermediate (stride 1: 8 channels); the stride-2 convolution's input as rows of 4-channel
+    # pixels (the next test)
+    assert len(copies) == 2 and all(p.out.shape[-1] == MIN_CHANNELS for p in copies)
+    assert len([p for p in padded.prims if p.name.endswith("_rows4")]) == 1
     convs = [p for p in padded.prims if p.reduce is not None and p.out.rank == 4 and len(p.reduce.axes) == 3]
-    assert [p.reduce.extents[-1] for p in convs] == [MIN_CHANNELS] * 3
+    assert [p.reduce.extents[-1] for p in convs] == [MIN_CHANNELS] * 2
     assert all(set(p.inputs) & {c.name for c in copies} for p in convs)
     weights = [c for c in padded.constants if c.name.endswith("_nhwc8")]
-    assert len(weights) == 3
+    assert len(weights) == 2
     # the weights only the padded convolutions read are replaced, not kept beside their copies
     assert not {"stem.weight", "conv1.weight", "conv2.weight"} & {c.name for c in padded.constants}
     for w in weights:
@@ -149,3 +152,40 @@ def test_few_channels_padded_read_zero_padded_channels_last_copies_and_match_eag
     thin = torch.nn.Conv2d(2, 8, 3).eval()
     pg2 = api.prims(import_torch(thin, (torch.randn(1, 2, 6, 6),)).graph)
     assert channels_padded(pg2) is pg2
+
+
+@pytest.mark.parametrize("conv,shape,rows", [
+    (torch.nn.Conv2d(3, 8, 7, stride=2, padding=3), (1, 3, 21, 21), True),    # ResNet's stem: K 7 x 32
+    (torch.nn.Conv2d(4, 8, 3, stride=2, padding=1), (2, 4, 15, 15), True),    # 3 x 16
+    (torch.nn.Conv2d(3, 8, 3, stride=2, dilation=2), (1, 3, 17, 17), False),  # taps 2 pixels apart
+    (torch.nn.Conv2d(3, 8, 3, stride=1, padding=1), (1, 3, 10, 10), False),   # windows 8 bytes apart
+], ids=["7x7-s2", "3x3-s2-4ch", "dilated", "stride-1"])
+def test_a_stride_2_stem_reads_rows_of_its_image_and_matches_eager(conv, shape, rows):
+    """``channels_padded`` over 3 or 4 channels with an even stride reads row windows: a copy of
+    the image with each row's pixels' 4 channels side by side (zero-padded channels, and zero
+    pixels where the last window's run reaches past the row), a kernel row's taps one K run
+    ``ow·s·4 + j`` padded to a multiple of 8 with zero weights; dilated or stride-1 windows are
+    padded to 8 channels instead.  Through the interpreter's kernels, eager's values."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(conv, torch.nn.ReLU()).eval()
+    args = (torch.randn(*shape),)
+    pg = api.prims(import_torch(m, args).graph)
+    padded = channels_padded(pg)
+    copies = [p for p in padded.prims if p.name.endswith("_rows4")]
+    assert bool(copies) == rows
+    if rows:
+        (copy,) = copies
+        (cv,) = [p for p in padded.prims if p.reduce is not None]
+        kh, kw = conv.kernel_size
+        run = -(-kw * 4 // 8) * 8
+        assert cv.reduce.extents == (kh, run) and copy.name in cv.inputs
+        n, c, h, w = shape
+        ow = (w + 2 * conv.padding[1] - kw) // 2 + 1
+        width = max(w + 2 * conv.padding[1], 2 * (ow - 1) + run // 4)
+        assert copy.out.shape == (n, h + 2 * conv.padding[0], (width + width % 2) * 4)
+        (wt,) = [k for k in padded.constants if k.name.endswith("_rows4")]
+        ref = torch.nn.functional.pad(conv.weight.detach().permute(0, 2, 3, 1), (0, 4 - c)).reshape(8, kh, -1)
+        assert wt.data.shape == (8, kh, run) and torch.equal(wt.data[..., :kw * 4], ref) and not wt.data[..., kw * 4:].any()
+    with torch.no_grad():
+        cm = tilefuse.compile_prims(padded, target="cpu", verify=True)
+        torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)

@@ -337,14 +337,18 @@ def test_a_stems_scalar_gather_runs_one_stage_in_the_model_as_in_the_binary(tmp_
             assert 2 in b.loads and 0.75 <= b.shared_bytes / s.work.res.smem_bytes <= 1.25
 
 
+@pytest.mark.parametrize("channels,suffix", [(3, "_rows4"), (6, "_nhwc8")])
 def test_a_padded_stem_reads_16_byte_vectors_and_its_copy_fused_back_gathers_in_the_model_as_in_the_binary(
-        tmp_path, monkeypatch):
-    """``channels_padded`` (an alternative ``api.choose_graph`` weighs): the stem over a copy of the
-    image channels-last, zero-padded to 8 channels, reads each tap as one 16-byte vector: async
-    copies, a loop pipelined in the model and the binary. The copy fused back into the stem as a
-    prologue reads the NCHW image with the channel innermost in K: a value at a time, one stage in
-    both (the model's gather test once followed the tap's column, which moves by one element but
-    not fastest in K, and took it for a vector load: 66 registers against the binary's 242)."""
+        tmp_path, monkeypatch, channels, suffix):
+    """``channels_padded`` (an alternative ``api.choose_graph`` weighs): the stem over a zero-padded
+    channels-last copy of the image (3 channels: rows of 4-channel pixels, a kernel row's taps one
+    K run; 6: padded to 8, a tap one vector) reads 16-byte vectors: async copies, a loop
+    pipelined in the model and the binary. The copy fused back into the stem as a prologue reads
+    the NCHW image a value at a time, in both: one stage in the model, 2-byte loads and the
+    registers of the binary (the model's gather test once followed the tap's column, which moves
+    by one element but not fastest in K, and took it for a vector load: 66 registers against the
+    binary's 242; a row window's pixel ``q // 4`` was a vector gather to the model, 111 registers
+    against 214)."""
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
     from tilefuse import api
     from tilefuse.cost.work import work
@@ -354,9 +358,12 @@ def test_a_padded_stem_reads_16_byte_vectors_and_its_copy_fused_back_gathers_in_
     from tilefuse.orchestrate.costing import Coster
     from tilefuse.orchestrate.segment import split_segments
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.ReLU()).eval().half()
-    padded = api._padded(api.prims(import_torch(model, (torch.randn(1, 3, 64, 64).half(),)).graph))
-    (copy,) = [p.name for p in padded.prims if p.name.endswith("_nhwc8")]
+    # (ResNet's stem over 3 channels, MobileNet's shape over 6)
+    conv = torch.nn.Conv2d(3, 64, 7, stride=2, padding=3) if channels == 3 else \
+        torch.nn.Conv2d(channels, 32, 3, stride=2, padding=1)
+    model = torch.nn.Sequential(conv, torch.nn.ReLU()).eval().half()
+    padded = api._padded(api.prims(import_torch(model, (torch.randn(1, channels, 64, 64).half(),)).graph))
+    (copy,) = [p.name for p in padded.prims if p.name.endswith(suffix)]
     (conv,) = [p.name for p in padded.prims if p.reduce is not None]
     coster = Coster(padded.types, H100)
     chosen = {}
@@ -370,11 +377,16 @@ def test_a_padded_stem_reads_16_byte_vectors_and_its_copy_fused_back_gathers_in_
         (kernel,) = family("gemm").kernels(s, "conv")
         deep, one = (work(dataclasses.replace(kernel, num_stages=n), H100).res for n in (3, 1))
         b = compile_native(kernel, 90)
-        assert (deep == one) == fused and b.pipelined != fused and not b.spills, (fused, s.tile_key())
+        assert (deep == one) == fused and not b.spills, (fused, s.tile_key())
         if fused:
-            assert 2 in b.loads and 0.75 <= b.registers / s.work.res.regs_per_thread <= 1.25
+            ratio = b.registers / s.work.res.regs_per_thread
+            assert 2 in b.loads and ratio <= 1.25, (b.registers, s.work.res.regs_per_thread)
+            # (the rows' binary pipelines the weight's copies around the image's 2-byte loads;
+            # its registers are within ±25% of the model's for ResNet-50's stem at 224 × 224,
+            # 214 against 223, not at this size: 128 against 197, never fewer than counted)
+            assert suffix == "_rows4" or (0.75 <= ratio and not b.pipelined)
         else:
-            assert b.async_copies.get(16) and 2 not in b.loads
+            assert b.async_copies.get(16) and 2 not in b.loads and b.pipelined
 
 
 def test_a_computed_operand_of_a_single_chunk_gemm_holds_the_registers_its_binary_does(tmp_path, monkeypatch):

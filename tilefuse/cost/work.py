@@ -755,10 +755,15 @@ class _Walk:
         dim's index moves by one element only along a tile axis's innermost variable of an
         extent without a factor that long (``flat % 7``: the 7 taps of an NCHW stem's row), or
         by more (a stride-2 row); its values are loaded one at a time (sm_90 binaries of the
-        ResNet and MobileNet stems: 2-byte loads, no cp.async).  An index the walk cannot read
-        as affine is not judged (a rotated half stays a gather)."""
+        ResNet and MobileNet stems: 2-byte loads, no cp.async); or its last dim's index is a
+        quotient ``x // c`` of a tiled index (each value c times over, no two neighbours
+        contiguous: a row-window copy fused back into its stem reads the NCHW image so, 2-byte
+        loads in its sm_90 binary).  Another index the walk cannot read as affine is not judged
+        (a rotated half stays a gather)."""
         dims = _load_site(ld).dims
         need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
+        if dims and dims[-1][0] == "other" and need > 1:
+            return _quotient(dims[-1][1]) and any(self.tiled.get(v) for v in free_vars(dims[-1][1]))
         if not dims or dims[-1][0] != "affine" or need <= 1:
             return False        # (a 0-d tensor's one value: a broadcast, not a run)
         what = dims[-1][1]
@@ -850,6 +855,13 @@ class _Walk:
                 got = frozenset().union(*(self.node_axes(c) for c in e.children()))
             self.axes_memo[e] = got
         return got
+
+
+def _quotient(e) -> bool:
+    """``e`` is ``x // c`` (plus or minus a constant) with ``c`` a constant of at least 2."""
+    while isinstance(e, Binary) and e.op in ("add", "sub") and isinstance(e.b, Const):
+        e = e.a
+    return isinstance(e, Binary) and e.op == "floordiv" and isinstance(e.b, Const) and int(e.b.value) >= 2
 
 
 def _whole_runs(e) -> bool:

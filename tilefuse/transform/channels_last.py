@@ -29,20 +29,31 @@ copy with the activation's producer, or with the stem as a prologue, which gathe
 padded products are zero times zero, so every sum is the same.  One or two channels stay
 gathers: padding them would multiply the work by four to eight.
 
+Over 3 or 4 channels with an even stride along the width (both stems), the copy has 4 channels
+and a row of the image is one run of ``W·4`` values: the taps of one kernel row, ``KW·4`` values
+side by side, are read as one K run ``j`` (padded with zero weights to a multiple of 8), so the
+activation is read at ``x[n, ih, ow·s·4 + j]``, a 16-byte vector wherever ``s·4`` is a multiple
+of 8.  K is ``KH·⌈KW·4/8⌉·8``: 224 for the 7 × 7 stem (147 as it is, 392 padded to 8 channels),
+48 for a 3 × 3 (27, 72), and the copy is 4/3 the image, not 8/3.  A row is padded with zero
+pixels where the last window's padded run reaches past it.
+
 Exact: every value is the same; only addresses change (``verify`` checks the stage against eager).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..ir.dtypes import TensorType
-from ..ir.expr import Const, Load, Var, binary, free_vars, select, transform, walk
+from ..ir.expr import Binary, Const, Load, Var, binary, free_vars, select, transform, walk
 from ..ir.prim import Constant, Prim, PrimGraph, Reduction
 
 NHWC = (0, 2, 3, 1)          # dims of an NCHW tensor in channels-last order
 TAPS_OUTER = (2, 3, 1, 0)    # dims of a depthwise weight [C, 1, KH, KW] as [KH, KW, 1, C]
 MIN_CHANNELS = 8             # channels a K run needs to be a 16-byte fp16 vector
 MIN_PADDED = 3               # fewest channels padded to MIN_CHANNELS (at most 8/3 the work)
+ROW_CHANNELS = 4             # channels of a row-window copy: a pixel of 8 bytes
 
 
 def channels_last(pg: PrimGraph) -> PrimGraph:
@@ -141,11 +152,13 @@ def _depthwise_taps_outer(pg: PrimGraph, region: set[str]) -> PrimGraph:
 
 def channels_padded(pg: PrimGraph) -> PrimGraph:
     """Each convolution over ``MIN_PADDED`` to ``MIN_CHANNELS - 1`` channels whose weight is a
-    constant reads its activation from a channels-last copy padded with zero channels to
-    ``MIN_CHANNELS`` (one copy per activation) and its weight padded alike, summing over
-    (kh, kw, c) (the module docstring); the same object when there is none."""
+    constant reads its activation from a zero-padded channels-last copy (one copy per activation
+    and form) and its weight padded alike (the module docstring): as row windows (``_row_window``)
+    where it can, else over ``MIN_CHANNELS`` channels summing over (kh, kw, c); the same object
+    when there is none."""
     consts = pg.constant_map
     padded: dict[str, tuple[str, str, Var]] = {}
+    rows: dict[str, _Rows] = {}
     for p in pg.prims:
         c = _conv(p, pg)
         if c is None:
@@ -157,25 +170,43 @@ def channels_padded(pg: PrimGraph) -> PrimGraph:
             continue
         j, k = p.inputs.index(act), p.inputs.index(weight)
         if all(ld.index[1] is var for ld in walk(p.body) if isinstance(ld, Load) and ld.tensor in (j, k)):
-            padded[p.name] = c
-    if not padded:
+            window = _row_window(p, act, weight, var, pg)
+            if window is not None:
+                rows[p.name] = window
+            else:
+                padded[p.name] = c
+    if not padded and not rows:
         return pg
     taken = set(pg.types)
     copies = _renamed(sorted({act for act, _, _ in padded.values()}), "_nhwc8", taken)
     weights = _renamed(sorted({w for _, w, _ in padded.values()}), "_nhwc8", taken)
+    row_copies = _renamed(sorted({r.act for r in rows.values()}), "_rows4", taken)
+    row_weights = _renamed(sorted({r.weight for r in rows.values()}), "_rows4", taken)
+    widths = {a: max(r.width for r in rows.values() if r.act == a) for a in row_copies}
+    runs = {r.weight: r.run for r in rows.values()}
     constants = []
     for c in pg.constants:
-        if c.name not in weights:
+        # the weight itself stays only where a prim other than the padded convolutions reads it
+        if c.name not in weights and c.name not in row_weights or \
+                any(q.name not in padded and q.name not in rows for q in pg.consumers.get(c.name, ())):
             constants.append(c)
-            continue
-        # [F, C, KH, KW] -> [F, KH, KW, MIN_CHANNELS], zeros after C; the weight itself stays only
-        # where a prim other than the padded convolutions reads it
-        data = torch.nn.functional.pad(c.data, (0, 0, 0, 0, 0, MIN_CHANNELS - c.data.shape[1]))
-        if any(q.name not in padded for q in pg.consumers.get(c.name, ())):
-            constants.append(c)
-        constants.append(Constant(weights[c.name], data.permute(*NHWC).contiguous()))
+        if c.name in weights:       # [F, C, KH, KW] -> [F, KH, KW, MIN_CHANNELS], zeros after C
+            data = torch.nn.functional.pad(c.data, (0, 0, 0, 0, 0, MIN_CHANNELS - c.data.shape[1]))
+            constants.append(Constant(weights[c.name], data.permute(*NHWC).contiguous()))
+        if c.name in row_weights:   # [F, C, KH, KW] -> [F, KH, run]: w[f, c, kh, kw] at kw·4 + c
+            data = torch.nn.functional.pad(c.data.permute(*NHWC), (0, ROW_CHANNELS - c.data.shape[1]))
+            data = data.reshape(*data.shape[:2], -1)
+            data = torch.nn.functional.pad(data, (0, runs[c.name] - data.shape[2]))
+            constants.append(Constant(row_weights[c.name], data.contiguous()))
     prims, made = [], set()
     for p in pg.prims:
+        if p.name in rows:
+            r = rows[p.name]
+            if ("rows", r.act) not in made:
+                made.add(("rows", r.act))
+                prims.append(_row_copy(r.act, row_copies[r.act], pg.types[r.act], widths[r.act], p.origin))
+            prims.append(_row_windowed(p, r, row_copies[r.act], row_weights[r.weight]))
+            continue
         if p.name not in padded:
             prims.append(p)
             continue
@@ -200,6 +231,102 @@ def _padded_copy(src: str, name: str, t: TensorType, origin) -> Prim:
     body = select(binary("lt", c, t.shape[1]), Load(0, (n, c, h, w), t.dtype), Const(0, t.dtype))
     shape = (t.shape[0], t.shape[2], t.shape[3], MIN_CHANNELS)
     return Prim(name, (src,), (n, h, w, c), body, TensorType(shape, t.dtype), None, origin)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A convolution read as row windows: its activation and weight; in the activation's index
+    ``x[n, c, ih, stride·ow + kw]`` the channel and column variables and the window's start
+    (kw = 0) as (ow, stride); the padded run of one kernel row's taps; the pixels a row of the
+    copy needs (even: a row of the copy is a whole number of 16-byte vectors)."""
+    act: str
+    weight: str
+    channel: Var
+    column: Var
+    start: tuple[Var, int]
+    run: int
+    width: int
+
+
+def _row_window(p: Prim, act: str, weight: str, c: Var, pg: PrimGraph) -> _Rows | None:
+    """``p`` as row windows (module docstring) where it reads at most ``ROW_CHANNELS`` channels,
+    its activation's column is ``stride·ow + kw`` with ``stride·ROW_CHANNELS`` a multiple of 8
+    (each window starts on a 16-byte boundary) and a unit step in kw (no dilation), and the
+    channel and kw appear nowhere but in the activation's and the weight's index."""
+    t = pg.types[act]
+    if t.shape[1] > ROW_CHANNELS:
+        return None
+    j, k = p.inputs.index(act), p.inputs.index(weight)
+    acts = {ld for ld in walk(p.body) if isinstance(ld, Load) and ld.tensor == j}
+    ws = {ld for ld in walk(p.body) if isinstance(ld, Load) and ld.tensor == k}
+    if len(acts) != 1 or len(ws) != 1:
+        return None
+    (a,), (w,) = acts, ws
+    kw = w.index[3]
+    col = a.index[3]
+    if not (isinstance(col, Binary) and col.op == "add" and kw in (col.a, col.b)):
+        return None
+    start = col.b if col.a is kw else col.a
+    v, stride = _scaled(start)
+    if v is None or stride * ROW_CHANNELS % 8 or v not in p.axes:
+        return None
+    if any(c in free_vars(e) or kw in free_vars(e) for e in (a.index[0], a.index[2], start, w.index[0], w.index[2])):
+        return None
+    outside = walk(p.body, lambda n: not (isinstance(n, Load) and n.tensor in (j, k)))
+    if any(n is c or n is kw for n in outside):     # c and kw nowhere but in the two loads
+        return None
+    extent = dict(zip(p.reduce.axes, p.reduce.extents))
+    run = -(-extent[kw] * ROW_CHANNELS // 8) * 8
+    ow = p.out.shape[p.axes.index(v)]
+    width = max(t.shape[3], stride * (ow - 1) + run // ROW_CHANNELS)
+    return _Rows(act, weight, c, kw, (v, stride), run, width + width % 2)
+
+
+def _scaled(e) -> tuple[Var | None, int]:
+    """(v, s) where ``e`` is ``v·s`` (or v: s = 1) with s a constant; (None, 0) otherwise."""
+    if isinstance(e, Var):
+        return e, 1
+    if isinstance(e, Binary) and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(x, Var) and isinstance(y, Const):
+                return x, int(y.value)
+    return None, 0
+
+
+def _row_copy(src: str, name: str, t: TensorType, width: int, origin) -> Prim:
+    """``name[n, h, q] = src[n, q mod 4, h, q div 4]`` for a real channel and pixel, else zero:
+    each row of the image with its pixels' channels side by side, ``width`` pixels long."""
+    n, h, q = (Var(f"i{d}") for d in range(3))
+    c, x = binary("mod", q, ROW_CHANNELS), binary("floordiv", q, ROW_CHANNELS)
+    inside = binary("and", binary("lt", c, t.shape[1]), binary("lt", x, t.shape[3]))
+    body = select(inside, Load(0, (n, c, h, x), t.dtype), Const(0, t.dtype))
+    shape = (t.shape[0], t.shape[2], width * ROW_CHANNELS)
+    return Prim(name, (src,), (n, h, q), body, TensorType(shape, t.dtype), None, origin)
+
+
+def _row_windowed(p: Prim, r: _Rows, copy: str, weight: str) -> Prim:
+    """``p`` summing over (its other reduced axes, kh, j), j the run of one kernel row's taps:
+    ``copy[n, ih, ow·s·4 + j] · weight[f, kh, j]``."""
+    j, k = p.inputs.index(r.act), p.inputs.index(r.weight)
+    taken = {v.name for v in (*p.axes, *p.reduce.axes)}
+    name = "rj"
+    while name in taken:
+        name += "_"
+    run = Var(name)
+    v, stride = r.start
+    column = binary("add", binary("mul", v, stride * ROW_CHANNELS), run)
+
+    def moved(n):
+        if isinstance(n, Load) and n.tensor == j:
+            return Load(j, (n.index[0], n.index[2], column), n.dtype)
+        if isinstance(n, Load) and n.tensor == k:
+            return Load(k, (n.index[0], n.index[2], run), n.dtype)
+        return None
+    red = p.reduce
+    keep = [(a, e) for a, e in zip(red.axes, red.extents) if a is not r.channel and a is not r.column]
+    reduce = Reduction(tuple(a for a, _ in keep) + (run,), tuple(e for _, e in keep) + (r.run,), red.combiner)
+    inputs = tuple(copy if s == j else weight if s == k else n for s, n in enumerate(p.inputs))
+    return Prim(p.name, inputs, p.axes, transform(p.body, moved), p.out, reduce, p.origin)
 
 
 def _conv(p: Prim, pg: PrimGraph) -> tuple[str, str, Var] | None:
