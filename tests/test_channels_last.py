@@ -189,3 +189,69 @@ def test_a_stride_2_stem_reads_rows_of_its_image_and_matches_eager(conv, shape, 
     with torch.no_grad():
         cm = tilefuse.compile_prims(padded, target="cpu", verify=True)
         torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
+
+
+def _few_channel_convs():
+    from hypothesis import strategies as st
+    return st.fixed_dictionaries({
+        "c": st.integers(3, 7), "f": st.sampled_from([5, 8, 16]), "kh": st.integers(1, 5), "kw": st.integers(1, 7),
+        "sh": st.integers(1, 3), "sw": st.integers(1, 4), "ph": st.integers(0, 2), "pw": st.integers(0, 3),
+        "dil": st.sampled_from([1, 1, 1, 2]), "bias": st.booleans(), "n": st.integers(1, 2),
+        "h": st.integers(8, 14), "w": st.integers(8, 17), "act": st.sampled_from(["relu", "sigmoid", "none"]),
+        "half": st.booleans()})
+
+
+def _check_few_channel_conv(spec):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(spec["c"], spec["f"], (spec["kh"], spec["kw"]), stride=(spec["sh"], spec["sw"]),
+                           padding=(min(spec["ph"], spec["kh"] - 1), min(spec["pw"], spec["kw"] - 1)),
+                           dilation=spec["dil"], bias=spec["bias"])
+    act = {"relu": torch.nn.ReLU(), "sigmoid": torch.nn.Sigmoid(), "none": torch.nn.Identity()}[spec["act"]]
+    m = torch.nn.Sequential(conv, act).eval()
+    x = torch.randn(spec["n"], spec["c"], spec["h"], spec["w"])
+    tol = dict(rtol=1e-4, atol=1e-4)
+    if spec["half"]:            # (fp16 tiles: tensor cores and descriptors in the h100 plan)
+        m, x, tol = m.half(), x.half(), dict(rtol=2e-2, atol=2e-2)
+    if (spec["h"] + 2 * conv.padding[0] - spec["dil"] * (spec["kh"] - 1) - 1) < 0 or \
+            (spec["w"] + 2 * conv.padding[1] - spec["dil"] * (spec["kw"] - 1) - 1) < 0:
+        return
+    pg = api.prims(import_torch(m, (x,)).graph)
+    padded = channels_padded(pg)
+    ow = (spec["w"] + 2 * conv.padding[1] - spec["dil"] * (spec["kw"] - 1) - 1) // spec["sw"] + 1
+    rows = spec["c"] <= 4 and (spec["sw"] % 2 == 0 or ow == 1) and spec["dil"] == 1
+    assert any(p.name.endswith("_rows4") for p in padded.prims) == rows
+    assert any(p.name.endswith("_nhwc8") for p in padded.prims) == (not rows)
+    with torch.no_grad():
+        want = m.float()(x.float()).to(x.dtype)
+        cm = tilefuse.compile_prims(padded, target="cpu", time_limit=1.0)
+        torch.testing.assert_close(cm(x), want, **tol)
+        # the h100 plan's kernels (its tiles, tensor descriptors) in the interpreter
+        cm = tilefuse.compile_prims(padded, target="h100", time_limit=1.0)
+        torch.testing.assert_close(cm.emulate(x), want, **tol)
+
+
+def test_few_channel_convolutions_through_either_padded_form_match_eager():
+    """``channels_padded`` over drawn convolutions of 3 to 7 channels (kernel sizes, strides,
+    paddings, dilations, biases, odd widths): the row-window form exactly where the channels are
+    at most 4, the width's stride even (or the output one column wide) and the taps adjacent,
+    else the 8-channel form; both run through the interpreter's kernels, planned for the CPU and
+    for an H100, with eager's values."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=12, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(_few_channel_convs())
+    def run(spec):
+        _check_few_channel_conv(spec)
+    run()
+
+
+@pytest.mark.slow
+def test_few_channel_convolutions_through_either_padded_form_match_eager_long():
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_few_channel_convs())
+    def run(spec):
+        _check_few_channel_conv(spec)
+    run()

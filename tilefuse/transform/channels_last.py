@@ -237,13 +237,13 @@ def _padded_copy(src: str, name: str, t: TensorType, origin) -> Prim:
 class _Rows:
     """A convolution read as row windows: its activation and weight; in the activation's index
     ``x[n, c, ih, stride·ow + kw]`` the channel and column variables and the window's start
-    (kw = 0) as (ow, stride); the padded run of one kernel row's taps; the pixels a row of the
+    (kw = 0) as (ow, stride), ow None where the output is one column wide; the padded run of one kernel row's taps; the pixels a row of the
     copy needs (even: a row of the copy is a whole number of 16-byte vectors)."""
     act: str
     weight: str
     channel: Var
     column: Var
-    start: tuple[Var, int]
+    start: tuple[Var | None, int]
     run: int
     width: int
 
@@ -251,7 +251,8 @@ class _Rows:
 def _row_window(p: Prim, act: str, weight: str, c: Var, pg: PrimGraph) -> _Rows | None:
     """``p`` as row windows (module docstring) where it reads at most ``ROW_CHANNELS`` channels,
     its activation's column is ``stride·ow + kw`` with ``stride·ROW_CHANNELS`` a multiple of 8
-    (each window starts on a 16-byte boundary) and a unit step in kw (no dilation), and the
+    (each window starts on a 16-byte boundary), or ``kw`` (one output column), a unit step in kw
+    (no dilation), and the
     channel and kw appear nowhere but in the activation's and the weight's index."""
     t = pg.types[act]
     if t.shape[1] > ROW_CHANNELS:
@@ -264,11 +265,14 @@ def _row_window(p: Prim, act: str, weight: str, c: Var, pg: PrimGraph) -> _Rows 
     (a,), (w,) = acts, ws
     kw = w.index[3]
     col = a.index[3]
-    if not (isinstance(col, Binary) and col.op == "add" and kw in (col.a, col.b)):
-        return None
-    start = col.b if col.a is kw else col.a
-    v, stride = _scaled(start)
-    if v is None or stride * ROW_CHANNELS % 8 or v not in p.axes:
+    if col is kw:                   # one window a row (the output one column wide): it starts at 0
+        start, v, stride = Const(0, kw.dtype), None, 2
+    elif isinstance(col, Binary) and col.op == "add" and kw in (col.a, col.b):
+        start = col.b if col.a is kw else col.a
+        v, stride = _scaled(start)
+        if v is None or stride * ROW_CHANNELS % 8 or v not in p.axes:
+            return None
+    else:
         return None
     if any(c in free_vars(e) or kw in free_vars(e) for e in (a.index[0], a.index[2], start, w.index[0], w.index[2])):
         return None
@@ -277,7 +281,7 @@ def _row_window(p: Prim, act: str, weight: str, c: Var, pg: PrimGraph) -> _Rows 
         return None
     extent = dict(zip(p.reduce.axes, p.reduce.extents))
     run = -(-extent[kw] * ROW_CHANNELS // 8) * 8
-    ow = p.out.shape[p.axes.index(v)]
+    ow = p.out.shape[p.axes.index(v)] if v is not None else 1
     width = max(t.shape[3], stride * (ow - 1) + run // ROW_CHANNELS)
     return _Rows(act, weight, c, kw, (v, stride), run, width + width % 2)
 
@@ -314,7 +318,7 @@ def _row_windowed(p: Prim, r: _Rows, copy: str, weight: str) -> Prim:
         name += "_"
     run = Var(name)
     v, stride = r.start
-    column = binary("add", binary("mul", v, stride * ROW_CHANNELS), run)
+    column = run if v is None else binary("add", binary("mul", v, stride * ROW_CHANNELS), run)
 
     def moved(n):
         if isinstance(n, Load) and n.tensor == j:
