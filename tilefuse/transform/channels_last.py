@@ -237,8 +237,9 @@ def _padded_copy(src: str, name: str, t: TensorType, origin) -> Prim:
 class _Rows:
     """A convolution read as row windows: its activation and weight; in the activation's index
     ``x[n, c, ih, stride·ow + kw]`` the channel and column variables and the window's start
-    (kw = 0) as (ow, stride), ow None where the output is one column wide; the padded run of one kernel row's taps; the pixels a row of the
-    copy needs (even: a row of the copy is a whole number of 16-byte vectors)."""
+    (kw = 0) as (ow, stride), ow None where the output is one column wide; the padded run of one
+    kernel row's taps; the pixels a row of the copy needs (even: a row of the copy is a whole
+    number of 16-byte vectors)."""
     act: str
     weight: str
     channel: Var
@@ -251,9 +252,9 @@ class _Rows:
 def _row_window(p: Prim, act: str, weight: str, c: Var, pg: PrimGraph) -> _Rows | None:
     """``p`` as row windows (module docstring) where it reads at most ``ROW_CHANNELS`` channels,
     its activation's column is ``stride·ow + kw`` with ``stride·ROW_CHANNELS`` a multiple of 8
-    (each window starts on a 16-byte boundary), or ``kw`` (one output column), a unit step in kw
-    (no dilation), and the
-    channel and kw appear nowhere but in the activation's and the weight's index."""
+    (each window starts on a 16-byte boundary) or ``kw`` alone (one output column), kw stepping
+    one pixel (no dilation), and the channel and kw appear nowhere but in the activation's and
+    the weight's index."""
     t = pg.types[act]
     if t.shape[1] > ROW_CHANNELS:
         return None
