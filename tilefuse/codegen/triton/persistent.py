@@ -14,6 +14,10 @@ Which tiles a task touches is the bounding box of its index expressions over its
 and the query's transpose) run side by side, and a task whose tiles are done starts while the
 rest of their phase runs.
 
+(The next ticket taken at a task's start instead would not hide the ticket's round trip: Triton
+broadcasts a scalar atomic's value through shared memory behind a CTA barrier right after the
+``ATOMG``, sm_90 SASS, so the program waits for it there either way.)
+
 Why it cannot deadlock: tasks are handed out in order, so a waiting task's predecessors were all
 taken before it, by programs that are running (the grid never exceeds what the GPU holds at once:
 the caller's ``programs``) and that wait only for tasks taken before theirs.  In Triton's
