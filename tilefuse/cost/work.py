@@ -77,7 +77,8 @@ DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # stem's im2col, ``_Walk.scalar``) is loaded a value at a time into registers, each with its own
 # 64-bit address and bounds (the ResNet and MobileNet stems' binaries: 2.6-2.9 a value); a plain
 # load through a tensor descriptor (``Kernel.tma``) holds none: the copy engine computes the addresses.
-OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "windowed": 3.0, "gathered": 0.75, "scalar": 2.5, "tma": 0.0}
+OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "windowed": 3.0, "gathered": 0.75, "scalar": 2.5, "tma": 0.0,
+                     "quotient": 2.5, "quotient_once": 1.5}
 CP_ASYNC_BYTES = 4       # the narrowest copy cp.async makes: a loop with a narrower operand run is not pipelined
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 # A computed operand loaded once, outside a pipelined loop (attention's query, a whole key tile),
@@ -427,8 +428,11 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 operand_regs += HELD_COMPUTED * tiles * tile
             elif how:
                 # a scalar gather loaded once (the whole K one chunk: no loop) streams to shared
-                # memory as other gathers do; in a loop it holds each chunk's values and addresses
-                how = "gathered" if how == "scalar" and kind == 1 else how
+                # memory as other gathers do; in a loop it holds each chunk's values and addresses;
+                # through a quotient, loaded once, it holds its addresses' div/mod and guards per
+                # value (MobileNetV2's stem with its row copy fused back: 128-168 registers, sm_90)
+                if kind == 1 and how in ("scalar", "quotient"):
+                    how = "gathered" if how == "scalar" else "quotient_once"
                 operand_regs += OPERAND_REGISTERS[how] * tiles * tile
             final.append((how, kind, tiles * tile))
         if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
@@ -476,7 +480,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                                       default=math.prod(dims.values())))
                   if arrive is not None else math.prod(dims.values()),
                   live, staged, held, acc, operand_regs, epilogue, arrive is not None,
-                  not any(r[0] == "scalar" for d in prof.dots for r in d.reads), tuple(warp_ops))
+                  not any(r[0] in ("scalar", "quotient") for d in prof.dots for r in d.reads), tuple(warp_ops))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -698,7 +702,10 @@ class _Walk:
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
         tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
         if any(self.gathered(ld) for ld in loads):
-            return ("scalar" if any(self.scalar(ld) for ld in loads) else "gathered"), 1, ()
+            if not any(self.scalar(ld) for ld in loads):
+                return "gathered", 1, ()
+            quotient = any((d := _load_site(ld).dims) and d[-1][0] == "other" for ld in loads)
+            return ("quotient" if quotient else "scalar"), 1, ()
         while isinstance(e, Cast):
             e = e.x
         if guarded_load(e):                 # a padded window: one zero-filling masked copy (no TMA)
