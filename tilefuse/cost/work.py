@@ -75,7 +75,9 @@ DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # one (an address not affine in a tile axis's flat index, nor whole 16-byte runs: NCHW im2col, a
 # rotated half) holds addresses and masks per value too; a scalar gather (no 4-byte run: an NCHW
 # stem's im2col, ``_Walk.scalar``) is loaded a value at a time into registers, each with its own
-# 64-bit address and bounds (the ResNet and MobileNet stems' binaries: 2.6-2.9 a value); a plain
+# 64-bit address and bounds (the ResNet and MobileNet stems' binaries: 2.6-2.9 a value), as is one
+# through a quotient index ``x // c`` (a row copy fused back into its stem), which loaded once (no
+# K loop) still holds its div/mod and guards, 1.5 a value; a plain
 # load through a tensor descriptor (``Kernel.tma``) holds none: the copy engine computes the addresses.
 OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "windowed": 3.0, "gathered": 0.75, "scalar": 2.5, "tma": 0.0,
                      "quotient": 2.5, "quotient_once": 1.5}
