@@ -61,8 +61,8 @@ def plan_of(model, inputs, device: str, padded: bool | None = None):
     with torch.no_grad():
         imported = import_torch(model, inputs)
     pg, plans, coster, steps = api.choose_graph(api.prims(imported.graph), tgt, time_limit=10.0)
-    if padded is not None:
-        (_, before, _), = [s for s in steps if s[0] == "padded_channels"]
+    (_, before, after), = [s for s in steps if s[0] == "padded_channels"]
+    if padded is not None and padded != (after is not before):     # the other graph than chosen
         pg = api._padded(before) if padded else before
         plans, coster = api.orchestrate(pg, tgt, time_limit=10.0)
     return pg, plans["optimal"], coster, tgt

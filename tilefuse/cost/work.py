@@ -704,10 +704,8 @@ class _Walk:
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
         tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
         if any(self.gathered(ld) for ld in loads):
-            if not any(self.scalar(ld) for ld in loads):
-                return "gathered", 1, ()
-            quotient = any((d := _load_site(ld).dims) and d[-1][0] == "other" for ld in loads)
-            return ("quotient" if quotient else "scalar"), 1, ()
+            kinds = {self.scalar(ld) for ld in loads}
+            return ("quotient" if "quotient" in kinds else "scalar" if "scalar" in kinds else "gathered"), 1, ()
         while isinstance(e, Cast):
             e = e.x
         if guarded_load(e):                 # a padded window: one zero-filling masked copy (no TMA)
@@ -759,22 +757,23 @@ class _Walk:
                     return True
         return False
 
-    def scalar(self, ld: Load) -> bool:
-        """Triton can prove no run of ``CP_ASYNC_BYTES`` contiguous in the load's tile: its last
+    def scalar(self, ld: Load) -> str:
+        """"scalar" where Triton can prove no run of ``CP_ASYNC_BYTES`` contiguous in the load's tile: its last
         dim's index moves by one element only along a tile axis's innermost variable of an
         extent without a factor that long (``flat % 7``: the 7 taps of an NCHW stem's row), or
         by more (a stride-2 row); its values are loaded one at a time (sm_90 binaries of the
         ResNet and MobileNet stems: 2-byte loads, no cp.async); or its last dim's index is a
-        quotient ``x // c`` of a tiled index (each value c times over, no two neighbours
-        contiguous: a row-window copy fused back into its stem reads the NCHW image so, 2-byte
-        loads in its sm_90 binary).  Another index the walk cannot read as affine is not judged
-        (a rotated half stays a gather)."""
+        quotient ``x // c`` of a tiled index, "quotient" (each value c times over, no two
+        neighbours contiguous: a row-window copy fused back into its stem reads the NCHW image so,
+        2-byte loads in its sm_90 binary); "" otherwise.  Another index the walk cannot read as
+        affine is not judged (a rotated half stays a gather)."""
         dims = _load_site(ld).dims
         need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
         if dims and dims[-1][0] == "other" and need > 1:
-            return _quotient(dims[-1][1]) and any(self.tiled.get(v) for v in free_vars(dims[-1][1]))
+            last = dims[-1][1]
+            return "quotient" if _quotient(last) and any(self.tiled.get(v) for v in free_vars(last)) else ""
         if not dims or dims[-1][0] != "affine" or need <= 1:
-            return False        # (a 0-d tensor's one value: a broadcast, not a run)
+            return ""           # (a 0-d tensor's one value: a broadcast, not a run)
         what = dims[-1][1]
         coeff = what[0]
         moving = False
@@ -786,8 +785,8 @@ class _Walk:
             inner, n = live[-1]
             # one variable: a contiguous arange of the block; the innermost of several: ``flat % n``
             if coeff.get(inner) == 1 and (len(live) == 1 or n & -n >= need):
-                return False
-        return moving
+                return ""
+        return "scalar" if moving else ""
 
     @contextlib.contextmanager
     def scope(self, axis: str):

@@ -187,8 +187,8 @@ def channels_padded(pg: PrimGraph) -> PrimGraph:
     constants = []
     for c in pg.constants:
         # the weight itself stays only where a prim other than the padded convolutions reads it
-        if c.name not in weights and c.name not in row_weights or \
-                any(q.name not in padded and q.name not in rows for q in pg.consumers.get(c.name, ())):
+        replaced = c.name in weights or c.name in row_weights
+        if not replaced or any(q.name not in padded and q.name not in rows for q in pg.consumers.get(c.name, ())):
             constants.append(c)
         if c.name in weights:       # [F, C, KH, KW] -> [F, KH, KW, MIN_CHANNELS], zeros after C
             data = torch.nn.functional.pad(c.data, (0, 0, 0, 0, 0, MIN_CHANNELS - c.data.shape[1]))
