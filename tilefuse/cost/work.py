@@ -62,7 +62,11 @@ from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
-REGISTER_BASE = 20       # per thread: program ids, offsets, pointers, loop counters
+# Per thread: program ids, offsets and pointers of a phase that runs its tile once (fitted: the
+# sm_90 binaries of the bench plans' fused kernels, rows and windows, 16 to 40 registers)
+REGISTER_BASE = 14
+# With a loop (a stencil's taps, an Arrive tail's chunks): its counters and advancing pointers too
+LOOP_REGISTER_BASE = 20
 DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # Registers per value of a thread's share of a Dot's operand tile (one stage), by how the operand
 # is read, and the base above: fitted to the sm_90 binaries of the bench plans' and the zoo's small
@@ -289,7 +293,8 @@ def _registers(p: _Phase, threads: int) -> int:
     # the widest scope's loads are consumed as they arrive: about a quarter of them live at once
     # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
     # values than it loads)
-    return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
+    base = LOOP_REGISTER_BASE if p.tail or p.chunks > 1 else REGISTER_BASE
+    return base + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
 
 
 def _warp_operand_registers(p: _Phase, warps: int, target: Target) -> int:
