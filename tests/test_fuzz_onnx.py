@@ -223,6 +223,27 @@ def test_layer_normalization_of_constant_rows_is_exactly_zero(dtype):
         assert not tilefuse.compile_onnx(model, backend=backend).run({"x": x})[0].any(), backend
 
 
+def test_the_mean_of_a_row_with_an_infinity_is_nan_as_eager_says_whatever_the_infinitys_place():
+    # found by the 2,000-program ONNX fuzz (seed 59): LayerNormalization's Mean of the row
+    # [1.38, 1.38, -0.287, inf] is inf in onnxruntime (a running mean: the infinity came last) and
+    # NaN in tilefuse, whose corrected two-pass mean subtracts it (inf - inf).  onnxruntime gives
+    # NaN itself once the infinity is not last, as eager PyTorch fp32 does for every such row, so
+    # the value is the summation order's; the program generator draws Mean and InvStdDev of finite
+    # rows only (``onnx_programs._layer_norm``), and tilefuse keeps eager's answer
+    inf = np.inf
+    x = np.array([[1.38, 1.38, -0.287, inf], [inf, 1, 2, 3], [1, 2, 3, 4]], np.float32)
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    nodes = [helper.make_node("LayerNormalization", ["x", "w"], ["y", "mean", "inv"], axis=-1, epsilon=1e-5)]
+    model = _model(nodes, [("x", TP.FLOAT, [3, 4])], [("y", TP.FLOAT, [3, 4]), ("mean", TP.FLOAT, [3, 1]),
+                                                     ("inv", TP.FLOAT, [3, 1])], [w], opset=18)
+    ort_mean = program(model, feeds={"x": x}).expected[1]
+    assert np.isinf(ort_mean[0, 0]) and np.isnan(ort_mean[1, 0])
+    _, mean, rstd = torch.native_layer_norm(torch.from_numpy(x), [4], torch.ones(4), torch.zeros(4), 1e-5)
+    for backend in ("reference", "triton"):
+        _, got_mean, got_inv = tilefuse.compile_onnx(model, backend=backend).run({"x": x})
+        assert difference(_tensor(got_mean), mean) is None and difference(_tensor(got_inv), rstd) is None, backend
+
+
 @pytest.mark.parametrize("x", [np.inf, -np.inf, np.nan, 2.0])
 def test_a_contraction_with_a_broadcast_operand_keeps_infinities(x):
     # sum_r c[r] * x (a MatMul of a vector and a broadcast scalar): the reference evaluated it as
