@@ -34,13 +34,15 @@ def _dots(kernel, body, looped=False):
 # LIVE_SHARE) is fitted to the bench plans' and the zoo's sm_90 binaries (bench/README.md,
 # "native.py": 94% of the bench plans' kernels within ±25%); it does not reach every kernel: ptxas
 # spends registers freely where they are plentiful, which no tile-level count predicts, most of all
-# in small models (one BERT layer at hidden 256: 5 of 7; the zoo's small h100 plans: 61 of 85,
+# in small models (one BERT layer at hidden 256: 5 of 7; the zoo's small h100 plans: 58 of 85,
 # LLaMA's 9 of 22).  These floors catch a model that drifts further.
 REGISTERS_WITHIN = {"default": 0.6, "zoo": 0.3}
 
 # Known breaks of issue #22's rules (strict: the test fails when one is fixed, to be struck here)
-KNOWN = {("gpt2", "h100"): "GEMMs under an RMS-style prologue: one spills (255 registers), two hold 128 where "
-                           "the model counts 60 (the prologue's loads, pipelined in registers)",
+KNOWN = {("vit", "h100"): "its MLP chains (GEMM -> GELU -> GEMM, 16 rows, mma.sync) hold 83-84 registers against "
+                          "40-41 modelled: GELU's erf, computed over a thread's share of the second product's "
+                          "operand before it, holds 4-5 registers a value (ReLU, exp or tanh there: 40-46, as "
+                          "modelled); no spills",
          ("resnet", "h100"): "the stem convolution gathers the model's NCHW input (3 channels): no async copies",
          ("resnet", "a100"): "the stem convolution gathers the model's NCHW input (3 channels): no async copies"}
 

@@ -62,12 +62,17 @@ from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
-# Per thread: program ids, offsets and pointers of a phase that runs its tile once (fitted: the
-# sm_90 binaries of the bench plans' fused kernels, rows and windows, 16 to 40 registers)
+# Per thread: program ids, offsets and pointers of a phase that runs its tile once (fitted: sm_90
+# binaries of one-pass fused kernels, rows, reductions, pools and elementwise, 14 to 40 registers)
 REGISTER_BASE = 14
 # With a loop (a stencil's taps, an Arrive tail's chunks): its counters and advancing pointers too
 LOOP_REGISTER_BASE = 20
 DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
+# Per position of a thread's tile where a window's test selects loaded values (``where(in_window,
+# x[...], fill)``: a padded pool's or convolution's taps) in a one-pass phase: the test's terms
+# held per position (fitted: the same binaries; padded max pools 38-40 registers, 24 counted
+# without it; padded depthwise convolutions 28-40)
+WINDOW_REGISTERS = 0.75
 # Registers per value of a thread's share of a Dot's operand tile (one stage), by how the operand
 # is read, and the base above: fitted to the sm_90 binaries of the bench plans' and the zoo's small
 # h100 plans' dot kernels, 82 distinct ones (bench/README.md, "native.py"; tests/test_native_plans.py
@@ -164,6 +169,8 @@ class Profile:
     unrolled: frozenset = frozenset()                          # axes of unrolled loops (Loop.unroll)
     scattered: frozenset = frozenset()                         # output slots stored at data-dependent
                                                                # positions (a scatter: not written whole)
+    windows: tuple = ()                                        # per select of loaded values by a window's
+                                                               # test (no Dot): the axes it varies along
 
 
 def work(kernel: Kernel, target: Target) -> Work:
@@ -220,6 +227,7 @@ class _Phase:
     # per Dot whose A operand is computed in a loop and whose B comes through a tensor descriptor:
     # (BM, BN, BK, the registers counted for A, all threads): ``_warp_operand_registers``
     warp_operands: tuple = ()
+    window_elems: int = 0             # positions a window's test selects loaded values at (no Dot)
 
 
 @dataclass(frozen=True)
@@ -293,8 +301,10 @@ def _registers(p: _Phase, threads: int) -> int:
     # the widest scope's loads are consumed as they arrive: about a quarter of them live at once
     # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
     # values than it loads)
-    base = LOOP_REGISTER_BASE if p.tail or p.chunks > 1 else REGISTER_BASE
-    return base + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
+    if p.tail or p.chunks > 1:
+        return LOOP_REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
+    return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads)) \
+        + math.ceil(WINDOW_REGISTERS * p.window_elems / threads)
 
 
 def _warp_operand_registers(p: _Phase, warps: int, target: Target) -> int:
@@ -487,7 +497,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                                       default=math.prod(dims.values())))
                   if arrive is not None else math.prod(dims.values()),
                   live, staged, held, acc, operand_regs, epilogue, arrive is not None,
-                  not any(r[0] in ("scalar", "quotient") for d in prof.dots for r in d.reads), tuple(warp_ops))
+                  not any(r[0] in ("scalar", "quotient") for d in prof.dots for r in d.reads), tuple(warp_ops),
+                  sum(math.prod(by[x].block for x in ax if x in by) for ax in prof.windows))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -616,17 +627,28 @@ class _Walk:
         self.arrive: tuple = ()
         self.unrolled: set = set()
         self.scattered: set[int] = set()
+        self.windows: dict = {}                   # select by a window's test -> its axes
 
     def run(self, body) -> Profile:
         self.statements(body)
         return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
                        tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
                        tuple(self.stops), self.arrive, self.tail, frozenset(self.unrolled),
-                       frozenset(self.scattered))
+                       frozenset(self.scattered), tuple(self.windows.values()))
+
+    def window(self, *exprs) -> None:
+        """Record the selects of loaded values by a test of indices alone in ``exprs`` (a padded
+        window: ``where(in_bounds, relu(x[i - 1]), fill)``), each once."""
+        for e in exprs:
+            for n in walk(e, into=lambda x: not isinstance(x, Load)):
+                if isinstance(n, Select) and n not in self.windows and not load_nodes(n.cond) \
+                        and any(v.tensor < self.nin for v in (*load_nodes(n.a), *load_nodes(n.b))):
+                    self.windows[n] = self.node_axes(n)
 
     def statements(self, body) -> None:
         for st in body:
             if isinstance(st, Store):
+                self.window(st.value)
                 for e in (st.value, *st.index, *st.guards):
                     self.loads(e)
                 self.count((st.value, *st.guards))
@@ -636,6 +658,7 @@ class _Walk:
             elif isinstance(st, Reduce):
                 axis = self.canon[st.axis]
                 tile = self.axes(st.value) | {axis}
+                self.window(st.value)
                 with self.scope(st.axis):
                     self.loads(st.value)
                     self.count((st.value,), {axis}, combine=1)
