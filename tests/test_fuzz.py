@@ -309,6 +309,20 @@ def test_a_reference_that_departs_from_eager_fails_the_check(monkeypatch):
         check(case, "cpu")
 
 
+def test_gelu_of_positive_infinity_is_infinity_as_the_formula_and_onnxruntime_say():
+    # found by the kernel fuzzer (seed 67: a MatMul with an infinite weight, then Gelu): eager's
+    # vectorized fp32 CPU Gelu gives NaN at +inf, where its own scalar and fp64 kernels, onnxruntime
+    # and x * Phi(x) give +inf; the oracle takes the formula's value there (tests/eager.py)
+    b = GraphBuilder(seed=0)
+    x = b.input((2, 3), F32)
+    b.node("Gelu", [x], TensorType((2, 3), F32))
+    case = b.build()
+    feeds = {x: torch.tensor([[math.inf, -math.inf, 1.0], [2.0, -3.0, math.nan]])}
+    (got,) = run_eager(case.graph, feeds)
+    assert got[0, 0].item() == math.inf and torch.isnan(got[0, 1]) and got[0, 2].item() > 0.84
+    check(case, "cpu", feeds)
+
+
 def test_attention_over_non_finite_values_its_mask_drops_is_left_to_the_reference():
     # eager adds -inf to a dropped +inf score (NaN) and weighs a dropped infinite value by 0
     # (NaN); tilefuse's masks select: the oracle calls such a case open rather than pick a side
