@@ -37,8 +37,9 @@ From that walk, for every family alike:
   outside a padded window, a gather, a scalar gather), the tiles the epilogue loads, and the
   operand tiles staged in shared memory (``num_stages`` deep inside a loop; one stage where an
   operand is a scalar gather, which Triton does not pipeline: ``_Walk.scalar``); without, a base
-  for indices and pointers plus a thread's share of the tile and a
-  quarter of the values the widest scope loads (at most 8 loads);
+  for indices and pointers (smaller for a phase that runs its tile once than for one with a loop)
+  plus a thread's share of the tile, a quarter of the values the widest scope loads (at most 8
+  loads), and in a one-pass phase the positions where a window's test selects loaded values;
 - a causal loop split in two (``Loop.until``, ``Loop.resume``) charges each part its share of
   the chunks and the second its own pipeline of the product (``SPLIT_REGISTERS``);
 - a loop that stops early or starts late (a causal key loop, ``Loop.stop``; a sliding window's,
