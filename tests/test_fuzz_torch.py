@@ -184,3 +184,18 @@ def test_a_layer_norm_over_two_bf16_attention_outputs_is_held_to_float64():
     p = Program((((8, 4, 5, 6), torch.bfloat16), ((4, 8, 3, 2), torch.bfloat16)), steps, (3, 4),
                 (torch.tensor([1.9453, -1.3438], dtype=torch.bfloat16),), seed=424)
     check(p, configs=(("triton", "h100"),))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_a_16_bit_one_tap_convolution_is_drawn_without_dilation(dtype):
+    # found by the 2,000-program torch fuzz (seed 69): eager's 16-bit CPU convolution segfaults on
+    # a one-tap kernel dilated by 2 with stride 2 and padding 1 (torch 2.13), which kills the whole
+    # run while drawing; such a dilation changes nothing, so 16-bit ones are drawn at 1
+    from torch_programs import _draw_conv
+    # the draws in order: nd (drawn, unused for a 4-d input), groups, cout per group, kernel,
+    # stride, padding, dilation, the weight's seed
+    draws = iter([1, 1, 1, 1, 2, 1, 2, 0])
+    x = torch.randn(1, 2, 5, 1, dtype=dtype)
+    _, (nd, stride, pad, dil, groups), (w,) = _draw_conv(lambda strategy: next(draws), x, [])
+    assert (nd, stride, pad, groups, tuple(w.shape)) == (2, 2, 1, 1, (1, 2, 1, 1))
+    assert dil == (2 if dtype == torch.float32 else 1)

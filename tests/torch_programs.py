@@ -612,6 +612,9 @@ def _draw_conv(d, x, pool):
     cout = groups * d(st.integers(1, 2))
     kernel = d(st.integers(1, 3))
     stride, pad, dil = d(st.integers(1, 2)), d(st.integers(0, 1)), d(st.integers(1, 2))
+    if kernel == 1 and x.dtype in (torch.float16, torch.bfloat16):
+        dil = 1     # a one-tap kernel's dilation changes nothing, and eager's 16-bit CPU convolution
+                    # segfaults on it with stride 2 and padding (torch 2.13; torch fuzzer, seed 69)
     if any(n + 2 * pad < dil * (kernel - 1) + 1 for n in x.shape[-nd:]):
         return None
     w = _weight(d, (cout, cin // groups) + (kernel,) * nd, x.dtype)
