@@ -8,6 +8,8 @@
 #   STEPS="tests check sanitize" CHECK_MODELS=bert,llama bash bench/gpu_suite.sh   # sanitize: when check faulted
 #   STEPS=attention ATTN_SHAPES=mcfuser bash bench/gpu_suite.sh      # MCFuser's S1-S9
 #   STEPS=persistent bash bench/gpu_suite.sh      # persistent kernels call after call; CUDA graphs per size
+#   STEPS=persistent PERSIST_TESTS="test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager" bash bench/gpu_suite.sh
+#   STEPS=kernels KERNEL_PARTS=gemms bash bench/gpu_suite.sh   # generated GEMMs against cuBLAS only
 #   STEPS=decode bash bench/gpu_suite.sh          # a decode step: eager, inductor graphs, tilefuse, persistent
 #   STEPS=stems bash bench/gpu_suite.sh           # ResNet-50's stem: NCHW gathers vs channels-last 16-byte copies
 # Needs highspy and tilefuse's own wheel in .whl/ (bench/README.md says how; tilefuse's for its
@@ -39,13 +41,13 @@ for s in $STEPS; do case $s in
   sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
   models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" ${MODEL_VARIANTS:+--variants "$MODEL_VARIANTS"} --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
   attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
-  kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
+  kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" ${KERNEL_PARTS:+--parts "$KERNEL_PARTS"} --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   stems) step ${T_STEMS:-60} stems python3 bench/gpu_kernels.py --parts stems --budget-s $(( ${T_STEMS:-60} - 15 )) --out "$OUT/gpu_stems.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
   persistent)   # each test in its own process and time limit: a hang or a failure names its test
-    for t in "test_persistent_kernels_equal_eager_call_after_call[bert]" "test_persistent_kernels_equal_eager_call_after_call[llama]" \
+    for t in ${PERSIST_TESTS:-"test_persistent_kernels_equal_eager_call_after_call[bert]" "test_persistent_kernels_equal_eager_call_after_call[llama]" \
              test_generation_with_cuda_graphs_replays_one_graph_per_size test_generation_with_cuda_graphs_and_a_static_cache_writes_it_in_place \
-             test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager; do
+             test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager}; do
       TILEFUSE_PERSISTENT_CALLS=${PERSISTENT_CALLS:-10000} step ${T_PERSIST:-60} "persistent $t" python3 -m pytest "tests/test_gpu.py::$t" -m gpu --runslow -q -rs --tb=short -p no:cacheprovider
     done ;;
   decode) step ${T_DECODE:-300} decode python3 bench/gpu_decode.py --layers ${DECODE_LAYERS:-2} --calls ${PERSISTENT_CALLS:-10000} --out "$OUT/gpu_decode.json" ;;
