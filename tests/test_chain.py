@@ -476,3 +476,19 @@ def test_chain_tiles_read_through_tensor_descriptors_only_where_they_loop():
     assert loopless and looping
     assert not any(t.tma for t in loopless) and all(t.tma for t in looping)
     assert not any(t.tma for t in chain_tiles(s4, Target.get("a100")))
+
+
+def test_the_tiles_triton_miscompiles_on_sm90_are_left_out_and_their_neighbours_kept():
+    """MEASURED on an H200 (Triton 3.6, bench/gpu_chain_tiles.py): S4's chain at BM 64, 4 warps
+    (wgmma), K whole, H split, one stage gave wrong values (loopless and over a key loop); BH
+    whole, BK 32, BM 16 and two stages over a key loop were right.  The sm_90 space leaves the
+    first class out and keeps the others; sm_80 (no wgmma) keeps every tile."""
+    from tilefuse.cost.target import Target
+    from tilefuse.families.chain.space import ChainShape, chain_tiles
+    s4 = ChainShape(batch=12, m=256, n=256, k=64, h=64, itemsize=2)
+    keys = lambda tiles: {(t.bm, t.bn, t.bk, t.bh, t.warps, t.stages) for t in tiles}  # noqa: E731
+    h200, a100 = keys(chain_tiles(s4, Target.get("h200"))), keys(chain_tiles(s4, Target.get("a100")))
+    wrong = {(64, 256, 64, 32, 4, 1), (64, 128, 64, 32, 4, 1), (64, 256, 64, 32, 4, 2)}   # the last: same PTX as s1
+    right = {(64, 256, 64, 64, 4, 1), (64, 256, 32, 32, 4, 1), (16, 256, 64, 32, 4, 1), (64, 128, 64, 32, 4, 2)}
+    assert not wrong & h200 and right <= h200
+    assert wrong | right <= a100

@@ -183,8 +183,9 @@ def test_persistent_kernels_equal_eager_call_after_call(name):
 
 
 def _graphed_generation(mode="reduce-overhead", options=None, **kw):
-    """(eager's tokens, tilefuse's under ``mode``) of the tiny LLaMA's greedy generation on the
-    GPU, no graph run eagerly."""
+    """(eager's tokens, tilefuse's under ``mode``, the CompiledModels the generation made) of the
+    tiny LLaMA's greedy generation on the GPU, no graph run eagerly.  The models are taken before
+    ``torch._dynamo.reset()``, which frees them (``compiled_graphs`` holds weak references)."""
     from test_generation import _llama
     from tilefuse.frontend.dynamo import TilefuseFallbackWarning
     torch.manual_seed(0)
@@ -201,9 +202,10 @@ def _graphed_generation(mode="reduce-overhead", options=None, **kw):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("error", TilefuseFallbackWarning)
             got = model.generate(ids, **kw)
+        graphs = tilefuse.compiled_graphs()
     finally:
         torch._dynamo.reset()
-    return want, got
+    return want, got, graphs
 
 
 @pytest.mark.slow       # (bench/gpu_suite.sh: the "persistent" step)
@@ -217,7 +219,7 @@ def test_generation_with_cuda_graphs_replays_one_graph_per_size():
     # the replays themselves kept (not their ids: a freed one's id can be another's)
     GraphReplay.run = lambda self, feeds: replays.append(self) or real(self, feeds)
     try:
-        want, got = _graphed_generation()
+        want, got, _ = _graphed_generation()
     finally:
         GraphReplay.run = real
     assert torch.equal(got, want)
@@ -228,9 +230,9 @@ def test_generation_with_cuda_graphs_replays_one_graph_per_size():
 def test_generation_with_cuda_graphs_and_a_static_cache_writes_it_in_place():
     """A static cache under mode="reduce-overhead": each decode step replays one graph that writes
     the new rows into the cache's own memory (``runtime/cudagraph.py``); tokens equal eager."""
-    want, got = _graphed_generation(cache_implementation="static")
+    want, got, graphs = _graphed_generation(cache_implementation="static")
     assert torch.equal(got, want)
-    decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
+    decode = [c for c in graphs if c.program._aliases]
     assert decode and decode[-1]._replay is not None and decode[-1]._replay.donated
 
 
@@ -239,10 +241,11 @@ def test_static_cache_decode_steps_as_one_persistent_kernel_equal_eager():
     """Issue #25 item 5 on the GPU: each decode step of a static cache is one persistent kernel
     (the cache writes side by side, the attention, the projections as phases; the weights'
     prefetches compiled in) and the greedy tokens equal eager's."""
-    want, got = _graphed_generation(mode=None, options={"persistent": True}, cache_implementation="static")
+    want, got, graphs = _graphed_generation(mode=None, options={"persistent": True}, cache_implementation="static")
     assert torch.equal(got, want)
-    decode = [c for c in tilefuse.compiled_graphs() if c.program._aliases]
-    assert decode and decode[-1].persistent == ((0, len(decode[-1].kernels)),), decode[-1].persistent
+    decode = [c for c in graphs if c.program._aliases]
+    assert decode, f"no decode graph among the {len(graphs)} compiled"
+    assert decode[-1].persistent == ((0, len(decode[-1].kernels)),), decode[-1].persistent
 
 
 @pytest.mark.parametrize("case", ["flash-decoding", "gemm-chain"])
