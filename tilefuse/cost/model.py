@@ -105,6 +105,8 @@ class Work:
                                # (a dot loop at num_stages 1: Triton issues no loads ahead)
     dram_stored: float = 0.0   # of dram_bytes, bytes written: they land in L2 (written back to DRAM
                                # later), so a kernel whose other DRAM bytes are none waits on L2 only
+    dot_steps: float = 0.0     # tensor-core products a program runs one after another (its Dots
+                               # times its loop chunks): each at least ``Target.dot_step_s``
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,12 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
         # each unpipelined chunk waits a round trip before its product; the programs resident on
         # an SM hide one another's waits, the SM's waves run one after another
         comp += waves * w.serial_chunks * target.l2_latency_s / max(min(occ, -(-programs // target.sm_count)), 1)
+    if w.dot_steps and comp:
+        # a tensor-core program's latency (MEASURED, docs/cost-model.md): each product step takes
+        # at least dot_step_s (load barrier, issue, completion), and the program a fixed
+        # dot_program_s besides (operand setup, the accumulator's epilogue, its stores); the
+        # programs of a wave run side by side, the waves one after another
+        comp = max(comp, waves * w.dot_steps * target.dot_step_s) + waves * target.dot_program_s
     body = max(dram, l2, comp)
     # the fill: one round trip before the first bytes arrive (from L2 where nothing is read from
     # DRAM: a persistent kernel's phase reading what an earlier phase wrote; stores wait on none)

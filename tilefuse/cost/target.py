@@ -60,6 +60,9 @@ class Target:
     link_bw: float = 0.0                    # bytes/s one rank sends to the others in a collective
                                             # (per direction); 0: no interconnect modelled
     link_latency_s: float = 0.0             # a collective's fixed cost over the link
+    dot_step_s: float = 0.0                 # a tensor-core product step's least time in one program
+    dot_program_s: float = 0.0              # a tensor-core program's fixed latency beyond its
+                                            # bytes and flops (both: cost/model.estimate)
 
     def __hash__(self) -> int:
         # by value, the mappings as their sorted items: caches are keyed by what a target is
@@ -169,6 +172,11 @@ def _ro(d: dict) -> Mapping[str, float]:
 # FlashAttention-3 (wgmma, ~740): about half; to be replaced by measurement.  [9] H100 SXM
 # datasheet: NVLink 4 at 900 GB/s per GPU, both directions together (18 links x 25 GB/s each way);
 # a collective's fixed cost (NCCL's small-message latency, ~10 us within a node) is an assumption.
+# [10] MEASURED on an H200 (same SMs and clocks; Triton 3.6; 2026-11-28): BERT-small's persistent
+# kernel traced (each task's GPU clock; bench/results/gpu_h200_2026-11-28/gpu_models_small.json):
+# its tensor-core tasks ran 2.0-4.1 us longer than modelled, their bytes and flops a fraction of
+# that; least squares over its five kinds of dot task (2-9 product steps): 2.1 us a program plus
+# 0.3 us a step, each task then within 15% (docs/cost-model.md).  One model's trace: a lead.
 H100 = Target(
     name="h100", sm_count=132, dram_bw=3.35 * TB,
     peak_simt=_ro({"float32": 67 * TFLOPS, "float16": 133.8 * TFLOPS, "bfloat16": 133.8 * TFLOPS,
@@ -187,6 +195,7 @@ H100 = Target(
     warpgroup_mma_rows=64, legacy_mma_share=0.5,   # [8]
     arch=90,
     link_bw=450 * GB, link_latency_s=10e-6,  # [9]
+    dot_step_s=0.3e-6, dot_program_s=2.1e-6,   # [10]
 )
 
 # NVIDIA H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet: the H100 SXM compute (same GH100 SMs and

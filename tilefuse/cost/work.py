@@ -278,7 +278,8 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
     return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
                 inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
                 requested_bytes=requested + p.stored + p.scratch,
-                store_bytes=(p.stored + p.scratch) if p.tail else 0.0, dram_stored=p.stored + scratch_dram)
+                store_bytes=(p.stored + p.scratch) if p.tail else 0.0, dram_stored=p.stored + scratch_dram,
+                dot_steps=max(math.ceil(p.chunks), 1) * len(p.dots))
 
 
 def _window(kernel: Kernel, concurrent: int) -> dict:

@@ -113,5 +113,8 @@ def _schedule(group: Group, target: Target, batch: int, m: int, n: int, k: int, 
     dram = a_bytes + b_bytes + out_bytes + partial_dram
     l2 = a_bytes * nt + b_bytes * mt + out_bytes + partial
     peak = target.peak(dtype, tc) * LIBRARY_EFFICIENCY
-    work = Work(programs, dram, l2, work_flops, peak, inflight_bytes=STAGES * (tm + tn) * bk * item, res=res)
+    # the vendor's programs step through K as ours do (the same latency floor)
+    steps = math.ceil(kc / bk)
+    work = Work(programs, dram, l2, work_flops, peak, inflight_bytes=STAGES * (tm + tn) * bk * item, res=res,
+                dot_steps=steps)
     return LibrarySchedule("library", group, programs, work, batch, m, n, k, tile, split, tc)
