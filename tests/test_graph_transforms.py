@@ -185,7 +185,10 @@ def test_weights_that_are_inputs_are_concatenated_by_a_layout_prim():
     same_values(pg, h, feeds)
     cm = tilefuse.compile(fn, args, target="h100", backend="triton")
     if any(p.origin.op == "Concat" for p in cm.primgraph.prims):     # the planner kept the merge
-        assert len(cm.kernels) == 1 and cm.kernels[0].family == "gemm"
+        # (the ReLU of one column range may be a kernel of its own: an epilogue over a range is not
+        # in the gemm family; with h100's measured tensor-core latency the merge wins even so)
+        (gemm,) = [b for b in cm.kernels if b.family == "gemm"]
+        assert {"args_1", "args_2"} <= set(gemm.inputs), gemm.inputs
     from gemm_eval import run_cpu
     for got, want in zip(run_cpu(cm, *args), fn(*args)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
