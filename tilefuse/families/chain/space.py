@@ -9,7 +9,9 @@ to a power of two (up to 256) or a smaller power of two that pads it by less tha
 Rule 3), not a second product more than ``NARROW_H`` times narrower than the key block (it spills).
 Shared memory (Rule 4, MCFuser Eq. 1): the five tiles a program touches (A bm×bk,
 B bk×bn, C bm×bn, D bn×bh, E bm×bh) within the target's per-block limit, with 20% slack for the
-estimate's error.  The ranking (``families/chain``) times each with ``cost/work.py``.
+estimate's error.  On sm_90, a tile class Triton 3.6 compiles to wrong values (measured on an
+H200: ``miscompiled``) is left out.  The ranking (``families/chain``) times each with
+``cost/work.py``.
 """
 from __future__ import annotations
 
