@@ -105,8 +105,8 @@ class Work:
                                # (a dot loop at num_stages 1: Triton issues no loads ahead)
     dram_stored: float = 0.0   # of dram_bytes, bytes written: they land in L2 (written back to DRAM
                                # later), so a kernel whose other DRAM bytes are none waits on L2 only
-    dot_steps: float = 0.0     # tensor-core products a program runs one after another (its Dots
-                               # times its loop chunks): each at least ``Target.dot_step_s``
+    dot_steps: float = 0.0     # products a program runs one after another (its Dots times its loop
+                               # chunks; a library GEMM's K steps): each at least ``Target.dot_step_s``
 
 
 @dataclass(frozen=True)
