@@ -478,7 +478,9 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     for path, _ in loops:
         sizes = sorted((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads if u.path == path),
                        reverse=True)
-        unrolled = math.prod(chunks(x) for x in path if x in prof.unrolled)
+        # (an Arrive tail's unrolled sum of the partials adds each as it arrives: the split-K
+        # GEMMs' sm_90 binaries hold no more than their main phase, bench/dot_registers.py)
+        unrolled = math.prod(chunks(x) for x in path if x in prof.unrolled) if arrive is None else 1
         live = max(live, math.ceil(sum(sizes[:MAX_LIVE_LOADS]) * (unrolled * UNROLLED_LIVE * LIVE_SHARE
                                                                   if unrolled > 1 else 1)))
     epilogue = sum(math.prod(blk(x) for x in u.varies if x in by) for u in prof.loads if not u.operand) \
