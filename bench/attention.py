@@ -170,6 +170,15 @@ def _git(*args: str) -> str | None:
         return None
 
 
+def whole_group(pg):
+    """The whole prim graph as one group (the kernel a family would make of all of it), writing
+    the graph's outputs."""
+    from tilefuse.families.base import Group
+    made = {p.name for p in pg.prims}
+    ins = tuple(dict.fromkeys(n for p in pg.prims for n in p.inputs if n not in made))
+    return Group(pg.prims, ins, tuple(pg.outputs), dict(pg.types))
+
+
 def launches_of(sched) -> int:
     """Kernel launches one planned kernel costs: a split-K gemm launches its reduction kernel too."""
     tile = getattr(sched, "tile", None)

@@ -237,12 +237,9 @@ def _chain_schedule_us(cm, target_name: str):
     when the family cannot build it."""
     from tilefuse.cost.target import Target
     from tilefuse.families.chain import ChainFamily
-    from tilefuse.families.base import Group
-    pg, target = cm.primgraph, Target.get(target_name)
-    made = {p.name for p in pg.prims}
-    ins = tuple(dict.fromkeys(n for p in pg.prims for n in p.inputs if n not in made))
+    target = Target.get(target_name)
     fam = ChainFamily()
-    scheds = fam.schedules(Group(pg.prims, ins, tuple(pg.outputs), dict(pg.types)), target)
+    scheds = fam.schedules(att.whole_group(cm.primgraph), target)
     return fam.cost(scheds[0], target).seconds * 1e6 if scheds else None
 
 

@@ -14,10 +14,6 @@ Nothing is measured on a GPU: this is the data a refit of the register model at 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -57,16 +53,13 @@ def run() -> list[dict]:
     from tilefuse.codegen.triton.native import NativeCompileError, compile_native
     from tilefuse.cost.target import Target
     from tilefuse.cost.work import work
-    from tilefuse.families.base import Group
     from tilefuse.families.gemm import GemmFamily, _schedule, gemm_body
+    from attention import whole_group            # (bench/attention.py: the shared helpers)
     from tilefuse.families.gemm.space import GemmTile
     h100 = Target.get("h100")
     rows = []
     for name, fn, args in cases():
-        pg = tilefuse.compile(fn, args, target="h100", backend="reference").primgraph
-        made = {p.name for p in pg.prims}
-        ins = tuple(dict.fromkeys(x for p in pg.prims for x in p.inputs if x not in made))
-        body = gemm_body(Group(pg.prims, ins, tuple(pg.outputs), dict(pg.types)))
+        body = gemm_body(whole_group(tilefuse.compile(fn, args, target="h100", backend="reference").primgraph))
         if body is None:
             raise SystemExit(f"{name}: not one GEMM group")
         for bm, bn, bk, split in TILES:
@@ -96,24 +89,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    import torch
-    import triton
     rows = run()
     ok = [r for r in rows if "error" not in r]
     for bk in (32, 64, 128):
         at = [r for r in ok if r["bk"] == bk]
         print(f"BK {bk:3d}: model within ±25% of the binary for {sum(r['within_25'] for r in at)} of {len(at)}")
     if a.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        a.json.write_text(json.dumps({
-            "what": "registers of GEMMs with computed operands at forced tiles, sm_90 binary (compiled here, "
-                    "no GPU) vs the cost model",
-            "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit, "machine": platform.platform(),
-            "versions": {"torch": torch.__version__, "triton": triton.__version__},
-            "within_25": sum(r["within_25"] for r in ok), "kernels": len(ok), "rows": rows}, indent=1))
-        print("written", a.json)
+        from fused_registers import write_record     # (this folder is on the path when run)
+        write_record(a.json, "registers of GEMMs with computed operands at forced tiles, sm_90 binary (compiled "
+                     "here, no GPU) vs the cost model", argv, within_25=sum(r["within_25"] for r in ok),
+                     kernels=len(ok), rows=rows)
     return 0
 
 

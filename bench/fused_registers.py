@@ -94,22 +94,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    import torch
-    import triton
     rows = run()
     within = sum(r["within_25"] for r in rows)
     print(f"model registers within ±25% of the binary: {within} of {len(rows)}")
     if a.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        a.json.write_text(json.dumps({
-            "what": "registers of one-pass fused kernels, sm_90 binary (compiled here, no GPU) vs the cost model",
-            "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit, "machine": platform.platform(),
-            "versions": {"torch": torch.__version__, "triton": triton.__version__},
-            "within_25": within, "kernels": len(rows), "rows": rows}, indent=1))
-        print("written", a.json)
+        write_record(a.json, "registers of one-pass fused kernels, sm_90 binary (compiled here, no GPU) vs the "
+                     "cost model", argv, within_25=within, kernels=len(rows), rows=rows)
     return 0
+
+
+def write_record(path: Path, what: str, argv, **fields) -> None:
+    """A register bench's JSON: what it is, the command, date, commit, machine and versions, then
+    ``fields`` (shared with ``dot_registers.py``)."""
+    import torch
+    import triton
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    path.write_text(json.dumps({
+        "what": what, "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit, "machine": platform.platform(),
+        "versions": {"torch": torch.__version__, "triton": triton.__version__}, **fields}, indent=1))
+    print("written", path)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ def run_one(shape: tuple, tile_text: str, device: str) -> dict:
     import torch
     import torch.nn.functional as F
     import tilefuse
-    from tilefuse.families.base import Group
     from tilefuse.families.chain import ChainFamily, _schedule, chain_body
+    from attention import whole_group            # (bench/attention.py: the shared helpers)
     from tilefuse.families.chain.space import ChainTile
     heads, m, n, d = shape
     parts = tile_text.split(",")
@@ -41,9 +41,7 @@ def run_one(shape: tuple, tile_text: str, device: str) -> dict:
     fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
     cm = tilefuse.compile(fn, (q, k, v), target="h200", backend="reference")
     pg = cm.primgraph
-    made = {p.name for p in pg.prims}
-    ins = tuple(dict.fromkeys(x for p in pg.prims for x in p.inputs if x not in made))
-    body = chain_body(Group(pg.prims, ins, tuple(pg.outputs), dict(pg.types)))
+    body = chain_body(whole_group(pg))
     built = ChainFamily().build(_schedule(body, tile, cm.target), "chain_probe")
     dev = torch.device(device)
     feeds = dict(zip(cm.input_names, (q.to(dev), k.to(dev), v.to(dev))))

@@ -2,6 +2,8 @@
 the CPU (under the interpreter), or build its whole graph as one kernel with a forced tile, and
 compare with eager torch and the reference executor; the modules using them import the autouse
 fixtures ``_cache`` (kernels in a temporary cache) and ``_seed``."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -15,6 +17,9 @@ from tilefuse.runtime.executor import Program
 from tilefuse.families.gemm import GemmTile
 
 H100 = Target.get("h100")
+# h100 without the measured tensor-core latency (Target.dot_program_s, dot_step_s): for tests of a
+# mechanism whose premise is a plan or ranking the model made before that latency was charged
+H100_UNFLOORED = replace(H100, dot_program_s=0.0, dot_step_s=0.0)
 F32_TOL = dict(rtol=1e-4, atol=1e-4)
 HALF_TOL = {torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
 

@@ -639,12 +639,12 @@ def test_the_stem_convolutions_64_row_wgmma_tiles_are_costed_on_its_own_kernels(
     premise holds without the tensor-core latency floor (``Target.dot_program_s``: with it, fewer
     and larger tiles rank first and the shape's own ranking has 64-row tiles); the best is on
     wgmma either way."""
-    from dataclasses import replace
+    from gemm_eval import H100_UNFLOORED
     from tilefuse.cost.dot import wgmma
     from tilefuse.families.gemm import TOP_K
     conv = torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False).half()
     body = gemm_body(whole(compile_h100(lambda x: conv(x), torch.randn(1, 3, 224, 224).half()).primgraph))
-    for target in (replace(H100, dot_program_s=0.0, dot_step_s=0.0), H100):
+    for target in (H100_UNFLOORED, H100):
         premise = not any(t.bm == 64 for t in ranked_tiles(body.shape, target)[:TOP_K])
         assert premise == (target is not H100)
         best = GemmFamily().schedules(body.group, target)[0]
@@ -694,12 +694,11 @@ def test_a_gemv_group_is_offered_a_whole_k_tensor_core_tile():
     without the tensor-core latency floor (``Target.dot_program_s``); with it, as MEASURED on an
     H200 (a BM-1 GEMV task 1.1 µs, the dot tasks beside it 3.1-6.0), the plain GEMV is fastest
     and planned."""
-    from dataclasses import replace
+    from gemm_eval import H100_UNFLOORED as unfloored
     torch.manual_seed(0)
     dense = torch.nn.Linear(768, 768).half().eval()
     fn = lambda x: torch.tanh(dense(x[:, 0]))                              # noqa: E731
     x = torch.randn(1, 8, 768, dtype=torch.float16)
-    unfloored = replace(H100, dot_program_s=0.0, dot_step_s=0.0)
     shape_first = ranked_tiles(GemmShape(1, 1, 768, 768, DType.float16), unfloored)[:3]
     assert not any(t.dot and t.split == 1 for t in shape_first)           # the premise
     cm = compile_h100(fn, x)

@@ -366,7 +366,8 @@ def test_a_padded_stem_reads_16_byte_vectors_and_its_copy_fused_back_gathers_in_
     (conv,) = [p.name for p in padded.prims if p.reduce is not None]
     # tiles chosen without the tensor-core latency floor (Target.dot_program_s): with it the 3 x 3
     # stem's K is one chunk (no loop: nothing to pipeline, the premise here)
-    coster = Coster(padded.types, dataclasses.replace(H100, dot_program_s=0.0, dot_step_s=0.0))
+    from gemm_eval import H100_UNFLOORED
+    coster = Coster(padded.types, H100_UNFLOORED)
     chosen = {}
     for seg in split_segments(padded):
         for c, _ in enumerate_candidates(seg, coster):

@@ -16,14 +16,13 @@ from tilefuse import zoo
 from tilefuse.runtime.executor import run_phases
 
 
-# h100 without the measured tensor-core latency floor (Target.dot_program_s, dot_step_s): the plans
-# these tests' mechanisms need (a cuBLAS call between generated kernels, a split chain that
-# compiles without spilling) are the ones the model chose before it; with the floor it prefers
-# fewer, larger programs there
+# h100 without the measured tensor-core latency floor (gemm_eval.H100_UNFLOORED): the plans these
+# tests' mechanisms need (a cuBLAS call between generated kernels, a split chain that compiles
+# without spilling) are the ones the model chose before it; with the floor it prefers fewer,
+# larger programs there
 def unfloored():
-    from dataclasses import replace
-    from tilefuse.cost.target import Target
-    return replace(Target.get("h100"), dot_program_s=0.0, dot_step_s=0.0)
+    from gemm_eval import H100_UNFLOORED
+    return H100_UNFLOORED
 
 
 def _outputs(x):
