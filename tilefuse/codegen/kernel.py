@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence, Union
 
 from ..ir.dtypes import DType, TensorType
-from ..ir.expr import Expr, Load, Var
+from ..ir.expr import Binary, Expr, Load, Var
 from .mapping import TaskMapping, group_m, spatial
 
 
@@ -259,15 +259,20 @@ TMA_ARCH = 90
 
 
 def descriptor_dims(load: Load, shape: tuple[int, ...], axis_of: Mapping[Var, tuple],
-                    tile: tuple[str, str], extents: Mapping[Var, int]) -> dict[str, int] | None:
+                    tile: tuple[str, str], extents: Mapping[Var, int],
+                    shifted: Sequence[str] = ()) -> dict[str, int] | None:
     """The tensor dim of each of the ``tile`` axes when ``load`` reads a whole tile through a tensor
     descriptor (TMA), else None: each tile axis one variable indexing a dim of its own extent, the
     innermost dim among them, the other dims per-program positions (a batch; no gathered index),
     every stride a whole number of 16 bytes.  ``axis_of``: variable -> (axis name, its variables,
     its extent, its tile dim), as the caller names the axes; ``extents``: each variable's.  A
     variable of extent 1 is position 0 (a batch of one merged into a GEMM's rows: the rows are the
-    other variable's).  The printer reads the operand this way (``emit.py: _described``) and the
-    cost model charges it so (``cost/work.py``)."""
+    other variable's).  The tile axes named in ``shifted`` may also index their dim at a
+    per-program shift (``tile_shift``: a split-K program's chunk of K, ``ss * 384 + k``) over a
+    part of it, where the caller knows each block divides its axis's extent (no position of a
+    tile past its chunk: the descriptor's zeros stand only for the tensor's end).  The printer
+    reads the operand this way (``emit.py: _described``) and the cost model charges it so
+    (``cost/work.py``)."""
     from ..ir.expr import free_vars, walk
     item = load.dtype.itemsize
     if any(math.prod(shape[d + 1:]) * item % 16 for d in range(len(shape) - 1)):
@@ -276,10 +281,12 @@ def descriptor_dims(load: Load, shape: tuple[int, ...], axis_of: Mapping[Var, tu
     for d, (x, n) in enumerate(zip(load.index, shape)):
         if isinstance(x, Var) and extents.get(x) == 1:
             continue
-        a = axis_of.get(x) if isinstance(x, Var) else None
+        v, shift = tile_shift(x, axis_of)
+        a = axis_of.get(v) if v is not None else None
         if a is not None and a[0] in tile:
             name, vars_, _, _ = a
-            if [v for v in vars_ if extents[v] != 1] != [x] or extents[x] != n or name in where:
+            whole = extents[v] == n if shift is None else a[0] in shifted and extents[v] < n
+            if [u for u in vars_ if extents[u] != 1] != [v] or not whole or name in where:
                 return None
             where[name] = d
         elif not all(v in axis_of and axis_of[v][3] < 0 for v in free_vars(x)) or \
@@ -288,6 +295,35 @@ def descriptor_dims(load: Load, shape: tuple[int, ...], axis_of: Mapping[Var, tu
     if set(where) != set(tile) or len(shape) - 1 not in where.values():
         return None
     return where
+
+
+def tile_shift(x, axis_of: Mapping[Var, tuple]):
+    """``(v, shift)`` where the index ``x`` is a variable ``v`` plus a shift of per-program
+    positions and constants (``axis_of[u][3] < 0``: a program-split axis of no tile dim; a
+    split-K program's ``ss * 384``), the shift an expression or None where there is none;
+    ``(None, None)`` otherwise."""
+    from ..analysis.index import linear_form
+    from ..ir.expr import Const, free_vars, walk
+    if isinstance(x, Var):
+        return x, None
+    if not isinstance(x, Binary) or x.op != "add":
+        return None, None
+    lin = linear_form(x)
+    own = [v for v, c in lin.terms.items() if isinstance(v, Var) and c == 1 and v in axis_of and axis_of[v][3] >= 0]
+    if len(own) != 1:
+        return None, None
+    v = own[0]
+    rest = [(u, c) for u, c in lin.terms.items() if u is not v]
+    if not rest or any(isinstance(m, Load) for u, _ in rest for m in walk(u)) or \
+            not all(w in axis_of and axis_of[w][3] < 0 for u, _ in rest for w in free_vars(u)):
+        return None, None
+    shift = None
+    for u, c in rest:
+        term = u if c == 1 else Binary("mul", u, Const(c, u.dtype))
+        shift = term if shift is None else Binary("add", shift, term)
+    if lin.const:
+        shift = Binary("add", shift, Const(lin.const, shift.dtype))
+    return v, shift
 
 
 def piece_descriptors(e, shapes: Sequence[tuple[int, ...]], axis_of: Mapping[Var, tuple], tile: tuple[str, str],

@@ -54,8 +54,9 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
+from ..analysis.index import linear_form
 from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descriptor_dims, guarded_load,
-                              piece_descriptors, piece_tests, pow2)
+                              piece_descriptors, piece_tests, pow2, tile_shift)
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, load_nodes, walk
 from .dot import dot_rate, wgmma
@@ -74,6 +75,10 @@ DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # held per position (fitted: the same binaries; padded max pools 38-40 registers, 24 counted
 # without it; padded depthwise convolutions 28-40)
 WINDOW_REGISTERS = 0.75
+# ... times this where the selected value is computed (a BatchNorm + ReLU6 zeroed outside the
+# window of a depthwise convolution: its prologue's vectors and temporaries per position; sm_90
+# binaries of MobileNetV2's, 60 registers against 39 counted as a plain load's window)
+WINDOW_COMPUTED = 3.5
 # Registers per value of a thread's share of a Dot's operand tile (one stage), by how the operand
 # is read, and the base above: fitted to the sm_90 binaries of the bench plans' and the zoo's small
 # h100 plans' dot kernels, 82 distinct ones (bench/README.md, "native.py"; tests/test_native_plans.py
@@ -90,7 +95,11 @@ WINDOW_REGISTERS = 0.75
 # K loop) still holds its div/mod and guards, 1.5 a value; a plain
 # load through a tensor descriptor (``Kernel.tma``) holds none: the copy engine computes the addresses.
 OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "windowed": 3.0, "gathered": 0.75, "scalar": 2.5, "tma": 0.0,
-                     "quotient": 2.5, "quotient_once": 1.5}
+                     "quotient": 2.5, "quotient_once": 1.5, "vector": 0.3}
+# A computed operand in K chunks of 128 or more holds more a value (sm_90 binaries, bench/
+# dot_registers.py and MobileNetV2's BatchNorm + ReLU6 1 x 1 convolutions: 1.0-1.7 a value at BK
+# 128, 0.7-1.0 at 32 and 64)
+WIDE_COMPUTED, WIDE_K = 1.2, 128
 CP_ASYNC_BYTES = 4       # the narrowest copy cp.async makes: a loop with a narrower operand run is not pipelined
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
 # A computed operand loaded once, outside a pipelined loop (attention's query, a whole key tile),
@@ -171,7 +180,8 @@ class Profile:
     scattered: frozenset = frozenset()                         # output slots stored at data-dependent
                                                                # positions (a scatter: not written whole)
     windows: tuple = ()                                        # per select of loaded values by a window's
-                                                               # test (no Dot): the axes it varies along
+                                                               # test (no Dot): the axes it varies along,
+                                                               # and whether the value is computed
 
 
 def work(kernel: Kernel, target: Target) -> Work:
@@ -437,10 +447,13 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 held += tile * item
             how, tiles, tests = reads
             if tests and all(t % blk(a) == 0 for a, t, _ in tests):
-                # one piece's pointers per tile (emit.py: _pointers), or its descriptor
-                how, tiles = ("tma" if how == "pieces" else "direct"), 1
+                # one piece's pointers per tile (emit.py: _pointers), or its descriptor; a
+                # shifted descriptor where no tile runs past its chunk
+                how, tiles = ("tma" if how in ("pieces", "shifted") else "direct"), 1
             elif how == "pieces":
                 how = "computed"
+            elif how == "shifted":
+                how = "direct"
             if how == "computed" and kind == 1 and len(prof.dots) == 1 and not any(chunks(x) > 1 for x in d.around):
                 operand_regs += SINGLE_CHUNK_COMPUTED * tiles * tile
             elif how in ("computed", "windowed") and kind == 1:
@@ -452,7 +465,14 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 # value (MobileNetV2's stem with its row copy fused back: 128-168 registers, sm_90)
                 if kind == 1 and how in ("scalar", "quotient"):
                     how = "gathered" if how == "scalar" else "quotient_once"
-                operand_regs += OPERAND_REGISTERS[how] * tiles * tile
+                per = OPERAND_REGISTERS[how]
+                if how == "computed":
+                    per = WIDE_COMPUTED if by[d.k].block >= WIDE_K else per
+                    # a sum of whole-tile loads in a K loop (a residual added before the
+                    # product) holds about one tile (MobileNetV2's: 128 registers, 176 counted
+                    # per load); a concatenation's select holds each piece's
+                    tiles = tiles if tests else 1
+                operand_regs += per * tiles * tile
             final.append((how, kind, tiles * tile))
         if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
             warp_ops.append((blk(d.m), blk(d.n), blk(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))
@@ -502,7 +522,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   if arrive is not None else math.prod(dims.values()),
                   live, staged, held, acc, operand_regs, epilogue, arrive is not None,
                   not any(r[0] in ("scalar", "quotient") for d in prof.dots for r in d.reads), tuple(warp_ops),
-                  sum(math.prod(by[x].block for x in ax if x in by) for ax in prof.windows))
+                  sum(math.prod(by[x].block for x in ax if x in by) * (WINDOW_COMPUTED if computed else 1.0)
+                      for ax, computed in prof.windows))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -647,7 +668,10 @@ class _Walk:
             for n in walk(e, into=lambda x: not isinstance(x, Load)):
                 if isinstance(n, Select) and n not in self.windows and not load_nodes(n.cond) \
                         and any(v.tensor < self.nin for v in (*load_nodes(n.a), *load_nodes(n.b))):
-                    self.windows[n] = self.node_axes(n)
+                    inner = n.a
+                    while isinstance(inner, Cast):
+                        inner = inner.x
+                    self.windows[n] = (self.node_axes(n), not isinstance(inner, Load))
 
     def statements(self, body) -> None:
         for st in body:
@@ -715,7 +739,7 @@ class _Walk:
             for operand, dims in ((st.a, {m, k}), (st.b, {k, n})):
                 paths = self.loads(operand, operand=True)
                 staged.append(0 if not paths else 2 if any(paths) else 1)
-                reads.append(self.operand_reads(operand, dims) if paths else ("", 0, ()))
+                reads.append(self.operand_reads(operand, dims, k) if paths else ("", 0, ()))
                 self.count((operand,))
             if st.init is not None:
                 self.count((st.init,))
@@ -723,7 +747,7 @@ class _Walk:
                                 tuple(reads), self.resuming, st.init is None))
         self.slot_axes[st.slot] = frozenset({m, n})
 
-    def operand_reads(self, e, dims: set) -> tuple:
+    def operand_reads(self, e, dims: set, k: str) -> tuple:
         """How a Dot operand with input loads is read, (a key of ``OPERAND_REGISTERS``, the loads
         of whole tiles it reads, a concatenation's tests): gathered when a load's address is not
         affine in a tile axis's flat index, else direct when the operand is the load itself (cast
@@ -735,24 +759,73 @@ class _Walk:
         # select among three weights: three); a per-row or per-column vector is few values;
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
         tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
-        if any(self.gathered(ld) for ld in loads):
-            kinds = {self.scalar(ld) for ld in loads}
-            return ("quotient" if "quotient" in kinds else "scalar" if "scalar" in kinds else "gathered"), 1, ()
         while isinstance(e, Cast):
             e = e.x
+        windowed = self.windowed(e, dims - {k}) and not guarded_load(e)
+        if any(self.gathered(ld) for ld in loads):
+            kinds = {self.scalar(ld) for ld in loads}
+            if kinds <= {"", "vector"} and windowed:
+                # a prologue zeroed outside a padded window holds the window's test, its vectors
+                # and the select per value whether its K positions are split by div/mod per
+                # value (a split-K chunk's) or not (ResNet-50's split-4 3 x 3 BatchNorm + ReLU
+                # convolution: 255 registers and a spill in its sm_90 binary, 156 counted gathered)
+                return "windowed", tiles, ()
+            if kinds == {"vector"}:
+                # a computed operand (a ReLU6 before the product) still passes through registers
+                # (MobileNetV2's split-K 1 x 1 convolutions: 117 registers, 73 counted as copies)
+                plain = self.unguarded(e, k)
+                return ("vector", 1, ()) if isinstance(plain, Load) or guarded_load(plain) else ("computed", tiles, ())
+            return ("quotient" if "quotient" in kinds else "scalar" if "scalar" in kinds else "gathered"), 1, ()
         if guarded_load(e):                 # a padded window: one zero-filling masked copy (no TMA)
             return "direct", 1, ()
         if isinstance(e, Load):
-            whole = self.tma and descriptor_dims(e, self.input_shapes[e.tensor], self.axis_info, tuple(dims),
-                                                 self.extents)
-            return ("tma" if whole else "direct"), 1, ()
-        if isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0:
+            shape = self.input_shapes[e.tensor]
+            if not self.tma:
+                return "direct", 1, ()
+            if descriptor_dims(e, shape, self.axis_info, tuple(dims), self.extents):
+                return "tma", 1, ()
+            where = descriptor_dims(e, shape, self.axis_info, tuple(dims), self.extents, shifted=tuple(dims))
+            if not where:
+                return "direct", 1, ()
+            # at a split-K program's shift: a descriptor where each shifted axis's block divides
+            # its extent (the printer's test), else pointers
+            tests = []
+            for d in where.values():
+                v, shift = tile_shift(e.index[d], self.axis_info)
+                if shift is not None:
+                    tests.append((self.axis_info[v][0], self.extents[v], None))
+            return "shifted", 1, tuple(tests)
+        if windowed:
             return "windowed", tiles, ()     # a prologue zeroed outside a padded window
         tests = piece_tests(e, self.axis_info) or ()
         if tests and self.tma and {a for a, _, _ in tests} <= {self.canon[n] for n in self.split} and \
                 piece_descriptors(e, self.input_shapes, self.axis_info, tuple(dims), self.extents):
             return "pieces", tiles, tests    # through the descriptor of a tile's piece, where blocks divide
         return "computed", tiles, tests
+
+    def windowed(self, e, rows: set) -> bool:
+        """``e`` is a value zeroed outside a padded window: a select of zero whose test varies
+        along the operand's rows (``rows``: its tile axis other than K), under any selects whose
+        test reads K alone (a split-K chunk's guard past K, ``k < 960``: one test a column, not a
+        window's, MobileNetV2's split-K ReLU6 1 x 1 convolutions)."""
+        while isinstance(e, (Cast, Select)):
+            if isinstance(e, Cast):
+                e = e.x
+                continue
+            if not (isinstance(e.b, Const) and e.b.value == 0):
+                return False
+            if self.axes(e.cond) & rows:
+                return True
+            e = e.a
+        return False
+
+    def unguarded(self, e, k: str):
+        """``e`` without its casts and the selects of zero whose test reads K alone (a split-K
+        chunk's guard past K)."""
+        while isinstance(e, Cast) or (isinstance(e, Select) and isinstance(e.b, Const) and e.b.value == 0
+                                      and self.axes(e.cond) <= {k}):
+            e = e.x if isinstance(e, Cast) else e.a
+        return e
 
     def gathered(self, ld: Load) -> bool:
         """The load's element offset is not affine in the flat index of a tile axis of several
@@ -803,7 +876,9 @@ class _Walk:
         need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
         if dims and dims[-1][0] == "other" and need > 1:
             last = dims[-1][1]
-            return "quotient" if _quotient(last) and any(self.tiled.get(v) for v in free_vars(last)) else ""
+            if _quotient(last) and any(self.tiled.get(v) for v in free_vars(last)):
+                return "quotient"
+            return "vector" if self.vector_run(last, 16 // self.itemsizes[ld.tensor]) else ""
         if not dims or dims[-1][0] != "affine" or need <= 1:
             return ""           # (a 0-d tensor's one value: a broadcast, not a run)
         what = dims[-1][1]
@@ -819,6 +894,19 @@ class _Walk:
             if coeff.get(inner) == 1 and (len(live) == 1 or n & -n >= need):
                 return ""
         return "scalar" if moving else ""
+
+    def vector_run(self, e, run: int) -> bool:
+        """The innermost index ``e`` is ``x % c`` of a tile variable at step one plus per-program
+        shifts, ``c`` and every shift whole ``run``s (16 bytes): a split-K chunk's channel of an
+        NHWC convolution, ``(ss * 640 + k) % 256``, whose gather moves whole 16-byte vectors (its
+        sm_90 binaries: 0.3 registers a value, against 0.75 for an NCHW gather's)."""
+        if not (isinstance(e, Binary) and e.op == "mod" and isinstance(e.b, Const) and int(e.b.value) % run == 0):
+            return False
+        lin = linear_form(e.a)
+        own = [v for v, c in lin.terms.items() if isinstance(v, Var) and self.tiled.get(v) and c == 1]
+        return len(own) == 1 and lin.const % run == 0 and \
+            all(c % run == 0 and not any(self.tiled.get(w) for w in free_vars(u))
+                for u, c in lin.terms.items() if u is not own[0])
 
     @contextlib.contextmanager
     def scope(self, axis: str):

@@ -19,7 +19,7 @@ from ...analysis.index import bounds, linear_form
 from ...ir.dtypes import DType
 from ...ir.expr import INDEX, Binary, Cast, Const, Expr, Load, Select, Unary, Value, Var, walk
 from ..kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, TileAxis, check, descriptor_dims, guarded_load,
-                      piece_descriptors, piece_tests, uniform_test)
+                      piece_descriptors, piece_tests, tile_shift, uniform_test)
 from .ops import (BINARY, BINARY_F32, BOOL_BINARY, COMBINE_FLOAT, COMBINE_INT, COMPARE, HALF, HELPERS,
                   INT_DIVISION, LIBDEVICE, REDUCE_FLOAT, REDUCE_INT, TL, UNARY, UNARY_INT, UNARY_NATIVE_HALF)
 
@@ -692,10 +692,17 @@ class _Printer:
         if not isinstance(e, Load) or e.tensor in self.k.written:
             return None
         t = self.k.inputs[e.tensor]
-        where = descriptor_dims(e, t.shape, self.axis_info, axes, self.extents)
+        # (a split-K program's chunk: at a shift, where no tile runs past the chunk)
+        whole = tuple(n for n in axes if not self.axis_by_name[n].masked)
+        where = descriptor_dims(e, t.shape, self.axis_info, axes, self.extents, shifted=whole)
         if where is None or any(self.axis_by_name[n].block * e.dtype.itemsize < 16 for n in axes):
             return None
-        offsets, blocks, deps = self._box(e.index, where, {})
+        shifts = {}
+        for d in where.values():
+            _, shift = tile_shift(e.index[d], self.axis_info)
+            if shift is not None:
+                shifts[d] = self.value(shift, index=True)
+        offsets, blocks, deps = self._box(e.index, where, shifts)
         top = self.scopes[0]
         key = ("desc", e.tensor, tuple(blocks))
         desc = top.memo.get(key)
