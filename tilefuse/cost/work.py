@@ -96,9 +96,10 @@ WINDOW_COMPUTED = 3.5
 # load through a tensor descriptor (``Kernel.tma``) holds none: the copy engine computes the addresses.
 OPERAND_REGISTERS = {"direct": 0.04, "computed": 0.9, "windowed": 3.0, "gathered": 0.75, "scalar": 2.5, "tma": 0.0,
                      "quotient": 2.5, "quotient_once": 1.5, "vector": 0.3}
-# A computed operand in K chunks of 128 or more holds more a value (sm_90 binaries, bench/
-# dot_registers.py and MobileNetV2's BatchNorm + ReLU6 1 x 1 convolutions: 1.0-1.7 a value at BK
-# 128, 0.7-1.0 at 32 and 64)
+# A computed operand of one load in K chunks of 128 or more holds more a value (sm_90 binaries,
+# bench/dot_registers.py and MobileNetV2's BatchNorm + ReLU6 1 x 1 convolutions: 1.0-1.7 a value
+# at BK 128, 0.7-1.0 at 32 and 64); of two (LLaMA's SiLU(gate) * up before the down projection:
+# 173 registers at BK 128) the count per load holds it already
 WIDE_COMPUTED, WIDE_K = 1.2, 128
 CP_ASYNC_BYTES = 4       # the narrowest copy cp.async makes: a loop with a narrower operand run is not pipelined
 EPILOGUE_REGISTERS = 0.5  # per value of a tile the epilogue loads (fp16 pairs share a register)
@@ -465,14 +466,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 # value (MobileNetV2's stem with its row copy fused back: 128-168 registers, sm_90)
                 if kind == 1 and how in ("scalar", "quotient"):
                     how = "gathered" if how == "scalar" else "quotient_once"
-                per = OPERAND_REGISTERS[how]
-                if how == "computed":
-                    per = WIDE_COMPUTED if by[d.k].block >= WIDE_K else per
-                    # a sum of whole-tile loads in a K loop (a residual added before the
-                    # product) holds about one tile (MobileNetV2's: 128 registers, 176 counted
-                    # per load); a concatenation's select holds each piece's
-                    tiles = tiles if tests else 1
-                operand_regs += per * tiles * tile
+                wide = how == "computed" and tiles == 1 and by[d.k].block >= WIDE_K
+                operand_regs += (WIDE_COMPUTED if wide else OPERAND_REGISTERS[how]) * tiles * tile
             final.append((how, kind, tiles * tile))
         if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
             warp_ops.append((blk(d.m), blk(d.n), blk(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))

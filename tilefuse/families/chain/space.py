@@ -1,6 +1,7 @@
 """The chain family's tile space: MCFuser's for the Triton template (the ``nk`` sub-tiling: a
 program owns a row tile and a tile of the second product's columns, walks the keys, and holds or
-loops the first product's reduction), in powers of two, times warps and pipeline stages.
+loops the first product's reduction), in powers of two, times warps and pipeline stages (at least
+two where a loop streams tiles through tensor descriptors on sm_90: every dot loop pipelined).
 
 Sizes: M and N (rows, keys), walked in many tiles whose padding is bounded by one tile and which
 the cost model charges (padded flops, masked lanes), take every power of two from 16 up to the
@@ -88,8 +89,11 @@ def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splitt
             # loopless chain loads gains nothing from a TMA copy, and on the H200 (Triton 3.6) the
             # loopless 64-row TMA kernels of MCFuser's S4/S5 returned NaN (bench/README.md)
             looped = tma and (bn < s.n or bk < s.k)
+            # a loop on sm_90 is software-pipelined (issue #22): at one stage each chunk's copies
+            # wait for the products before them (LLaMA's causal attention chose it, 116 plain
+            # 16-byte loads and no async copy in its binary)
             out += [ChainTile(bm, bn, bk, bh, w, st, looped, k, one) for k in splits for one in _launches(k)
-                    for w in WARPS for st in STAGES
+                    for w in WARPS for st in (STAGES[1:] if looped else STAGES)
                     if not (tensor_cores and miscompiled(s, bm, bn, bk, bh, w, st, target))]
     return out
 
