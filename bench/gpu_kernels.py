@@ -160,9 +160,19 @@ def gemms_part(args, started: float) -> list[dict]:
                     continue
                 cost, sched = got
                 dev_s = timed(sched, pg, args.device, timer)
-                rec[fam] = {"schedule": sched.key(), "modelled_us": round(cost.seconds * 1e6, 3),
+                rec[fam] = {"schedule": sched.key(), "tile": str(getattr(sched, "tile", "")),
+                            "modelled_us": round(cost.seconds * 1e6, 3),
                             "measured_us": round((dev_s + launch) * 1e6, 3),
                             "measured_tflops": round(flops / dev_s / 1e12, 1)}
+            # the generated kernel's next tiles in the model's order (the measurement loop's
+            # top-k): which tile of the template comes nearest the library, measured
+            alternatives = [(c, s) for c, s in coster.options(kern.candidate) if s.family == "gemm"][1:args.gemm_tiles]
+            rec["gemm_alternatives"] = []
+            for cost, sched in alternatives:
+                dev_s = timed(sched, pg, args.device, timer)
+                rec["gemm_alternatives"].append({"tile": str(sched.tile), "modelled_us": round(cost.seconds * 1e6, 3),
+                                                 "measured_us": round((dev_s + launch) * 1e6, 3),
+                                                 "measured_tflops": round(flops / dev_s / 1e12, 1)})
             w = mod.w.detach()
             dev_s = timer(lambda: torch.matmul(x, w)).median_s
             rec["torch_matmul"] = {"measured_us": round(dev_s * 1e6, 3), "measured_tflops": round(flops / dev_s / 1e12, 1)}
@@ -309,6 +319,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="small")
     ap.add_argument("--gemms", default="default", choices=list(GEMMS))
     ap.add_argument("--parts", default="kernels,gemms")
+    ap.add_argument("--gemm-tiles", type=int, default=1,
+                    help="gemm schedules measured per shape in the model's order (the first is 'gemm')")
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--device", default=None, choices=["cuda", "cpu"])
     ap.add_argument("--budget-s", type=float, default=150.0)

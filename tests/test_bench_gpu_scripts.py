@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
     out = tmp_path / "gpu_kernels.json"
     proc = subprocess.run([sys.executable, "bench/gpu_kernels.py", "--device", "cpu", "--gemms", "tiny",
-                           "--parts", "gemms", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                           "--parts", "gemms", "--gemm-tiles", "3", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["device"]["type"] == "cpu" and len(rec["gemms"]) == 2
@@ -28,6 +28,10 @@ def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
             assert "error" not in g[variant], (g["shape"], variant, g[variant]["error"])
             assert g[variant]["modelled_us"] > 0 and g[variant]["measured_us"] > 0
         assert g["chosen"] in ("gemm", "library")
+        # the template's next tiles in the model's order, each timed
+        alts = g["gemm_alternatives"]
+        assert 1 <= len(alts) <= 2 and all(a["measured_us"] > 0 and a["tile"].startswith("BM=") for a in alts)
+        assert g["gemm"]["tile"] not in {a["tile"] for a in alts}
 
 
 def _run(tmp_path, script: str, *args: str) -> dict:

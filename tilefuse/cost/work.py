@@ -753,7 +753,9 @@ class _Walk:
         # each load of the whole tile holds its own values and addresses (a concatenation's
         # select among three weights: three); a per-row or per-column vector is few values;
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
-        tiles = max(sum(dims <= self.axes(ld) for ld in loads), 1)
+        # (a variable of extent 1 varies along nothing: a batch of one's per-channel vector)
+        tiles = max(sum(dims <= {self.axis_of[v] for v in _index_vars(ld) if v in self.axis_of and self.extents[v] != 1}
+                        for ld in loads), 1)
         while isinstance(e, Cast):
             e = e.x
         windowed = self.windowed(e, dims - {k}) and not guarded_load(e)
