@@ -119,7 +119,10 @@ SINGLE_CHUNK_COMPUTED = 0.4
 # than counted)
 WARP_OPERAND_REGISTERS = 0.45
 WARP_OPERAND_MIN_K = 64
-SPLIT_REGISTERS = 1.5    # per value of a fresh product tile in the second loop of a split (Loop.resume)
+# Per value of a fresh product tile in the second loop of a split (Loop.resume): fitted to the sm_90
+# binaries of causal attention at two stages, the sm_90 space's only looping chains (d 128 and 64,
+# 128 x 128 tiles: 195 and 162 registers, 252 and 220 at 1.5, which the one-stage binaries held)
+SPLIT_REGISTERS = 0.6
 LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
 # An unrolled loop's loads are issued ahead of their use: about 70% of all its chunks' values
 # are live at once (fitted: sm_90 binaries of depthwise stencils, 9 taps at 8 to 32 outputs a
