@@ -55,7 +55,9 @@ def test_an_h100_plans_persistent_kernels_run_emulated_and_compile_for_sm90_with
     # (without the latency floor: with it, no kernel of this plan is re-tiled as a phase, below)
     compiled = tilefuse.compile(model, inputs, target=unfloored(), time_limit=1.0, persistent="auto")
     rows = compiled.report.persistent
-    assert rows and all(r["programs"] == 132 for r in rows)
+    # two programs an SM where the run's sm_90 binary holds two (their tasks' latencies overlap)
+    assert rows and all(r["programs"] == 132 * r["per_sm"] and r["per_sm"] in (1, 2) for r in rows)
+    assert any(r["per_sm"] == 2 for r in rows if r["launched_as_one"]), rows
     # "auto": a run is one launch where its simulated schedule models faster than its kernels apart
     assert all(r["launched_as_one"] == (r["persistent_us"] < r["apart_us"]) for r in rows), rows
     assert [(r["first"], r["first"] + len(r["kernels"])) for r in rows if r["launched_as_one"]] == list(compiled.persistent)
@@ -577,6 +579,32 @@ def test_the_persistent_option_takes_false_true_or_auto():
         tilefuse.compile_onnx(b"", target="cpu", persistent=1)
 
 
+def test_a_persistent_grid_never_exceeds_what_the_launched_binary_holds():
+    """Planned at two programs an SM, a persistent kernel's first launch on a GPU runs one an SM;
+    the launches after it run as many as the binary that launch compiled lets be resident (a
+    compiler holding more registers than the plan's binary must shrink the grid, not hang it)."""
+    from tilefuse.codegen.triton.persistent import resident_grid
+    assert resident_grid(264, 2, 10_000, 2) == 264
+    assert resident_grid(264, 2, 10_000, 1) == 132           # the launched binary holds one
+    assert resident_grid(264, 2, 10_000, 4) == 264           # never past the plan's
+    assert resident_grid(264, 2, 200, 2) == 200              # nor past its tasks
+    assert resident_grid(264, 2, 10_000, 0) == 132           # (one an SM whatever it says)
+
+
+def test_a_compiled_model_runs_each_run_at_its_rows_programs_an_sm(monkeypatch):
+    """The report's row of a run launched as one says how many programs an SM its plan runs
+    (``per_sm``, from the run's sm_90 binary); the runnable program gives each kernel of the run
+    that figure, and the target's occupancy rule for a launched binary."""
+    model, (inputs,) = zoo.build("gpt2", "tiny")
+    compiled = tilefuse.compile(model, inputs, target=unfloored(), time_limit=1.0, persistent="auto")
+    grid = compiled._persistent_grid()
+    rows = [r for r in compiled.report.persistent if r["launched_as_one"]]
+    assert rows and grid["per_sm"] == {k: r["per_sm"] for r in rows for k in range(r["first"], r["first"] + len(r["kernels"]))}
+    # 200 registers and 64 KiB at 4 warps: two an SM of an H100 (25,600 registers a program);
+    # 255 at 8 warps: one
+    assert grid["fits"](200, 64 * 1024, 4) == 2 and grid["fits"](255, 0, 8) == 1
+
+
 def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(monkeypatch):
     """A bucket's plan carried to another size (``orchestrate/instantiate.py``) takes its template's
     persistent runs as they are: the same kernels at another size have the same tiles, so their
@@ -587,8 +615,8 @@ def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(mo
     from tilefuse.frontend.torch import import_torch
     from tilefuse.orchestrate import persistence
     checked = []
-    real = persistence.unfit
-    monkeypatch.setattr(persistence, "unfit", lambda *a: checked.append(a[1:3]) or real(*a))
+    real = persistence._binary
+    monkeypatch.setattr(persistence, "_binary", lambda *a: checked.append(a[1:3]) or real(*a))
     model, (inputs,) = zoo.build("gpt2", "tiny")
     imported = import_torch(model, inputs)
     first = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),

@@ -57,6 +57,18 @@ def binary_occupancy(b: Binary, target: Target) -> int:
     return occupancy(binary_resources(b), target)
 
 
+# Shared memory the system keeps per block on sm_80 and later (cuobjdump's SHARED of every
+# binary): what a launched kernel's own figure (Triton's dynamic allocation) leaves out
+SYSTEM_SHARED = 1024
+
+
+def launched_occupancy(registers: int, shared: int, warps: int, target: Target) -> int:
+    """Programs resident per SM of a kernel as the launch compiled it (its registers a thread,
+    Triton's dynamic shared bytes, its warps): a persistent kernel's grid on the GPU
+    (``codegen/triton/persistent.compile_persistent``)."""
+    return occupancy(Resources(warps, max(registers, 1), shared + SYSTEM_SHARED), target)
+
+
 def native_kernels(plan, built, target: Target) -> list[NativeKernel]:
     """Every generated kernel of ``plan`` (built as ``built``, in plan order) compiled for
     ``target.arch``; library and torch kernels have none and are skipped."""

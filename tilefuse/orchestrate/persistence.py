@@ -31,6 +31,13 @@ from .plan import Plan
 
 _log = logger("plan")
 
+# Programs a persistent kernel runs on an SM at most, where its binary's registers and shared
+# memory let that many be resident: a task with a tensor-core product ran 2.0-4.1 us past its
+# kernel's body on the H200, bound by latency (bench/README.md, the third GPU session), which a
+# second program on the SM hides as a kernel's own waves do.  MODELLED until a GPU measures it; the
+# launcher keeps the grid within what the binary it launches holds (``compile_persistent``).
+PER_SM = 2
+
 
 def with_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: bool) -> Plan:
     """The plan with a kernel that is not generated (a library call) replaced by its group's
@@ -176,13 +183,23 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
             plan, kernels, run = _warm_tiles(plan, kernels, i, j, run, coster, as_phase, scheduled, tgt, cuda_graph)
         phases, waits, names, apart, merged = run
         take = mode is True or merged < apart
-        if take and tgt.arch and carried is None and unfit(kernels, i, j, types, tgt):
-            # compiled for the GPU, the run spills, overflows shared memory or does not compile:
-            # its longest first part that does not, then the rest
-            m = _longest_fit(kernels, i, j, types, tgt)
-            todo[:0] = [r for r in ((i, m), (m if m > i else i + 1, j)) if r[1] - r[0] >= 2]
-            continue
-        rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": tgt.sm_count,
+        per_sm = 1
+        if tgt.arch and carried is None and (take or PER_SM > 1):
+            binary = _binary(kernels, i, j, types, tgt)
+            if binary is None and take:
+                # compiled for the GPU, the run spills, overflows shared memory or does not
+                # compile: its longest first part that does not, then the rest
+                m = _longest_fit(kernels, i, j, types, tgt)
+                todo[:0] = [r for r in ((i, m), (m if m > i else i + 1, j)) if r[1] - r[0] >= 2]
+                continue
+            from ..native import binary_occupancy
+            per_sm = min(PER_SM, binary_occupancy(binary, tgt)) if binary is not None else 1
+            if per_sm > 1:      # its tasks' latencies overlap two a SM: simulated so
+                phases, waits, names, apart, merged = run = _simulated(plan, kernels, i, j, scheduled, tgt, cuda_graph,
+                                                                       per_sm)
+                take = mode is True or merged < apart
+        rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": per_sm * tgt.sm_count,
+                     "per_sm": per_sm,
                      "phases": [_row(n, p) for n, p in zip(names, phases)],
                      "dram_rate": tgt.dram_rate if tgt.arch else 0.0,
                      # what each phase waits for: every task of an earlier phase (a barrier), or
@@ -253,10 +270,14 @@ def _joined(plan: Plan, kernels: list, coster, scheduled: Callable, tgt: Target,
     return plan, kernels
 
 
-def _simulated(plan: Plan, kernels: Sequence, i: int, j: int, scheduled: Callable, tgt: Target, cuda_graph: bool):
-    """The run ``kernels[i:j]`` as one persistent kernel: (its phases as simulated, their
-    ``task_dependencies``, the phases' names, the kernels' modelled time apart, the persistent
-    kernel's: one launch and the simulated makespan).  MODELLED."""
+def _simulated(plan: Plan, kernels: Sequence, i: int, j: int, scheduled: Callable, tgt: Target, cuda_graph: bool,
+               per_sm: int = 1):
+    """The run ``kernels[i:j]`` as one persistent kernel of ``per_sm`` programs an SM: (its phases
+    as simulated, their ``task_dependencies``, the phases' names, the kernels' modelled time apart,
+    the persistent kernel's: one launch and the simulated makespan).  A task runs as long as one
+    program of its kernel in a wave of that kernel's own launch, where as many programs share an
+    SM as its occupancy lets (``phase_of``): with ``per_sm`` no more than that, the figure stays
+    an upper bound.  MODELLED."""
     from ..codegen.dependencies import task_dependencies
     from ..codegen.triton.persistent import prefetches, resident
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
@@ -277,7 +298,7 @@ def _simulated(plan: Plan, kernels: Sequence, i: int, j: int, scheduled: Callabl
         starts.append(starts[-1] + p.tasks)
     phases = [replace(p, after=a, needs=tuple(tuple(starts[d] + u for d, u in per) for per in waits.needs(k))
                       if waits.tiles[k] else ()) for k, (p, a) in enumerate(zip(phases, waits.after))]
-    merged = launch + simulate(phases, tgt.sm_count, atomic, tgt.dram_rate if tgt.arch else 0.0)
+    merged = launch + simulate(phases, per_sm * tgt.sm_count, atomic, tgt.dram_rate if tgt.arch else 0.0)
     return phases, waits, [t.name for t in tiles], sum(c.seconds for c in costs), merged
 
 
@@ -432,11 +453,17 @@ def unfit(kernels: Sequence, first: int, last: int, types, tgt: Target) -> bool:
     """Whether the persistent kernel of ``kernels[first:last]`` compiled for ``tgt``'s GPU spills
     registers, needs more shared memory than a block may have there, or does not compile: a run is
     launched as one only where its binary is clean (no GPU needed)."""
+    return _binary(kernels, first, last, types, tgt) is None
+
+
+def _binary(kernels: Sequence, first: int, last: int, types, tgt: Target):
+    """The persistent kernel of ``kernels[first:last]`` compiled for ``tgt``'s GPU (cached), or
+    None where it spills, needs more shared memory than a block may have or does not compile."""
     from ..codegen.triton.native import NativeCompileError, compile_native_persistent
     tiles, reads, writes, scratch = run_phases(kernels, first, last)
     try:
         binary = compile_native_persistent("persistent", tiles, reads, writes, {**types, **scratch}, tgt.arch)
     except NativeCompileError as e:
         _log.info("persistent kernel of %s: %s", [b.name for b in kernels[first:last]], e)
-        return True
-    return binary.spills or binary.shared_bytes > tgt.smem_per_block
+        return None
+    return None if binary.spills or binary.shared_bytes > tgt.smem_per_block else binary

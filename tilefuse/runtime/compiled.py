@@ -119,9 +119,21 @@ class CompiledModel:
                 self._idle.append(self._program)
             return self._program
 
+    def _persistent_grid(self) -> dict:
+        """The persistent kernels' programs an SM, per kernel of each run launched as one (the
+        plan's, ``Report.persistent``; one where a row has none), and what an SM of the target
+        holds of a launched binary: ``Program``'s arguments."""
+        from functools import partial
+
+        from ..native import launched_occupancy
+        rows = [r for r in (self.report.persistent or ()) if r["launched_as_one"]]
+        per_sm = {k: r.get("per_sm", 1) for r in rows for k in range(r["first"], r["first"] + len(r["kernels"]))}
+        return {"per_sm": per_sm, "fits": partial(launched_occupancy, target=self.target)}
+
     def _new_program(self) -> Program:
         return Program(self.plan, self.primgraph, self.device, self.kernels, self.memory,
-                       persistent=self.persistent, programs=self.target.sm_count, donate=True)
+                       persistent=self.persistent, programs=self.target.sm_count, donate=True,
+                       **self._persistent_grid())
 
     def _run_pooled(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         self.program                       # the first program, made once
@@ -168,7 +180,8 @@ class CompiledModel:
             raise ValueError("this model has no persistent kernel (compile with persistent=True or 'auto')")
         feeds = self._check(list(self.imported.flatten_inputs(args, kwargs)))
         prog = Program(self.plan, self.primgraph, self.device, self.kernels, self.memory,
-                       persistent=self.persistent, programs=self.target.sm_count, donate=True, trace=True)
+                       persistent=self.persistent, programs=self.target.sm_count, donate=True, trace=True,
+                       **self._persistent_grid())
         prog.run(feeds)                     # compiles every kernel, warms the caches
         prog.run(feeds)
         torch.cuda.synchronize(self.device)
@@ -207,7 +220,8 @@ class CompiledModel:
         with self._replay_lock:      # one emulating call at a time: one arena
             if self._emulator is None:
                 self._emulator = Program(self.plan, self.primgraph, torch.device("cpu"), self.kernels, self.memory,
-                                         persistent=self.persistent, programs=self.target.sm_count)
+                                         persistent=self.persistent, programs=self.target.sm_count,
+                                         **self._persistent_grid())
             outs = self._emulator.run(feeds)
         return self._owned(outs)
 

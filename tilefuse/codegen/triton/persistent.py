@@ -408,14 +408,29 @@ def persistent_module(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequ
             needs_table(kernels, waits))
 
 
+def resident_grid(programs: int, per_sm: int, tasks: int, held: int) -> int:
+    """A persistent kernel's grid once its launched binary is known: ``programs`` planned at
+    ``per_sm`` an SM, no more than ``held`` an SM (what the binary lets be resident), nor more
+    than its ``tasks``; one an SM at least."""
+    sms = max(1, programs // max(per_sm, 1))
+    return max(1, min(programs, tasks, sms * max(min(held, per_sm), 1)))
+
+
 def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
-                       writes: Sequence[Sequence[str]], programs: int,
-                       trace: bool = False) -> tuple[Callable, str, list[str]]:
+                       writes: Sequence[Sequence[str]], programs: int, trace: bool = False, per_sm: int = 1,
+                       fits: Callable[[int, int, int], int] | None = None) -> tuple[Callable, str, list[str]]:
     """(launcher, source, its tensors in parameter order) of the persistent kernel running
     ``kernels`` as phases (their tensors named by ``reads``/``writes``, inputs-then-outputs order);
     the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs.
     ``trace`` (a GPU's): each launch leaves its tasks' clock readings in ``launcher.trace``, an
-    int64 tensor [tasks, ``TRACE_FIELDS``] (``runtime/trace.py`` reads it)."""
+    int64 tensor [tasks, ``TRACE_FIELDS``] (``runtime/trace.py`` reads it).
+
+    ``per_sm``: the programs an SM runs at once in ``programs`` (the plan's, from a binary compiled
+    ahead of time).  Every program must be resident for the waits to end, so on a GPU the first
+    launch runs one program per SM (``programs // per_sm``: resident wherever the kernel runs at
+    all) and the grid of the launches after it is what ``fits(registers, shared bytes, warps)``
+    says an SM holds of the binary that launch compiled, at most ``per_sm`` an SM: a compiler that
+    allocates more registers than the plan's binary shrinks the grid instead of hanging it."""
     from .launch import _descriptor_scratch, load_kernel
     if trace and interpreted():
         raise ValueError("tracing a persistent kernel reads the GPU's clock (PTX), which Triton's "
@@ -425,7 +440,9 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     fn = load_kernel(source, name)
     total = sum(_tasks(k) for k in kernels)
     size = 1 + len(kernels) + (total if table is not None else 0)
-    grid = (max(1, min(programs, sum(_tasks(k) for k in kernels))),)
+    grid = [max(1, min(programs, total))]
+    # (the interpreter runs its programs one after another: any grid completes)
+    unchecked = [per_sm > 1 and not interpreted()]
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
     written = {n for outs in writes for n in outs}
     tma = any(k.tma for k in kernels) and "make_tensor_descriptor" in source
@@ -448,6 +465,13 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
             if not interpreted():
                 _descriptor_scratch()
         with interpreting() if interpreted() else contextlib.nullcontext():
-            fn[grid](*ts, c, *needs, num_warps=warps, num_stages=stages)
+            if unchecked[0]:
+                sms = max(1, programs // per_sm)
+                compiled = fn[(max(1, min(sms, total)),)](*ts, c, *needs, num_warps=warps, num_stages=stages)
+                held = fits(compiled.n_regs, compiled.metadata.shared, warps) if fits is not None else 1
+                grid[0] = resident_grid(programs, per_sm, total, held)
+                unchecked[0] = False
+                return
+            fn[tuple(grid)](*ts, c, *needs, num_warps=warps, num_stages=stages)
 
     return launch, source, params
