@@ -316,6 +316,37 @@ def test_a_causal_split_chain_at_two_stages_holds_the_registers_the_model_counts
     assert b.pipelined and not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
 
 
+def test_a_chains_computed_keys_have_shared_memory_for_each_load_they_pipeline(tmp_path, monkeypatch):
+    """RoPE applied to the keys inside the key loop: the compiler pipelines each of its whole-tile
+    loads (the keys, their rotated halves, cos and sin) into buffers of their own, so the kernel's
+    shared memory counts each one a stage (LLaMA's chain, keys RoPE'd at 128 x 128 and two
+    stages: 272 KiB in its sm_90 binary, more than a block may have, where the model counted the
+    one tile of keys, 144).  The model counts every such load (five: the two rotated halves are
+    two); the compiler buffers four here: the count is never under the binary's (under it, a plan
+    may hold a kernel no block can launch) and at most half over."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    import torch.nn.functional as F
+    from gemm_eval import whole
+    from tilefuse.cost.work import work
+    from tilefuse.families.chain import ChainTile, chain_body
+    from tilefuse.families.chain.template import chain_kernel
+
+    def rope(x, cos, sin):
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+    def attention(q, k, v, cos, sin):
+        return F.scaled_dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+    s, d = 256, 64
+    args = tuple(torch.randn(1, 2, s, d, dtype=torch.float16) for _ in range(3)) + \
+        tuple(torch.randn(s, d, dtype=torch.float16) for _ in range(2))
+    cm = tilefuse.compile(attention, args, target="h100", backend="reference")
+    kernel = chain_kernel(chain_body(whole(cm.primgraph)), ChainTile(64, 64, d, d, 4, 2, True), "causal")
+    b = compile_native(kernel, 90)
+    model = work(kernel, H100).res.smem_bytes
+    assert b.pipelined and 1.0 <= model / b.shared_bytes <= 1.5, (b.shared_bytes, model)
+
+
 def test_depthwise_stencil_reads_channels_in_16_byte_runs():
     """A channels-last depthwise convolution planned as a stencil (its taps unrolled, its weight
     taps-outer) compiles for sm_90 to 16-byte loads only, without spills, within 25% of the

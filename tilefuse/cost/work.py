@@ -162,6 +162,7 @@ class DotUse:
     again: bool = False      # the same Dot as in the loop before (Loop.resume): its accumulator,
                              # operand registers and shared memory are that one's
     fresh: bool = True       # its product starts from zeros (not a carried accumulator)
+    tile_loads: tuple = (1, 1)   # per operand: its loads of a whole tile (one at least)
 
 
 @dataclass(frozen=True)
@@ -444,12 +445,16 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         acc += blk(d.m) * blk(d.n)
         item = max(d.in_dtype.itemsize, 1)
         final = []
-        for kind, reads, tile in zip(d.staged, d.reads, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
+        for kind, reads, loads, tile in zip(d.staged, d.reads, d.tile_loads, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
+            how, tiles, tests = reads
             if kind == 2:
-                staged += tile * item
+                # in a loop the compiler pipelines (a chain's key loop), each whole-tile load of a
+                # computed operand has its own buffers (LLaMA's RoPE'd keys, five loads: 272 KiB of
+                # shared memory at two stages in the sm_90 binary, 144 counted as one tile); the
+                # printer's K loop of a GEMM computes its operand in registers (the binaries: one)
+                staged += tile * item * (loads if how in ("computed", "gathered") and d.around else 1)
             elif kind == 1:
                 held += tile * item
-            how, tiles, tests = reads
             if tests and all(t % blk(a) == 0 for a, t, _ in tests):
                 # one piece's pointers per tile (emit.py: _pointers), or its descriptor; a
                 # shifted descriptor where no tile runs past its chunk
@@ -733,16 +738,18 @@ class _Walk:
         m, n, k = (self.canon[x] for x in (st.m, st.n, st.k))
         staged = []
         reads = []
+        tile_loads = []
         with self.scope(st.k):
             for operand, dims in ((st.a, {m, k}), (st.b, {k, n})):
                 paths = self.loads(operand, operand=True)
                 staged.append(0 if not paths else 2 if any(paths) else 1)
                 reads.append(self.operand_reads(operand, dims, k) if paths else ("", 0, ()))
+                tile_loads.append(self.whole_tiles(operand, dims))
                 self.count((operand,))
             if st.init is not None:
                 self.count((st.init,))
         self.dots.append(DotUse(m, n, k, st.in_dtype, tuple(self.around), tuple(staged), self.stopped,
-                                tuple(reads), self.resuming, st.init is None))
+                                tuple(reads), self.resuming, st.init is None, tuple(tile_loads)))
         self.slot_axes[st.slot] = frozenset({m, n})
 
     def operand_reads(self, e, dims: set, k: str) -> tuple:
@@ -752,13 +759,11 @@ class _Walk:
         at most), else computed (direct after all, at binding, where it is a concatenation whose
         pieces the blocks divide; "pieces" where each piece's tile is a descriptor's box on sm_90:
         ``tma`` then, as the printer reads it, ``emit.py: _described_pieces``)."""
-        loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
         # each load of the whole tile holds its own values and addresses (a concatenation's
         # select among three weights: three); a per-row or per-column vector is few values;
         # a gathered operand's loads share their index arithmetic (RoPE's two reads of a row)
-        # (a variable of extent 1 varies along nothing: a batch of one's per-channel vector)
-        tiles = max(sum(dims <= {self.axis_of[v] for v in _index_vars(ld) if v in self.axis_of and self.extents[v] != 1}
-                        for ld in loads), 1)
+        loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
+        tiles = self.whole_tiles(e, dims)
         while isinstance(e, Cast):
             e = e.x
         windowed = self.windowed(e, dims - {k}) and not guarded_load(e)
@@ -802,6 +807,13 @@ class _Walk:
                 piece_descriptors(e, self.input_shapes, self.axis_info, tuple(dims), self.extents):
             return "pieces", tiles, tests    # through the descriptor of a tile's piece, where blocks divide
         return "computed", tiles, tests
+
+    def whole_tiles(self, e, dims: set) -> int:
+        """The loads of a Dot operand ``e`` that each read a whole tile over ``dims`` (one at
+        least); a variable of extent 1 varies along nothing (a batch of one's per-channel vector)."""
+        loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
+        return max(sum(dims <= {self.axis_of[v] for v in _index_vars(ld) if v in self.axis_of and self.extents[v] != 1}
+                       for ld in loads), 1)
 
     def windowed(self, e, rows: set) -> bool:
         """``e`` is a value zeroed outside a padded window: a select of zero whose test varies
