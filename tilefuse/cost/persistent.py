@@ -2,14 +2,17 @@
 
 A persistent kernel's programs take tasks in order from a queue (``codegen/triton/persistent.py``):
 each task is one program of one phase.  The schedule is list-scheduled here, event by event: a
-worker (a program; one per SM) takes the next task when it is free, pays the queue's atomic (a round
-trip to L2) and then waits until the task's dependencies are done — every task of each phase it
+worker (a program; one per SM, or two where the run's binary holds two: the caller's
+``programs``) takes the next task when it is free, pays the queue's atomic (a round trip to L2)
+and then waits until the task's dependencies are done — every task of each phase it
 waits for whole (``Phase.after``; by default the phase before), and each earlier task it waits for
 alone (``Phase.needs``: tile-level edges), seen by an acquiring read (another round trip) — and runs
 the task, which is counted done by a posted release (``red``: the worker does not wait for it; the
 count reaches L2 half a round trip later).  A task runs as long as one program of its kernel runs in
 that kernel's own launch (the kernel's modelled body divided by its waves: ``Cost.waves``), a
-conservative figure: one program alone on an SM is no slower than one sharing it.  The kernel's time
+conservative figure where a wave there shares each SM among as many programs as the persistent
+kernel has an SM; with two an SM, a phase of fewer tasks than SMs may find two of them on one
+SM, which is not charged (an assumption until a trace measures it).  The kernel's time
 is one launch plus the makespan.  Everything here is MODELLED.
 
 DRAM and prefetch (with a ``dram_rate``, bytes/s): the tasks' own DRAM bytes (each task its share of

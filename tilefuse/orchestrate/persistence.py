@@ -275,9 +275,8 @@ def _simulated(plan: Plan, kernels: Sequence, i: int, j: int, scheduled: Callabl
     """The run ``kernels[i:j]`` as one persistent kernel of ``per_sm`` programs an SM: (its phases
     as simulated, their ``task_dependencies``, the phases' names, the kernels' modelled time apart,
     the persistent kernel's: one launch and the simulated makespan).  A task runs as long as one
-    program of its kernel in a wave of that kernel's own launch, where as many programs share an
-    SM as its occupancy lets (``phase_of``): with ``per_sm`` no more than that, the figure stays
-    an upper bound.  MODELLED."""
+    program of its kernel in a wave of that kernel's own launch (``phase_of``), whatever
+    ``per_sm`` (``cost/persistent.py`` says where that is an assumption).  MODELLED."""
     from ..codegen.dependencies import task_dependencies
     from ..codegen.triton.persistent import prefetches, resident
     launch, atomic = tgt.launch(cuda_graph), 2 * tgt.l2_latency_s    # an atomic: a round trip to L2
