@@ -16,7 +16,10 @@ Per model (tilefuse/zoo.py: random weights, nothing downloaded) and variant:
 - tilefuse_persistent: ``persistent="auto"`` (issue #25: runs of consecutive kernels launched as one
   persistent kernel where the simulated schedule models faster), per launch;
 - tilefuse_persistent_graph: ``persistent="auto", cuda_graph=True`` (planned for graph replay: the
-  choice of runs depends on the launch mode), CUDA only.
+  choice of runs depends on the launch mode), CUDA only;
+- tilefuse_persistent_1sm: ``persistent="auto"`` planned with one program an SM
+  (``orchestrate/persistence.PER_SM = 1``, as before session 23), per launch: beside
+  tilefuse_persistent, what a second program an SM buys.
 
 Timing: warm-up calls, then ``--runs`` calls, each isolated (synchronize; CUDA events around the
 call; synchronize) over 4 rotating input sets; median, p10, p90 in ms.  On CPU, host
@@ -57,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_MODELS = ("bert", "gpt2", "vit", "resnet", "llama")
 VARIANTS = ("eager", "inductor", "inductor_graph", "tilefuse", "tilefuse_graph", "tilefuse_persistent",
-            "tilefuse_persistent_graph")
+            "tilefuse_persistent_graph", "tilefuse_persistent_1sm")
 GRAPH_VARIANTS = ("tilefuse_graph", "inductor_graph", "tilefuse_persistent_graph")
 # Relative L2 error allowed against the fp32 model (and at least 4x eager's own error in the dtype):
 # fp32 differs by summation order only (contractions run on cuBLAS/cuDNN), with room for a tf32 path
@@ -456,17 +459,24 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
 
     traced: dict = {}
 
-    def persistent(graph: bool):
+    def persistent(graph: bool, per_sm: int | None = None):
         def prepare():
-            m, secs = timer.wall(lambda: tilefuse.compile(model, inputs[0], target="auto", time_limit=args.time_limit,
-                                                          cuda_graph=graph, persistent="auto"))
+            from tilefuse.orchestrate import persistence
+            planned = persistence.PER_SM
+            persistence.PER_SM = per_sm or planned
+            try:
+                m, secs = timer.wall(lambda: tilefuse.compile(model, inputs[0], target="auto",
+                                                              time_limit=args.time_limit, cuda_graph=graph,
+                                                              persistent="auto"))
+            finally:
+                persistence.PER_SM = planned
             launches = len(m.kernels) - sum(j - i - 1 for i, j in m.persistent)
             traced["m"] = m
             return m, {**plan_info(m, secs), "launches": launches,
                        "persistent_runs": [[i, j] for i, j in m.persistent]}
         return prepare
-    for v in ("tilefuse_persistent", "tilefuse_persistent_graph"):
-        measure(v, persistent(v.endswith("graph")))
+    for v in ("tilefuse_persistent", "tilefuse_persistent_graph", "tilefuse_persistent_1sm"):
+        measure(v, persistent(v.endswith("graph"), 1 if v.endswith("1sm") else None))
         if dev == "cuda" and "m" in traced and traced["m"].persistent and v in rec["variants"]:
             try:      # each persistent kernel's measured schedule beside the simulated one
                 runs = traced.pop("m").trace_persistent(*inputs[0])
