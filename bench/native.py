@@ -21,7 +21,7 @@ LDG widths, LDGSTS = cp.async, UTMALDG = TMA); nothing is measured on a GPU.  Pl
 With ``--grounded`` the plans are made on the binaries (``compile(native=True)``: each kernel's
 top alternatives compiled, occupancy and the tensor-core path from the binary, a spilling kernel
 refused).  Per plan, family and architecture it records: kernels compiled, compile failures, spilling
-kernels, tensor-core kernels and how many on wgmma (also among those whose problem has >= 64 rows),
+kernels, kernels needing more shared memory than a block may have (``over_shared``), tensor-core kernels and how many on wgmma (also among those whose problem has >= 64 rows),
 the 16-byte share of global load instructions, kernels with a dot loop and how many are pipelined
 (cp.async/TMA), and registers / shared memory binary vs model (ratio per kernel; mean and range).
 """
@@ -122,7 +122,7 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
     import tilefuse
     from tilefuse.codegen.triton.native import TMA_BOX_BYTES, NativeCompileError, compile_native
     from tilefuse.cost.model import occupancy
-    from tilefuse.cost.target import H100
+    from tilefuse.cost.target import A100, H100
     from tilefuse.native import binary_occupancy
     fn, args = build(name)
     t = time.time()
@@ -137,7 +137,8 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
         kernels = []
         t = time.time()
         for b, kernel, work in jobs:
-            fam = per_family.setdefault(b.family, {"kernels": 0, "failures": 0, "spilling": 0, "tensor_core": 0,
+            fam = per_family.setdefault(b.family, {"kernels": 0, "failures": 0, "spilling": 0, "over_shared": 0,
+                                                   "tensor_core": 0,
                                                    "wgmma": 0, "tensor_core_64_rows": 0, "wgmma_64_rows": 0,
                                                    "dot_loops": 0, "pipelined_dot_loops": 0,
                                                    "_loads": {}, "_regs": [], "_smem": [], "_occ": []})
@@ -150,6 +151,8 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
                 continue
             big = _rows_m(kernel) >= 64
             fam["spilling"] += bin_.spills
+            # more shared memory than a block may have: the launch would fail on the GPU
+            fam["over_shared"] += bin_.shared_bytes > (H100 if arch >= 90 else A100).smem_per_block
             if bin_.mma != "none" or _has_dot(kernel):
                 fam["tensor_core"] += 1
                 fam["wgmma"] += bin_.mma == "wgmma"
@@ -206,7 +209,7 @@ def main(argv=None) -> int:
         for arch, a in r["archs"].items():
             for fam, f in sorted(a["families"].items()):
                 print(f"{name:12s} sm_{arch} {fam:6s} kernels {f['kernels']:3d} fail {f['failures']} "
-                      f"spill {f['spilling']} wgmma {f['wgmma']}/{f['tensor_core']} "
+                      f"spill {f['spilling']} over-smem {f['over_shared']} wgmma {f['wgmma']}/{f['tensor_core']} "
                       f"(>=64 rows {f['wgmma_64_rows']}/{f['tensor_core_64_rows']}) "
                       f"pipelined {f['pipelined_dot_loops']}/{f['dot_loops']} 16B {f['wide_load_share']} "
                       f"regs b/m {(f['registers_binary_over_model'] or {}).get('mean')} "

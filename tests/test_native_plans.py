@@ -1,5 +1,6 @@
 """Every generated kernel of the zoo's GPU plans compiles natively (issue #22, item 4): for sm_90
-from the h100 plans and sm_80 from the a100 plans, with no compile failure, no spill, and every
+from the h100 plans and sm_80 from the a100 plans, with no compile failure, no spill, shared
+memory a block may have, and every
 dot loop software-pipelined (cp.async or TMA in the binary); dot kernels whose tile has 64 rows
 per warpgroup run on wgmma on sm_90, and the cost model's tensor-core rule says the same of every
 kernel; on sm_90 (where the register model is fitted) the model's registers per thread land
@@ -95,6 +96,9 @@ def test_the_plans_kernels_compile_natively_without_spills_and_pipelined(model, 
         dots = list(_dots(kernel, kernel.body))
         if b.spills:
             broken.append(f"{b.kernel}: spills {b.spill_bytes} B per thread ({b.registers} registers)")
+        if b.shared_bytes > tgt.smem_per_block:
+            broken.append(f"{b.kernel}: {b.shared_bytes} B of shared memory, more than a block may have "
+                          f"({tgt.smem_per_block}): it cannot launch")
         looped = any(lp or kernel.axis(d.k).chunks > 1 for d, lp in dots)
         if looped and not b.pipelined:
             broken.append(f"{b.kernel}: its dot loop is not pipelined (num_stages {kernel.num_stages})")
