@@ -605,6 +605,29 @@ def test_a_compiled_model_runs_each_run_at_its_rows_programs_an_sm(monkeypatch):
     assert grid["fits"](200, 64 * 1024, 4) == 2 and grid["fits"](255, 0, 8) == 1
 
 
+def test_a_run_over_the_register_budget_of_two_programs_an_sm_is_capped_to_it():
+    """A persistent kernel that holds one program an SM for its registers alone (BERT-base's run:
+    138 registers at 8 warps) is compiled again with ptxas's cap, ``maxnreg`` 128 at 8 warps;
+    where that binary neither spills nor holds fewer than two an SM, the plan runs two an SM
+    under the cap (the report row's ``maxnreg``); a binary already within the budget is kept."""
+    import dataclasses
+    from tilefuse.cost.target import Target
+    from tilefuse.native import binary_occupancy
+    from tilefuse.orchestrate import persistence
+    model, (inputs,) = zoo.build("gpt2", "tiny")
+    tgt = Target.get("h100")
+    compiled = tilefuse.compile(model, inputs, target=unfloored(), time_limit=1.0, persistent="auto")
+    (i, j), *_ = compiled.persistent
+    types = compiled.primgraph.types
+    binary = persistence._binary(compiled.kernels, i, j, types, tgt)
+    assert persistence._capped(binary, compiled.kernels, i, j, types, tgt) == (binary, None)
+    # (as if it held 200 registers at 8 warps: one an SM)
+    heavy = dataclasses.replace(binary, registers=200, num_warps=8)
+    assert binary_occupancy(heavy, tgt) == 1
+    capped, cap = persistence._capped(heavy, compiled.kernels, i, j, types, tgt)
+    assert cap == 128 and capped.registers <= 128 and not capped.spills
+
+
 def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(monkeypatch):
     """A bucket's plan carried to another size (``orchestrate/instantiate.py``) takes its template's
     persistent runs as they are: the same kernels at another size have the same tiles, so their
@@ -616,7 +639,7 @@ def test_a_carried_plan_keeps_its_templates_runs_without_compiling_them_again(mo
     from tilefuse.orchestrate import persistence
     checked = []
     real = persistence._binary
-    monkeypatch.setattr(persistence, "_binary", lambda *a: checked.append(a[1:3]) or real(*a))
+    monkeypatch.setattr(persistence, "_binary", lambda *a, **k: checked.append(a[1:3]) or real(*a, **k))
     model, (inputs,) = zoo.build("gpt2", "tiny")
     imported = import_torch(model, inputs)
     first = _pipeline(imported, target="h100", backend="triton", strategy="optimal", t0=time.perf_counter(),

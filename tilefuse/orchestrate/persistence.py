@@ -183,7 +183,7 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
             plan, kernels, run = _warm_tiles(plan, kernels, i, j, run, coster, as_phase, scheduled, tgt, cuda_graph)
         phases, waits, names, apart, merged = run
         take = mode is True or merged < apart
-        per_sm = 1
+        per_sm, maxnreg = 1, None
         if tgt.arch and carried is None and (take or PER_SM > 1):
             binary = _binary(kernels, i, j, types, tgt)
             if binary is None and take:
@@ -193,13 +193,15 @@ def persistent_plan(plan: Plan, kernels: Sequence, scheduled: Callable, tgt: Tar
                 todo[:0] = [r for r in ((i, m), (m if m > i else i + 1, j)) if r[1] - r[0] >= 2]
                 continue
             from ..native import binary_occupancy
+            if binary is not None and binary_occupancy(binary, tgt) < PER_SM:
+                binary, maxnreg = _capped(binary, kernels, i, j, types, tgt)
             per_sm = min(PER_SM, binary_occupancy(binary, tgt)) if binary is not None else 1
             if per_sm > 1:      # its tasks' latencies overlap two a SM: simulated so
                 phases, waits, names, apart, merged = run = _simulated(plan, kernels, i, j, scheduled, tgt, cuda_graph,
                                                                        per_sm)
                 take = mode is True or merged < apart
         rows.append({"kernels": [b.name for b in kernels[i:j]], "first": i, "programs": per_sm * tgt.sm_count,
-                     "per_sm": per_sm,
+                     "per_sm": per_sm, "maxnreg": maxnreg if per_sm > 1 else None,
                      "phases": [_row(n, p) for n, p in zip(names, phases)],
                      "dram_rate": tgt.dram_rate if tgt.arch else 0.0,
                      # what each phase waits for: every task of an earlier phase (a barrier), or
@@ -455,13 +457,31 @@ def unfit(kernels: Sequence, first: int, last: int, types, tgt: Target) -> bool:
     return _binary(kernels, first, last, types, tgt) is None
 
 
-def _binary(kernels: Sequence, first: int, last: int, types, tgt: Target):
-    """The persistent kernel of ``kernels[first:last]`` compiled for ``tgt``'s GPU (cached), or
-    None where it spills, needs more shared memory than a block may have or does not compile."""
+def _capped(binary, kernels: Sequence, first: int, last: int, types, tgt: Target):
+    """(binary, register cap): the run's persistent kernel compiled with at most the registers a
+    thread that ``PER_SM`` programs an SM leave it (``maxnreg``: 128 at 8 warps) where that binary
+    does not spill and holds that many an SM (BERT-base's run: 138 registers at 8 warps, one an
+    SM); else the binary as it was, and None."""
+    from ..native import binary_occupancy
+    threads = binary.num_warps * tgt.warp_size
+    cap = min(255, tgt.regs_per_sm // (PER_SM * threads) // 8 * 8)
+    if cap >= binary.registers or cap < 32:
+        return binary, None
+    capped = _binary(kernels, first, last, types, tgt, maxnreg=cap)
+    if capped is None or binary_occupancy(capped, tgt) < PER_SM:
+        return binary, None
+    return capped, cap
+
+
+def _binary(kernels: Sequence, first: int, last: int, types, tgt: Target, maxnreg: int | None = None):
+    """The persistent kernel of ``kernels[first:last]`` compiled for ``tgt``'s GPU (cached; at most
+    ``maxnreg`` registers a thread where given), or None where it spills, needs more shared memory
+    than a block may have or does not compile."""
     from ..codegen.triton.native import NativeCompileError, compile_native_persistent
     tiles, reads, writes, scratch = run_phases(kernels, first, last)
     try:
-        binary = compile_native_persistent("persistent", tiles, reads, writes, {**types, **scratch}, tgt.arch)
+        binary = compile_native_persistent("persistent", tiles, reads, writes, {**types, **scratch}, tgt.arch,
+                                           maxnreg=maxnreg)
     except NativeCompileError as e:
         _log.info("persistent kernel of %s: %s", [b.name for b in kernels[first:last]], e)
         return None

@@ -120,15 +120,17 @@ class CompiledModel:
             return self._program
 
     def _persistent_grid(self) -> dict:
-        """The persistent kernels' programs an SM, per kernel of each run launched as one (the
-        plan's, ``Report.persistent``; one where a row has none), and what an SM of the target
-        holds of a launched binary: ``Program``'s arguments."""
+        """The persistent kernels' programs an SM and register cap, per kernel of each run launched
+        as one (the plan's, ``Report.persistent``; one and none where a row has none), and what an
+        SM of the target holds of a launched binary: ``Program``'s arguments."""
         from functools import partial
 
         from ..native import launched_occupancy
         rows = [r for r in (self.report.persistent or ()) if r["launched_as_one"]]
-        per_sm = {k: r.get("per_sm", 1) for r in rows for k in range(r["first"], r["first"] + len(r["kernels"]))}
-        return {"per_sm": per_sm, "fits": partial(launched_occupancy, target=self.target)}
+        spans = [(r, range(r["first"], r["first"] + len(r["kernels"]))) for r in rows]
+        return {"per_sm": {k: r.get("per_sm", 1) for r, ks in spans for k in ks},
+                "maxnreg": {k: r["maxnreg"] for r, ks in spans if r.get("maxnreg") for k in ks},
+                "fits": partial(launched_occupancy, target=self.target)}
 
     def _new_program(self) -> Program:
         return Program(self.plan, self.primgraph, self.device, self.kernels, self.memory,

@@ -26,7 +26,8 @@ class Program:
     def __init__(self, plan: Plan, pg: PrimGraph, device: torch.device, kernels: Sequence[Built],
                  memory: MemoryPlan | None = None, persistent: Sequence[tuple[int, int]] = (),
                  programs: int = 1, donate: bool = False, trace: bool = False,
-                 per_sm: Mapping[int, int] | None = None, fits: Callable | None = None):
+                 per_sm: Mapping[int, int] | None = None, fits: Callable | None = None,
+                 maxnreg: Mapping[int, int] | None = None):
         if len(kernels) != len(plan.kernels):
             raise ValueError(f"{len(kernels)} built kernels for a plan of {len(plan.kernels)}")
         self.plan, self.device, self.types = plan, device, pg.types
@@ -54,13 +55,15 @@ class Program:
         # first kernel -> (the launcher, the kernel after the run)
         # ``programs``: the persistent kernels' grid (at most what the GPU holds at once), times
         # ``per_sm[k]`` for a run holding kernel k where the plan runs several programs an SM
-        # (their binary's occupancy: ``compile_persistent`` checks the one it launches, ``fits``)
+        # (their binary's occupancy: ``compile_persistent`` checks the one it launches, ``fits``),
+        # at most ``maxnreg[k]`` registers a thread where the plan capped them for that
         # an in-place kernel not given its input's memory copies it first: not a phase then
         apart = {k for k, b in enumerate(kernels) if b.inplace and b.outputs[0] not in self._aliases}
         persistent = [r for i, j in persistent for r in _without(i, j, apart)]
         # ``trace``: each persistent launch leaves its tasks' clock readings (``runtime/trace.py``)
-        per_sm = per_sm or {}
-        self._persistent = {i: (_persistent_launch(kernels, i, j, programs, trace, per_sm.get(i, 1), fits), j)
+        per_sm, maxnreg = per_sm or {}, maxnreg or {}
+        self._persistent = {i: (_persistent_launch(kernels, i, j, programs, trace, per_sm.get(i, 1), fits,
+                                                   maxnreg.get(i)), j)
                             for i, j in persistent}
         # the persistent kernels' scratch buffers by the names their phases use
         self._scratch = {n: t for i, j in persistent for k in range(i, j)
@@ -150,11 +153,11 @@ def run_phases(kernels: Sequence[Built], first: int, last: int) -> tuple[list, l
 
 
 def _persistent_launch(steps: Sequence[Built], first: int, last: int, programs: int, trace: bool = False,
-                       per_sm: int = 1, fits: Callable | None = None):
+                       per_sm: int = 1, fits: Callable | None = None, maxnreg: int | None = None):
     from ..codegen.triton.persistent import compile_persistent
     tiles, reads, writes, _ = run_phases(steps, first, last)
     launch, _, _ = compile_persistent("persistent_" + steps[first].name, tiles, reads, writes, programs * per_sm,
-                                      trace, per_sm, fits)
+                                      trace, per_sm, fits, maxnreg)
     return launch
 
 

@@ -122,10 +122,12 @@ def compile_native_generic(kernel: Kernel, generic, arch: int) -> Binary:
     return _compile(kernel, generic.source, blocks, arch, {PARAM: "i32"})
 
 
-def compile_native_persistent(name: str, kernels, reads, writes, types, arch: int, trace: bool = False) -> Binary:
+def compile_native_persistent(name: str, kernels, reads, writes, types, arch: int, trace: bool = False,
+                              maxnreg: int | None = None) -> Binary:
     """A persistent kernel of ``kernels`` as phases (``persistent.py``; tensors named by ``reads``
     and ``writes``, typed by ``types``) compiled for ``arch``, with ``trace`` its tasks' clock
-    readings; cached like ``compile_native`` (under one name: the binary does not depend on it)."""
+    readings, at most ``maxnreg`` registers a thread where given (ptxas's cap, as the launch
+    passes it); cached like ``compile_native`` (under one name: the binary does not depend on it)."""
     from .persistent import COUNTERS, NEEDS, TRACE, persistent_module
     source, params, table = persistent_module(_NAME, kernels, reads, writes, trace=trace)
     signature = {f"p{k}": _POINTER[types[n].dtype] for k, n in enumerate(params)}
@@ -135,9 +137,9 @@ def compile_native_persistent(name: str, kernels, reads, writes, types, arch: in
     if trace:
         signature[TRACE] = "*i64"
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
-    return _cached(["persistent", arch, source, signature, warps, stages], name,
-                   lambda: _build(_jit_function(source, _NAME), signature, {}, len(signature), warps, stages,
-                                  _NAME, arch))
+    key = ["persistent", arch, source, signature, warps, stages] + ([maxnreg] if maxnreg else [])
+    return _cached(key, name, lambda: _build(_jit_function(source, _NAME), signature, {}, len(signature), warps,
+                                             stages, _NAME, arch, maxnreg))
 
 
 def _cached(key: list, name: str, build) -> Binary:
@@ -176,7 +178,7 @@ def _compile(kernel: Kernel, source: str, blocks: dict, arch: int, scalars: dict
 
 
 def _build(fn, signature: dict, constexprs: dict, pointers: int, warps: int, stages: int, name: str,
-           arch: int) -> Binary:
+           arch: int, maxnreg: int | None = None) -> Binary:
     """``fn`` compiled for ``arch`` with its first ``pointers`` arguments 16-byte aligned (as the
     runtime passes them) and Triton's launch-time default of fused multiply-adds; its binary read."""
     import triton
@@ -184,6 +186,8 @@ def _build(fn, signature: dict, constexprs: dict, pointers: int, warps: int, sta
     from triton.compiler import ASTSource
     aligned = {(j,): [["tt.divisibility", 16]] for j in range(pointers)}
     options = {"num_warps": warps, "num_stages": stages, "enable_fp_fusion": True}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
     try:
         compiled = triton.compile(ASTSource(fn, signature, constexprs, aligned), target=GPUTarget("cuda", arch, 32),
                                   options=options)

@@ -418,7 +418,8 @@ def resident_grid(programs: int, per_sm: int, tasks: int, held: int) -> int:
 
 def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                        writes: Sequence[Sequence[str]], programs: int, trace: bool = False, per_sm: int = 1,
-                       fits: Callable[[int, int, int], int] | None = None) -> tuple[Callable, str, list[str]]:
+                       fits: Callable[[int, int, int], int] | None = None,
+                       maxnreg: int | None = None) -> tuple[Callable, str, list[str]]:
     """(launcher, source, its tensors in parameter order) of the persistent kernel running
     ``kernels`` as phases (their tensors named by ``reads``/``writes``, inputs-then-outputs order);
     the launcher takes a ``{name: tensor}`` mapping and runs on at most ``programs`` programs.
@@ -430,7 +431,8 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     launch runs one program per SM (``programs // per_sm``: resident wherever the kernel runs at
     all) and the grid of the launches after it is what ``fits(registers, shared bytes, warps)``
     says an SM holds of the binary that launch compiled, at most ``per_sm`` an SM: a compiler that
-    allocates more registers than the plan's binary shrinks the grid instead of hanging it."""
+    allocates more registers than the plan's binary shrinks the grid instead of hanging it.
+    ``maxnreg``: the registers a thread ptxas may use (the plan's cap for ``per_sm``)."""
     from .launch import _descriptor_scratch, load_kernel
     if trace and interpreted():
         raise ValueError("tracing a persistent kernel reads the GPU's clock (PTX), which Triton's "
@@ -444,6 +446,7 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
     # (the interpreter runs its programs one after another: any grid completes)
     unchecked = [per_sm > 1 and not interpreted()]
     warps, stages = max(k.num_warps for k in kernels), max(k.num_stages for k in kernels)
+    options = {"num_warps": warps, "num_stages": stages, **({"maxnreg": maxnreg} if maxnreg else {})}
     written = {n for outs in writes for n in outs}
     tma = any(k.tma for k in kernels) and "make_tensor_descriptor" in source
     counters: dict = {}
@@ -467,11 +470,11 @@ def compile_persistent(name: str, kernels: Sequence[Kernel], reads: Sequence[Seq
         with interpreting() if interpreted() else contextlib.nullcontext():
             if unchecked[0]:
                 sms = max(1, programs // per_sm)
-                compiled = fn[(max(1, min(sms, total)),)](*ts, c, *needs, num_warps=warps, num_stages=stages)
+                compiled = fn[(max(1, min(sms, total)),)](*ts, c, *needs, **options)
                 held = fits(compiled.n_regs, compiled.metadata.shared, warps) if fits is not None else 1
                 grid[0] = resident_grid(programs, per_sm, total, held)
                 unchecked[0] = False
                 return
-            fn[tuple(grid)](*ts, c, *needs, num_warps=warps, num_stages=stages)
+            fn[tuple(grid)](*ts, c, *needs, **options)
 
     return launch, source, params
