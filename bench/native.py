@@ -21,7 +21,8 @@ LDG widths, LDGSTS = cp.async, UTMALDG = TMA); nothing is measured on a GPU.  Pl
 With ``--grounded`` the plans are made on the binaries (``compile(native=True)``: each kernel's
 top alternatives compiled, occupancy and the tensor-core path from the binary, a spilling kernel
 refused).  Per plan, family and architecture it records: kernels compiled, compile failures, spilling
-kernels, kernels needing more shared memory than a block may have (``over_shared``), tensor-core kernels and how many on wgmma (also among those whose problem has >= 64 rows),
+kernels, kernels needing more shared memory than a block may have (``over_shared``), tensor-core
+kernels and how many on wgmma (also among those whose problem has >= 64 rows),
 the 16-byte share of global load instructions, kernels with a dot loop and how many are pipelined
 (cp.async/TMA), and registers / shared memory binary vs model (ratio per kernel; mean and range).
 """

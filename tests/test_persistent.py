@@ -599,7 +599,8 @@ def test_a_compiled_model_runs_each_run_at_its_rows_programs_an_sm(monkeypatch):
     compiled = tilefuse.compile(model, inputs, target=unfloored(), time_limit=1.0, persistent="auto")
     grid = compiled._persistent_grid()
     rows = [r for r in compiled.report.persistent if r["launched_as_one"]]
-    assert rows and grid["per_sm"] == {k: r["per_sm"] for r in rows for k in range(r["first"], r["first"] + len(r["kernels"]))}
+    spans = [(r, range(r["first"], r["first"] + len(r["kernels"]))) for r in rows]
+    assert rows and grid["per_sm"] == {k: r["per_sm"] for r, ks in spans for k in ks}
     # 200 registers and 64 KiB at 4 warps: two an SM of an H100 (25,600 registers a program);
     # 255 at 8 warps: one
     assert grid["fits"](200, 64 * 1024, 4) == 2 and grid["fits"](255, 0, 8) == 1

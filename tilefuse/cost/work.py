@@ -33,9 +33,11 @@ From that walk, for every family alike:
   computes its padded tiles at ``dot.dot_rate`` (tensor cores or not), the rest at the fp32
   CUDA-core peak;
 - resources: with a ``Dot``, its fp32 accumulators per thread, its operands' registers by how
-  each is read (``OPERAND_REGISTERS``: a cp.async or TMA copy, a computed prologue, one zeroed
-  outside a padded window, a gather, a scalar gather), the tiles the epilogue loads, and the
-  operand tiles staged in shared memory (``num_stages`` deep inside a loop; one stage where an
+  each is read (``OPERAND_REGISTERS``: a cp.async or TMA copy, a split-K chunk's through a
+  descriptor at its shift, a computed prologue, one zeroed outside a padded window, a gather of
+  whole 16-byte runs, a gather, a scalar gather), the tiles the epilogue loads, and the
+  operand tiles staged in shared memory (``num_stages`` deep inside a loop, each whole-tile load
+  of a computed operand in a chain's key loop its own; one stage where an
   operand is a scalar gather, which Triton does not pipeline: ``_Walk.scalar``); without, a base
   for indices and pointers (smaller for a phase that runs its tile once than for one with a loop)
   plus a thread's share of the tile, a quarter of the values the widest scope loads (at most 8
@@ -445,7 +447,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         acc += blk(d.m) * blk(d.n)
         item = max(d.in_dtype.itemsize, 1)
         final = []
-        for kind, reads, loads, tile in zip(d.staged, d.reads, d.tile_loads, (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))):
+        tiles_ab = (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))
+        for kind, reads, loads, tile in zip(d.staged, d.reads, d.tile_loads, tiles_ab):
             how, tiles, tests = reads
             if kind == 2:
                 # in a loop the compiler pipelines (a chain's key loop), each whole-tile load of a
@@ -882,7 +885,8 @@ class _Walk:
         ResNet and MobileNet stems: 2-byte loads, no cp.async); or its last dim's index is a
         quotient ``x // c`` of a tiled index, "quotient" (each value c times over, no two
         neighbours contiguous: a row-window copy fused back into its stem reads the NCHW image so,
-        2-byte loads in its sm_90 binary); "" otherwise.  Another index the walk cannot read as
+        2-byte loads in its sm_90 binary); "vector" where its last dim's index is a channel
+        taken modulo whole 16-byte runs (``vector_run``); "" otherwise.  Another index the walk cannot read as
         affine is not judged (a rotated half stays a gather)."""
         dims = _load_site(ld).dims
         need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
