@@ -458,7 +458,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 staged += tile * item * (loads if how in ("computed", "gathered") and d.around else 1)
             elif kind == 1:
                 held += tile * item
-            if tests and all(t % blk(a) == 0 for a, t, _ in tests):
+            # (a shifted box is the printer's where the block itself divides the chunk: ``masked``)
+            if tests and all(t % (by[a].block if how == "shifted" else blk(a)) == 0 for a, t, _ in tests):
                 # one piece's pointers per tile (emit.py: _pointers), or its descriptor; a
                 # shifted descriptor where no tile runs past its chunk
                 how, tiles = ("tma" if how in ("pieces", "shifted") else "direct"), 1
