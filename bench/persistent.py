@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     import tilefuse
     from tilefuse import zoo
     rows = []
-    for spec in args.models.split(","):
+    for spec in filter(None, args.models.split(",")):         # (--models "": the decode step alone)
         name, size = spec.split(":")
         model, (inputs,) = zoo.build(name, size)
         model = model.half()
