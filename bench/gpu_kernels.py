@@ -131,6 +131,30 @@ def matmul_module(k: int, n: int, dtype, device):
     return MatMul().eval()
 
 
+# BM,BN,BK,WARPS,STAGES of the fixed tiles timed for large GEMMs (``--gemm-fixed``)
+FIXED_TILES = "128,256,64,8,3;128,256,64,8,4;256,128,64,8,3;128,128,64,4,4;128,128,64,8,3"
+
+
+def _fixed(text: str, cand, pg, coster, tgt, device: str, timer, launch: float, flops: float) -> dict:
+    """One fixed gemm tile (``BM,BN,BK,WARPS,STAGES``, group-M order, descriptors on sm_90) of
+    the contraction's group, modelled and timed."""
+    from tilefuse.families.base import Group
+    from tilefuse.families.gemm import _schedule, gemm_body
+    from tilefuse.families.gemm.space import SWIZZLE, GemmTile
+    from tilefuse.codegen.kernel import TMA_ARCH
+    bm, bn, bk, warps, stages = map(int, text.split(","))
+    try:
+        body = gemm_body(Group(cand.prims, cand.inputs, cand.outputs, dict(pg.types)))
+        tile = GemmTile(bm, bn, bk, warps, stages, SWIZZLE, tma=tgt.arch >= TMA_ARCH)
+        sched = _schedule(body, tile, tgt)
+        cost = coster.adopt(sched)
+        dev_s = timed(sched, pg, device, timer)
+    except Exception as e:
+        return {"tile": text, "error": f"{type(e).__name__}: {e}"[:300]}
+    return {"tile": str(tile), "modelled_us": round(cost.seconds * 1e6, 3), "measured_us": round((dev_s + launch) * 1e6, 3),
+            "measured_tflops": round(flops / dev_s / 1e12, 1)}
+
+
 def gemms_part(args, started: float) -> list[dict]:
     import torch
     dtype = getattr(torch, args.dtype)
@@ -173,6 +197,12 @@ def gemms_part(args, started: float) -> list[dict]:
                 rec["gemm_alternatives"].append({"tile": str(sched.tile), "modelled_us": round(cost.seconds * 1e6, 3),
                                                  "measured_us": round((dev_s + launch) * 1e6, 3),
                                                  "measured_tflops": round(flops / dev_s / 1e12, 1)})
+            # tiles Hopper GEMMs are known to like (the Triton tutorials': 128 x 256 x 64 at 8 warps,
+            # three or four stages), whatever the model ranks them: is any tile of the template
+            # within 0.9x of cuBLAS (issue #22)?
+            if min(m, n, k) >= args.fixed_from and args.gemm_fixed:
+                rec["gemm_fixed"] = [_fixed(text, kern.candidate, pg, coster, tgt, args.device, timer, launch, flops)
+                                     for text in args.gemm_fixed.split(";")]
             w = mod.w.detach()
             dev_s = timer(lambda: torch.matmul(x, w)).median_s
             rec["torch_matmul"] = {"measured_us": round(dev_s * 1e6, 3), "measured_tflops": round(flops / dev_s / 1e12, 1)}
@@ -321,6 +351,9 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", default="kernels,gemms")
     ap.add_argument("--gemm-tiles", type=int, default=1,
                     help="gemm schedules measured per shape in the model's order (the first is 'gemm')")
+    ap.add_argument("--gemm-fixed", default=FIXED_TILES,
+                    help="BM,BN,BK,WARPS,STAGES tiles (';'-separated) timed for GEMMs of --fixed-from a side or more")
+    ap.add_argument("--fixed-from", type=int, default=2048)
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--device", default=None, choices=["cuda", "cpu"])
     ap.add_argument("--budget-s", type=float, default=150.0)

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
     out = tmp_path / "gpu_kernels.json"
     proc = subprocess.run([sys.executable, "bench/gpu_kernels.py", "--device", "cpu", "--gemms", "tiny",
-                           "--parts", "gemms", "--gemm-tiles", "3", "--out", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                           "--parts", "gemms", "--gemm-tiles", "3", "--gemm-fixed", "16,16,16,4,2;32,16,16,4,3",
+                           "--fixed-from", "0", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert rec["device"]["type"] == "cpu" and len(rec["gemms"]) == 2
@@ -32,6 +33,10 @@ def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
         alts = g["gemm_alternatives"]
         assert 1 <= len(alts) <= 2 and all(a["measured_us"] > 0 and a["tile"].startswith("BM=") for a in alts)
         assert g["gemm"]["tile"] not in {a["tile"] for a in alts}
+        # fixed tiles whatever the model ranks them (the Triton tutorials' for large GEMMs on a GPU)
+        fixed = g["gemm_fixed"]
+        assert [f["tile"].split()[:3] for f in fixed] == [["BM=16", "BN=16", "BK=16"], ["BM=32", "BN=16", "BK=16"]]
+        assert all("error" not in f and f["measured_us"] > 0 and f["modelled_us"] > 0 for f in fixed), fixed
 
 
 def _run(tmp_path, script: str, *args: str) -> dict:
