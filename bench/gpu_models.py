@@ -17,9 +17,10 @@ Per model (tilefuse/zoo.py: random weights, nothing downloaded) and variant:
   persistent kernel where the simulated schedule models faster), per launch;
 - tilefuse_persistent_graph: ``persistent="auto", cuda_graph=True`` (planned for graph replay: the
   choice of runs depends on the launch mode), CUDA only;
-- tilefuse_persistent_1sm: ``persistent="auto"`` planned with one program an SM
-  (``orchestrate/persistence.PER_SM = 1``, as before session 23), per launch: beside
-  tilefuse_persistent, what a second program an SM buys.
+- tilefuse_persistent_2sm: ``persistent="auto", cuda_graph=True`` planned with two programs an
+  SM where a run's binary holds two (``orchestrate/persistence.PER_SM = 2``, session 23's default;
+  one since the fourth GPU session measured two slower), CUDA only: beside
+  tilefuse_persistent_graph, what a second program an SM buys.
 
 Timing: warm-up calls, then ``--runs`` calls, each isolated (synchronize; CUDA events around the
 call; synchronize) over 4 rotating input sets; median, p10, p90 in ms.  On CPU, host
@@ -60,8 +61,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_MODELS = ("bert", "gpt2", "vit", "resnet", "llama")
 VARIANTS = ("eager", "inductor", "inductor_graph", "tilefuse", "tilefuse_graph", "tilefuse_persistent",
-            "tilefuse_persistent_graph", "tilefuse_persistent_1sm")
-GRAPH_VARIANTS = ("tilefuse_graph", "inductor_graph", "tilefuse_persistent_graph")
+            "tilefuse_persistent_graph", "tilefuse_persistent_2sm")
+GRAPH_VARIANTS = ("tilefuse_graph", "inductor_graph", "tilefuse_persistent_graph", "tilefuse_persistent_2sm")
 # Relative L2 error allowed against the fp32 model (and at least 4x eager's own error in the dtype):
 # fp32 differs by summation order only (contractions run on cuBLAS/cuDNN), with room for a tf32 path
 # (~3e-4); fp16/bf16 by their rounding through a dozen layers (eager fp16 lands near 1e-3).
@@ -475,8 +476,8 @@ def run_model(name: str, args, save=lambda rec: None) -> dict:
             return m, {**plan_info(m, secs), "launches": launches,
                        "persistent_runs": [[i, j] for i, j in m.persistent]}
         return prepare
-    for v in ("tilefuse_persistent", "tilefuse_persistent_graph", "tilefuse_persistent_1sm"):
-        measure(v, persistent(v.endswith("graph"), 1 if v.endswith("1sm") else None))
+    for v in ("tilefuse_persistent", "tilefuse_persistent_graph", "tilefuse_persistent_2sm"):
+        measure(v, persistent(v != "tilefuse_persistent", 2 if v.endswith("2sm") else None))
         if dev == "cuda" and "m" in traced and traced["m"].persistent and v in rec["variants"]:
             try:      # each persistent kernel's measured schedule beside the simulated one
                 runs = traced.pop("m").trace_persistent(*inputs[0])
@@ -515,7 +516,7 @@ def speedups(variants: dict) -> dict:
         if v in variants:
             out[v] = {"vs_eager": round(eager / t, 3) if t and eager else None,
                       "vs_inductor": round(inductor / t, 3) if t and inductor and v != "inductor" else None}
-            if v in ("tilefuse_graph", "tilefuse_persistent_graph"):
+            if v in ("tilefuse_graph", "tilefuse_persistent_graph", "tilefuse_persistent_2sm"):
                 out[v]["vs_inductor_graph"] = round(inductor_graph / t, 3) if t and inductor_graph else None
     return out
 

@@ -107,6 +107,8 @@ class Work:
                                # later), so a kernel whose other DRAM bytes are none waits on L2 only
     dot_steps: float = 0.0     # products a program runs one after another (its Dots times its loop
                                # chunks; a library GEMM's K steps): each at least ``Target.dot_step_s``
+    two_stage_k: float = 0.0   # K positions of a program's warpgroup-MMA products in a loop of two
+                               # pipeline stages (chunks times each Dot's BK): ``Target.two_stage_k_s``
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,10 @@ def estimate(w: Work, target: Target, *, cuda_graph: bool = False) -> Estimate:
         # dot_program_s besides (operand setup, the accumulator's epilogue, its stores); the
         # programs of a wave run side by side, the waves one after another
         comp = max(comp, waves * w.dot_steps * target.dot_step_s) + waves * target.dot_program_s
+    if w.two_stage_k and comp:
+        # at two stages the loop's next loads wait for the products before them (MEASURED:
+        # the same tiles at three stages ran 1.3-1.5x faster, docs/cost-model.md)
+        comp += waves * w.two_stage_k * target.two_stage_k_s
     body = max(dram, l2, comp)
     # the fill: one round trip before the first bytes arrive (from L2 where nothing is read from
     # DRAM: a persistent kernel's phase reading what an earlier phase wrote; stores wait on none)

@@ -63,6 +63,8 @@ class Target:
     dot_step_s: float = 0.0                 # a tensor-core product step's least time in one program
     dot_program_s: float = 0.0              # a tensor-core program's fixed latency beyond its
                                             # bytes and flops (both: cost/model.estimate)
+    two_stage_k_s: float = 0.0              # a warpgroup-MMA loop at two pipeline stages: its
+                                            # chunks' products wait this long per K position
 
     def __hash__(self) -> int:
         # by value, the mappings as their sorted items: caches are keyed by what a target is
@@ -177,6 +179,13 @@ def _ro(d: dict) -> Mapping[str, float]:
 # its tensor-core tasks ran 2.0-4.1 us longer than modelled, their bytes and flops a fraction of
 # that; least squares over its five kinds of dot task (2-9 product steps): 2.1 us a program plus
 # 0.3 us a step, each task then within 15% (docs/cost-model.md).  One model's trace: a lead.
+# [11] MEASURED on the H200 (Triton 3.6; 2026-11-28, the fourth GPU session;
+# bench/results/gpu_h200_2026-11-28_s24/gpu_kernels*.json): the same GEMM tile at two pipeline
+# stages against three, TMA and warpgroup MMA, K looped 22-64 times: 4096^3 at 128x256x64
+# 284.6 us against 193.9, 2048^3 44.7 against 33.5, 512x5632x2048 at 128x128x64 44.6 against 33.3;
+# 0.34 us more a chunk of BK 64 and 0.65 of BK 128 (BN 128 and 256 alike): 5.3 ns per K position
+# of a chunk; the four same-tile pairs' ratios (1.32-1.47) then modelled within 8% each
+# (docs/cost-model.md; tests/test_calibration.py).
 H100 = Target(
     name="h100", sm_count=132, dram_bw=3.35 * TB,
     peak_simt=_ro({"float32": 67 * TFLOPS, "float16": 133.8 * TFLOPS, "bfloat16": 133.8 * TFLOPS,
@@ -196,6 +205,7 @@ H100 = Target(
     arch=90,
     link_bw=450 * GB, link_latency_s=10e-6,  # [9]
     dot_step_s=0.3e-6, dot_program_s=2.1e-6,   # [10]
+    two_stage_k_s=5.3e-9,                    # [11]
 )
 
 # NVIDIA H200 SXM: "NVIDIA H200 Tensor Core GPU" datasheet: the H100 SXM compute (same GH100 SMs and

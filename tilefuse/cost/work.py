@@ -61,7 +61,7 @@ from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descript
                               piece_descriptors, piece_tests, pow2, tile_shift)
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, load_nodes, walk
-from .dot import dot_rate, wgmma
+from .dot import dot_rate, tensor_cores, wgmma
 from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
@@ -231,6 +231,7 @@ class _Phase:
     inflight_loop: float              # bytes one chunk of the loop scopes requests (Dot kernels)
     dot_flops: tuple[float, ...]      # per Dot: its padded tiles' flops
     dots: tuple[tuple[int, int, DType], ...]     # per Dot: its (BM, BN, dtype) for the rate
+    dot_ks: tuple[int, ...]           # per Dot: its BK (the K positions of one product)
     cuda_flops: float
     reduce_tile: int                  # the widest reduction's value tile (elements)
     tile_elems: int                   # per tile dimension its widest block, multiplied
@@ -288,15 +289,21 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
         # a loop at one stage waits for each chunk's loads before its products (``serial``)
         inflight = max(stages - 1, 1) * p.inflight_loop or (requested / p.programs if p.programs else 0.0)
         serial = p.chunks if stages == 1 and p.inflight_loop and p.chunks > 1 else 0.0
+        # a K loop of one warpgroup-MMA product at two stages (``Target.two_stage_k_s``; measured
+        # on GEMMs: a chain's loop waits for its first product's result anyway, its softmax needs it)
+        (bm, _, dt), = p.dots[:1] or ((0, 0, None),)
+        two = p.dot_ks[0] * math.ceil(p.chunks) if stages == 2 and len(p.dots) == 1 and p.inflight_loop \
+            and p.chunks > 1 and target.two_stage_k_s and wgmma(bm, kernel.num_warps, target) \
+            and tensor_cores(dt, target) else 0.0
     else:
         peak, flops = target.peak(DType.float32, False), p.cuda_flops
         inflight = requested / p.programs / p.waits if p.programs else 0.0
-        serial = 0.0
+        serial = two = 0.0
     return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
                 inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
                 requested_bytes=requested + p.stored + p.scratch,
                 store_bytes=(p.stored + p.scratch) if p.tail else 0.0, dram_stored=p.stored + scratch_dram,
-                dot_steps=max(math.ceil(p.chunks), 1) * len(p.dots))
+                dot_steps=max(math.ceil(p.chunks), 1) * len(p.dots), two_stage_k=two)
 
 
 def _window(kernel: Kernel, concurrent: int) -> dict:
@@ -430,7 +437,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     if arrive is not None:      # the tail walks its groups' tiles: positions per group, times groups
         cuda *= programs
     blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
-    dot_flops, dots, staged, held, acc, operand_regs, warp_ops = [], [], 0, 0, 0, 0.0, []
+    dot_flops, dots, dot_ks, staged, held, acc, operand_regs, warp_ops = [], [], [], 0, 0, 0, 0.0, []
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
         dims = (d.m, d.n, d.k)
@@ -439,6 +446,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         f = 2.0 * progs * per * shares[d.stopped]
         dot_flops.append(f)
         dots.append((blk(d.m), blk(d.n), d.in_dtype))
+        dot_ks.append(blk(d.k))
         if d.again:
             # the second loop of a split keeps its own pipeline of the product: fitted to sm_90
             # binaries of causal attention split and not (bench/README.md, "native.py")
@@ -521,7 +529,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   tuple(tuple((a, chunks(a)) for a in sorted(rereads.get(k, ()))) for k in range(len(inputs))),
                   stored_bytes([outputs[k] for k in sorted(stored_slots)], target) + scattered,
                   sum(outputs[k].nbytes for k in scratch_slots), max(nchunks, 1.0), max(waits, 1.0), loop_bytes,
-                  tuple(dot_flops), tuple(dots), cuda, reduce_tile,
+                  tuple(dot_flops), tuple(dots), tuple(dot_ks), cuda, reduce_tile,
                   # a tail holds its own tile (its reductions', else its widest load's: a
                   # split-K sum's output tile), not the kernel's widest blocks
                   (reduce_tile or max((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads),

@@ -32,11 +32,13 @@ from .plan import Plan
 _log = logger("plan")
 
 # Programs a persistent kernel runs on an SM at most, where its binary's registers and shared
-# memory let that many be resident: a task with a tensor-core product ran 2.0-4.1 us past its
-# kernel's body on the H200, bound by latency (bench/README.md, the third GPU session), which a
-# second program on the SM hides as a kernel's own waves do.  MODELLED until a GPU measures it; the
-# launcher keeps the grid within what the binary it launches holds (``compile_persistent``).
-PER_SM = 2
+# memory let that many be resident (the launcher keeps the grid within what the binary it launches
+# holds: ``compile_persistent``).  One: MEASURED on the H200 (bench/README.md, the fourth GPU
+# session), BERT-small's run at two an SM took 150.6 us against 122.5 at one: the hardware put a
+# phase of fewer tasks than SMs two to an SM (24 tasks on 17 SMs), so the latency a second program
+# was to hide came back as two tasks sharing an SM.  Two (the mechanism stays, for a task order
+# that spreads a phase over SMs first) is what the model assumed in session 23.
+PER_SM = 1
 
 
 def with_phases(plan: Plan, coster, scheduled: Callable, tgt: Target, cuda_graph: bool) -> Plan:
