@@ -107,7 +107,7 @@ class Work:
                                # later), so a kernel whose other DRAM bytes are none waits on L2 only
     dot_steps: float = 0.0     # products a program runs one after another (its Dots times its loop
                                # chunks; a library GEMM's K steps): each at least ``Target.dot_step_s``
-    two_stage_k: float = 0.0   # K positions of a program's warpgroup-MMA products in a loop of two
+    two_stage_k: float = 0.0   # K positions of a program's tensor-core products in a loop of two
                                # pipeline stages (chunks times each Dot's BK): ``Target.two_stage_k_s``
 
 

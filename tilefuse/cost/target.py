@@ -63,7 +63,7 @@ class Target:
     dot_step_s: float = 0.0                 # a tensor-core product step's least time in one program
     dot_program_s: float = 0.0              # a tensor-core program's fixed latency beyond its
                                             # bytes and flops (both: cost/model.estimate)
-    two_stage_k_s: float = 0.0              # a warpgroup-MMA loop at two pipeline stages: its
+    two_stage_k_s: float = 0.0              # a tensor-core K loop at two pipeline stages: its
                                             # chunks' products wait this long per K position
 
     def __hash__(self) -> int:

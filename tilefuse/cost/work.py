@@ -289,12 +289,10 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
         # a loop at one stage waits for each chunk's loads before its products (``serial``)
         inflight = max(stages - 1, 1) * p.inflight_loop or (requested / p.programs if p.programs else 0.0)
         serial = p.chunks if stages == 1 and p.inflight_loop and p.chunks > 1 else 0.0
-        # a K loop of one warpgroup-MMA product at two stages (``Target.two_stage_k_s``; measured
+        # a K loop of one tensor-core product at two stages (``Target.two_stage_k_s``; measured
         # on GEMMs: a chain's loop waits for its first product's result anyway, its softmax needs it)
-        (bm, _, dt), = p.dots[:1] or ((0, 0, None),)
         two = p.dot_ks[0] * math.ceil(p.chunks) if stages == 2 and len(p.dots) == 1 and p.inflight_loop \
-            and p.chunks > 1 and target.two_stage_k_s and wgmma(bm, kernel.num_warps, target) \
-            and tensor_cores(dt, target) else 0.0
+            and p.chunks > 1 and target.two_stage_k_s and tensor_cores(p.dots[0][2], target) else 0.0
     else:
         peak, flops = target.peak(DType.float32, False), p.cuda_flops
         inflight = requested / p.programs / p.waits if p.programs else 0.0
