@@ -40,7 +40,7 @@ for s in $STEPS; do case $s in
   check) step ${T_CHECK:-90} check python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" --out "$OUT/gpu_check.json"; CHECK_RC=$LAST_RC ;;
   sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
   models) step ${T_MODELS:-200} gpu_models python3 bench/gpu_models.py --size small --models "$MODELS" ${MODEL_VARIANTS:+--variants "$MODEL_VARIANTS"} --budget-s $(( ${T_MODELS:-200} - 30 )) --out "$OUT/gpu_models_small.json" ;;
-  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_${ATTN_SHAPES:-llm}.json" ;;
+  attention) step ${T_ATTN:-80} attention python3 bench/attention.py --target $TGT --shapes ${ATTN_SHAPES:-llm} --variants eager,sdpa_flash,tilefuse,tilefuse_graph --budget-s $(( ${T_ATTN:-80} - 25 )) --json "$OUT/attention_gpu_$(echo "${ATTN_SHAPES:-llm}" | tr ',' '_').json" ;;   # (a comma in a name does not come back)
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" ${KERNEL_PARTS:+--parts "$KERNEL_PARTS"} --gemm-tiles ${GEMM_TILES:-4} --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   stems) step ${T_STEMS:-60} stems python3 bench/gpu_kernels.py --parts stems --budget-s $(( ${T_STEMS:-60} - 15 )) --out "$OUT/gpu_stems.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
