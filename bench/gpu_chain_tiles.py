@@ -9,6 +9,7 @@ faulted with an illegal address through pointers (2026-11-28), where the same ti
 
     python3 bench/gpu_chain_tiles.py --shape 12,256,256,64 --out results.json
     python3 bench/gpu_chain_tiles.py --device cpu --shape 2,64,64,16 --tiles 16,64,16,16,4,1   # the interpreter
+    python3 bench/gpu_chain_tiles.py --shape 32,4096,4096,128 --time --tiles "128,128,128,128,8,2,tma;128,128,128,128,8,3,tma"
 Tiles: ``BM,BN,BK,BH,WARPS,STAGES[,tma]``, several separated by ``;``.
 """
 from __future__ import annotations
@@ -23,10 +24,11 @@ DEFAULT_TILES = ("64,256,64,32,4,1;64,256,64,64,4,1;64,256,64,32,8,1;64,128,64,3
                  "64,256,64,32,4,1,tma;16,256,64,32,4,1;128,256,64,32,8,1")
 
 
-def run_one(shape: tuple, tile_text: str, device: str) -> dict:
+def run_one(shape: tuple, tile_text: str, device: str, timed: bool = False) -> dict:
     """The chain of SDPA over ``shape`` built with one tile and run once on fresh inputs; its
     relative L2 error against fp32 SDPA and whether every output was written (poisoned with NaN
-    first)."""
+    first); ``timed``: also its median time (``tilefuse.cost.measure``'s timer: L2 flushed, CUDA
+    events) and the TFLOP/s of its two products."""
     import torch
     import torch.nn.functional as F
     import tilefuse
@@ -53,8 +55,14 @@ def run_one(shape: tuple, tile_text: str, device: str) -> dict:
     ref = fn(q.double(), k.double(), v.double())
     got = out.double().cpu().reshape(ref.shape)
     rel = ((got - ref).norm() / ref.norm()).item()
-    return {"tile": tile_text, "text": str(tile), "rel_l2": rel, "nan": int(torch.isnan(got).sum()),
-            "ok": bool(rel < 1e-2)}
+    row = {"tile": tile_text, "text": str(tile), "rel_l2": rel, "nan": int(torch.isnan(got).sum()),
+           "ok": bool(rel < 1e-2)}
+    if timed:
+        from gpu_kernels import timer_for
+        args = [env[x] for x in built.inputs]
+        seconds = timer_for(device)(lambda: built.run(args, [out])).median_s
+        row |= {"measured_us": round(seconds * 1e6, 2), "tflops": float(f"{4 * heads * m * n * d / seconds / 1e12:.4g}")}
+    return row
 
 
 def main() -> None:
@@ -64,17 +72,19 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per tile's process")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--time", action="store_true", help="time each tile too (median, L2 flushed) and its TFLOP/s")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     shape = tuple(int(x) for x in args.shape.split(","))
     if args.child:
-        print(json.dumps(run_one(shape, args.child, args.device)))
+        print(json.dumps(run_one(shape, args.child, args.device, args.time)))
         return
     rows = []
     for t in args.tiles.split(";"):
         t0 = time.time()
         try:
-            p = subprocess.run([sys.executable, __file__, "--shape", args.shape, "--device", args.device, "--child", t],
+            p = subprocess.run([sys.executable, __file__, "--shape", args.shape, "--device", args.device, "--child", t]
+                               + ["--time"] * args.time,
                                capture_output=True, text=True, timeout=args.timeout)
             lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
             row = json.loads(lines[-1]) if p.returncode == 0 and lines else \

@@ -97,9 +97,11 @@ def test_chain_tile_probe_runs_each_tile_apart_on_a_cpu(tmp_path):
     against fp64 SDPA; a tile the chain template cannot build is a row with its error, not a crash."""
     out = tmp_path / "tiles.json"
     proc = subprocess.run([sys.executable, "bench/gpu_chain_tiles.py", "--device", "cpu", "--shape", "2,32,32,16",
-                           "--tiles", "16,32,16,16,4,1;16,16,16,8,4,2;16,32,16,16,4", "--out", str(out)],
+                           "--tiles", "16,32,16,16,4,1;16,16,16,8,4,2;16,32,16,16,4", "--time", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["ok"] for r in rows] == [True, True, False]
     assert rows[0]["rel_l2"] < 1e-2 and rows[1]["nan"] == 0 and "error" in rows[2]
+    # --time: each built tile timed too (here the interpreter's wall clock), with its products' rate
+    assert all(r["measured_us"] > 0 and r["tflops"] > 0 for r in rows[:2]), rows
