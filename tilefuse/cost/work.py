@@ -126,6 +126,12 @@ WARP_OPERAND_MIN_K = 64
 # 128 x 128 tiles: 195 and 162 registers, 252 and 220 at 1.5, which the one-stage binaries held)
 SPLIT_REGISTERS = 0.6
 LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is live at once
+# A chain's key loop at two stages waits for its loads this share of a GEMM loop's time per K
+# position of its second product (the keys of a chunk): MEASURED on the H200, attention 16 x 4096
+# x 4096, d 128, 128 x 128 tiles at 8 warps through descriptors: 339.0 us at two stages, 287.0 at
+# three, 0.41 us a chunk of 128 keys against a GEMM loop's 0.68 (``Target.two_stage_k_s``); its
+# softmax between the products covers part of the wait.  One shape: a lead.
+CHAIN_TWO_STAGE_SHARE = 0.6
 # An unrolled loop's loads are issued ahead of their use: about 70% of all its chunks' values
 # are live at once (fitted: sm_90 binaries of depthwise stencils, 9 taps at 8 to 32 outputs a
 # thread, 80 to 205 registers)
@@ -289,10 +295,12 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
         # a loop at one stage waits for each chunk's loads before its products (``serial``)
         inflight = max(stages - 1, 1) * p.inflight_loop or (requested / p.programs if p.programs else 0.0)
         serial = p.chunks if stages == 1 and p.inflight_loop and p.chunks > 1 else 0.0
-        # a K loop of one tensor-core product at two stages (``Target.two_stage_k_s``; measured
-        # on GEMMs: a chain's loop waits for its first product's result anyway, its softmax needs it)
-        two = p.dot_ks[0] * math.ceil(p.chunks) if stages == 2 and len(p.dots) == 1 and p.inflight_loop \
-            and p.chunks > 1 and target.two_stage_k_s and tensor_cores(p.dots[0][2], target) else 0.0
+        # a loop of tensor-core products at two stages (``Target.two_stage_k_s``, measured on GEMM
+        # K loops; a chain's key loop, ``CHAIN_TWO_STAGE_SHARE`` of it by its second product's K)
+        two = 0.0
+        if stages == 2 and p.inflight_loop and p.chunks > 1 and target.two_stage_k_s \
+                and all(tensor_cores(dt, target) for _, _, dt in p.dots):
+            two = math.ceil(p.chunks) * (p.dot_ks[0] if len(p.dots) == 1 else CHAIN_TWO_STAGE_SHARE * p.dot_ks[-1])
     else:
         peak, flops = target.peak(DType.float32, False), p.cuda_flops
         inflight = requested / p.programs / p.waits if p.programs else 0.0
