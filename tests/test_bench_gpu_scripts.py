@@ -105,3 +105,10 @@ def test_chain_tile_probe_runs_each_tile_apart_on_a_cpu(tmp_path):
     assert rows[0]["rel_l2"] < 1e-2 and rows[1]["nan"] == 0 and "error" in rows[2]
     # --time: each built tile timed too (here the interpreter's wall clock), with its products' rate
     assert all(r["measured_us"] > 0 and r["tflops"] > 0 for r in rows[:2]), rows
+    # --causal: the causal chain (the LLM prefills'), right against fp64 SDPA with is_causal
+    proc = subprocess.run([sys.executable, "bench/gpu_chain_tiles.py", "--device", "cpu", "--shape", "2,32,32,16",
+                           "--tiles", "16,16,16,16,4,2", "--causal", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["causal"] and doc["rows"][0]["causal"] and doc["rows"][0]["ok"] and doc["rows"][0]["rel_l2"] < 1e-2, doc
