@@ -186,3 +186,26 @@ def test_conv_transpose_errors():
     x, w = torch.randn(1, 3, 4, 4), torch.randn(3, 2, 3, 3)
     with pytest.raises(UnsupportedAttribute, match="group.*ConvTranspose"):
         run_op("ConvTranspose", [x, w], [TensorType((1, 4, 6, 6), DType.float32)], dict(group=2))
+
+
+def test_a_conv_whose_every_tap_is_padding_stores_from_its_generated_kernel():
+    """A grouped, dilated convolution whose one output window lies wholly in the padding (the ONNX
+    fuzzer's seed 89): its A operand simplifies to zero and its output position to the program's
+    batch alone, so the gemm kernel stores a [1, 1, 1] tile at a position on no tile axis (Triton
+    refused the scalar pointer).  Planned for an H100, run through the interpreter, it equals
+    onnxruntime: the bias."""
+    from onnx import helper
+    import tilefuse
+    attrs = dict(dilations=[2, 1], group=2, kernel_shape=[2, 2], pads=[0, 2, 1, 0], strides=[1, 2])
+    x, w, b = torch.randn(1, 18, 2, 1), torch.randn(2, 9, 2, 2), torch.randn(2)
+    ref = onnxruntime_node("Conv", [x, w, b], attrs)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, list(x.shape))],
+                              [helper.make_tensor_value_info("y", 1, None)],
+                              [helper.make_tensor("w", 1, list(w.shape), w.flatten().tolist()),
+                               helper.make_tensor("b", 1, list(b.shape), b.tolist())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cm = tilefuse.compile_onnx(model.SerializeToString(), backend="triton", target="h100", verify=True, time_limit=1.0)
+    assert [k.schedule.family for k in cm.plan.kernels] == ["gemm"]
+    torch.testing.assert_close(cm.emulate(x), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ref.flatten(), b)

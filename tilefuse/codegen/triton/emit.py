@@ -828,7 +828,9 @@ class _Printer:
         axes = off.axes | val.axes | frozenset().union(*(g.axes for g in guards))
         conds = self.masks(axes) + guards
         ptr = f"out{s.output} + {_paren(off.text)}"
-        if self.tiled(off) != axes - self.scalar:
+        # (a position on no tile axis is still stored as a [1, ..., 1] tile: its value may be one,
+        # a constant or a reduction kept in its dims, where every tile axis has one position)
+        if self.tiled(off) != axes - self.scalar or not axes - self.scalar:
             ptr = f"out{s.output} + tl.broadcast_to({off.text}, {self.shape(axes)})"
         text = val.text if s.value.dtype is t.dtype else f"{val.text}.to({TL[t.dtype]})"
         mask = f", mask={' & '.join(c.text for c in conds)}" if conds else ""
