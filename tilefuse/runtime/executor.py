@@ -56,8 +56,8 @@ class Program:
         # ``programs``: the persistent kernels' grid (at most what the GPU holds at once), times
         # ``per_sm[k]`` for a run holding kernel k where the plan runs several programs an SM
         # (their binary's occupancy: ``compile_persistent`` checks the one it launches, ``fits``),
-        # at most ``maxnreg[k]`` registers a thread where the plan capped them for that
-        # an in-place kernel not given its input's memory copies it first: not a phase then
+        # at most ``maxnreg[k]`` registers a thread where the plan capped them for that.
+        # An in-place kernel not given its input's memory copies it first: not a phase then.
         apart = {k for k, b in enumerate(kernels) if b.inplace and b.outputs[0] not in self._aliases}
         persistent = [r for i, j in persistent for r in _without(i, j, apart)]
         # ``trace``: each persistent launch leaves its tasks' clock readings (``runtime/trace.py``)
