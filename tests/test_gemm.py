@@ -547,15 +547,18 @@ def test_a_computed_operand_is_read_through_pointers_under_tma():
     assert built.source.count("tl.make_tensor_descriptor(") == 1
 
 
-@pytest.mark.parametrize("m", [1, 3])
-def test_small_m_path_reduces_products_without_tensor_cores(m):
+@pytest.mark.parametrize("m,stages", [(1, 3), (3, 1)])
+def test_small_m_path_reduces_products_without_tensor_cores(m, stages):
     """The GEMV / decode path: all M rows in one program (BM = 1 or 4, not 16), the products
-    reduced over K in fp32, bias + GELU in the epilogue; no tl.dot."""
+    reduced over K in fp32, bias + GELU in the epilogue; no tl.dot.  Its K loop asks Triton to
+    pipeline it at the tile's stages (a loop of no ``tl.dot`` is pipelined only so)."""
     model = torch.nn.Sequential(torch.nn.Linear(300, 70), torch.nn.GELU()).eval()
     bm = 1 if m == 1 else 4
-    built, body = forced(model, GemmTile(bm, 16, 64, 2, 2, 1, dot=False), torch.randn(m, 300))
+    built, body = forced(model, GemmTile(bm, 16, 64, 2, stages, 1, dot=False), torch.randn(m, 300))
     assert "tl.dot(" not in built.source and "tl.sum(" in built.source
     assert body.shape.m == m
+    head = "tl.range(0, 300, BLOCK_K, num_stages=3)" if stages > 1 else "range(0, 300, BLOCK_K)"
+    assert f"in {head}:" in built.source
 
 
 def test_small_m_path_is_chosen_for_a_decode_gemv():
@@ -707,19 +710,27 @@ def test_a_gemvs_weights_are_streamed_evict_first_and_a_gemms_are_not():
             torch.testing.assert_close(c.emulate(x), lin(x), rtol=1e-4, atol=1e-4)
 
 
-def test_a_gemv_group_is_offered_a_whole_k_tensor_core_tile():
+def test_a_gemv_group_is_offered_a_whole_k_tensor_core_tile(monkeypatch):
     """BERT's pooler: the first token's row, a projection with its bias, a tanh (M = 1).  On the
     plain GEMV the small-M and split-K tiles rank first; with the slice, the bias and the tanh an
-    unsplit 16-row tile is the group's fastest, so the family offers the first one.  That holds
-    without the tensor-core latency floor (``Target.dot_program_s``); with it, as MEASURED on an
-    H200 (a BM-1 GEMV task 1.1 µs, the dot tasks beside it 3.1-6.0), the plain GEMV is fastest
-    and planned."""
+    unsplit 16-row tile can be the group's fastest, so the family offers the first one.  It is,
+    without the tensor-core latency floor (``Target.dot_program_s``) and with the small-M K loop
+    two stages deep (deeper, a GEMV is the fastest); with the floor, as MEASURED on an H200 (a
+    BM-1 GEMV task 1.1 µs, the dot tasks beside it 3.1-6.0), the plain GEMV is fastest and
+    planned."""
+    import functools
+
     from gemm_eval import H100_UNFLOORED as unfloored
+    from tilefuse.families import gemm
+    from tilefuse.families.gemm import space
+    monkeypatch.setattr(space, "SMALL_M_STAGES", 2)
+    for name in ("ranked_tiles", "_lowest_ranked", "_legacy_ranked"):     # (fresh caches, dropped after)
+        monkeypatch.setattr(gemm, name, functools.lru_cache(maxsize=None)(getattr(gemm, name).__wrapped__))
     torch.manual_seed(0)
     dense = torch.nn.Linear(768, 768).half().eval()
     fn = lambda x: torch.tanh(dense(x[:, 0]))                              # noqa: E731
     x = torch.randn(1, 8, 768, dtype=torch.float16)
-    shape_first = ranked_tiles(GemmShape(1, 1, 768, 768, DType.float16), unfloored)[:3]
+    shape_first = gemm.ranked_tiles(GemmShape(1, 1, 768, 768, DType.float16), unfloored)[:gemm.TOP_K]
     assert not any(t.dot and t.split == 1 for t in shape_first)           # the premise
     cm = compile_h100(fn, x)
     scheds = GemmFamily().schedules(whole(cm.primgraph), unfloored)

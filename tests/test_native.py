@@ -445,6 +445,36 @@ def test_a_padded_stem_reads_16_byte_vectors_and_its_copy_fused_back_gathers_in_
             assert b.async_copies.get(16) and 2 not in b.loads and b.pipelined
 
 
+def test_a_gemvs_k_loop_is_copied_asynchronously_as_deep_as_its_stages(tmp_path, monkeypatch):
+    """A decode step's GEMV (one row, the small-M path: products reduced on CUDA cores) loops over
+    K without a tensor-core product, which Triton pipelines only when the loop's ``tl.range``
+    asks: through a plain ``range`` its sm_90 binary loads 16 bytes a thread and waits each
+    chunk's round trip at any ``num_stages`` (the H200's trace: 0.75-1.6 us a chunk). Now at two
+    stages or more the weights are cp.async copies, one chunk of shared memory per stage past the
+    first, as the model counts, and the model keeps that many chunks in flight."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    from tilefuse.families.gemm.space import GemmTile
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2048, 512).eval().half()
+    cm = tilefuse.compile(model, (torch.randn(1, 2048).half(),), target="h100", backend="reference")
+    (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    assert not s.tile.dot and s.tile.stages > 1                 # the plan's own tile streams
+    flight = {}
+    for stages in (1, 2, 4):
+        (kernel,) = gemm_kernels(s.body, GemmTile(1, 16, 512, 4, stages, 1, dot=False), "gemv")
+        b, w = compile_native(kernel, 90), work(kernel, H100)
+        assert not b.spills and b.mma == "none"
+        copied = b.async_copies.get(16, 0)
+        assert bool(copied) == (stages > 1) and (16 in b.loads) == (stages == 1), (stages, b.loads, b.async_copies)
+        assert w.res.smem_bytes == (stages - 1) * (16 * 512 + 512) * 2          # weights + activation
+        if stages > 1:
+            assert 0.9 <= w.res.smem_bytes / b.shared_bytes <= 1.1, (stages, b.shared_bytes)
+        assert 0.75 <= w.res.regs_per_thread / b.registers <= 1.25, (stages, b.registers, w.res.regs_per_thread)
+        flight[stages] = w.inflight_bytes
+    assert flight[1] == flight[2] and flight[4] == pytest.approx(3 * flight[2])
+
+
 def test_a_computed_operand_of_a_single_chunk_gemm_holds_the_registers_its_binary_does(tmp_path, monkeypatch):
     """A GEMM whose whole K is one chunk (no loop) with a computed operand (a clamp of a scaled
     activation: MobileNetV2's BatchNorm + ReLU6 before a 1 x 1 convolution) keeps the operand's

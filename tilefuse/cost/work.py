@@ -38,7 +38,9 @@ From that walk, for every family alike:
   whole 16-byte runs, a gather, a scalar gather), the tiles the epilogue loads, and the
   operand tiles staged in shared memory (``num_stages`` deep inside a loop, each whole-tile load
   of a computed operand in a chain's key loop its own; one stage where an
-  operand is a scalar gather, which Triton does not pipeline: ``_Walk.scalar``); without, a base
+  operand is a scalar gather, which Triton does not pipeline: ``_Walk.scalar``); without a Dot,
+  a loop's chunks ``num_stages - 1`` deep (``emit._streams``), which is also how many chunks it
+  keeps in flight; without, a base
   for indices and pointers (smaller for a phase that runs its tile once than for one with a loop)
   plus a thread's share of the tile, a quarter of the values the widest scope loads (at most 8
   loads), and in a one-pass phase the positions where a window's test selects loaded values;
@@ -209,7 +211,10 @@ def work(kernel: Kernel, target: Target) -> Work:
     # gather it runs one stage, whatever ``num_stages`` says (the stems' binaries: no cp.async, one
     # stage of shared memory)
     stages = max(kernel.num_stages, 1) if t.main.pipelined else 1
-    res = Resources(kernel.num_warps, regs, stages * t.main.staged + t.main.held)
+    # (a loop of tensor-core products holds ``num_stages`` buffers; one on CUDA cores, one fewer:
+    # the chunk it reduces is read from the last)
+    smem = stages * t.main.staged + t.main.held if t.main.dots else (stages - 1) * t.main.staged
+    res = Resources(kernel.num_warps, regs, smem)
     main = _phase_work(t.main, kernel, res, target, stages)
     if t.tail is not None:
         main = replace(main, tail=_phase_work(t.tail, kernel, res, target, 1))
@@ -243,6 +248,7 @@ class _Phase:
     tile_elems: int                   # per tile dimension its widest block, multiplied
     live: int                         # load values the program holds at once (no Dot)
     staged: int                       # shared-memory bytes of one pipeline stage of the operands
+                                      # (no Dot: of the widest pipelined loop's chunk)
     held: int                         # shared-memory bytes of operands loaded once
     acc_elems: float                  # the Dots' accumulator elements (and a split loop's second pipeline)
     operand_regs: float               # registers of the Dots' operand values (OPERAND_REGISTERS), all threads
@@ -303,7 +309,10 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
             two = math.ceil(p.chunks) * (p.dot_ks[0] if len(p.dots) == 1 else CHAIN_TWO_STAGE_SHARE * p.dot_ks[-1])
     else:
         peak, flops = target.peak(DType.float32, False), p.cuda_flops
-        inflight = requested / p.programs / p.waits if p.programs else 0.0
+        # a pipelined loop (``staged``) keeps stages - 1 chunks in flight; else one, and every
+        # load outside a loop at once
+        ahead = max(stages - 1, 1) if p.staged else 1
+        inflight = ahead * requested / p.programs / p.waits if p.programs else 0.0
         serial = two = 0.0
     return Work(p.programs, dram + p.stored + scratch_dram, l2 + p.stored + p.scratch, flops, peak,
                 inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
@@ -407,6 +416,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     operand: set = set()
     rereads: dict = {}
     loop_bytes = 0.0
+    scope_bytes: dict = {}          # per loop scope (not unrolled): bytes one chunk loads
     split_names = {a.name for a in split}
     for u in prof.loads:
         t = inputs[u.site.load.tensor]
@@ -432,7 +442,10 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         b *= shares[u.stopped]
         per_input[u.site.load.tensor] += b
         if u.path and shares[u.stopped]:       # (a loop part no program runs moves nothing)
-            loop_bytes += b / (math.prod(chunks(x) for x in u.path) * shares[u.stopped])
+            chunk = b / (math.prod(chunks(x) for x in u.path) * shares[u.stopped])
+            loop_bytes += chunk
+            if not any(x in prof.unrolled for x in u.path):
+                scope_bytes[u.path] = scope_bytes.get(u.path, 0.0) + chunk
         if u.operand:
             operand.add(u.site.load.tensor)
             rereads.setdefault(u.site.load.tensor, set()).update(split_names - u.varies)
@@ -497,6 +510,11 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
             final.append((how, kind, tiles * tile))
         if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
             warp_ops.append((blk(d.m), blk(d.n), blk(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))
+    if not prof.dots:
+        # a loop reduced on CUDA cores, pipelined (``emit._streams``): each stage past the first
+        # buffers one chunk's loads in shared memory, the loops one after another (sm_90
+        # binaries of the decode GEMVs: 17 KiB a stage for a 16 x 512 fp16 weight chunk)
+        staged = math.ceil(max(scope_bytes.values(), default=0.0))
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     for a in axes:

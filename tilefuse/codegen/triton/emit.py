@@ -484,7 +484,7 @@ class _Printer:
         for st in body:
             if isinstance(st, Loop):
                 self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop,
-                           st.start, st.until, st.resume, st.unroll)
+                           st.start, st.until, st.resume, st.unroll, self._streams(st.body))
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -496,8 +496,39 @@ class _Printer:
             else:
                 raise TypeError(f"unknown statement {type(st).__name__}")
 
+    def _streams(self, body) -> bool:
+        """Whether a loop over ``body`` is one Triton pipelines only when its ``tl.range`` asks
+        (``num_stages``): no tensor-core product inside (a loop of ``tl.dot`` takes the kernel's
+        stages by itself) and no load of what this launch's other programs store (read through
+        L2 after an acquire, not copied ahead of it).  A plain ``range`` over loads reduced on
+        CUDA cores (a GEMV's K loop, a long row's reduction) waits each chunk's round trip: the
+        sm_90 binaries show 16-byte loads and no cp.async at any ``num_stages``; through
+        ``tl.range`` they are cp.async copies ``num_stages - 1`` chunks ahead."""
+        if self.k.num_stages <= 1:
+            return False
+        for st in body:
+            if isinstance(st, (Dot, Arrive)):
+                return False
+            if isinstance(st, Loop):
+                if not self._streams(st.body):
+                    return False
+                exprs = [x.next for x in st.state]
+            elif isinstance(st, Reduce):
+                exprs = [st.value]
+            else:
+                exprs = list(st.index) + [st.value] + list(st.guards)
+            if any(isinstance(n, Load) and n.tensor in self.k.written for x in exprs for n in walk(x)):
+                return False
+        return True
+
+    def _range(self, first: str, end: str, a: TileAxis, streams: bool) -> str:
+        """A loop's iterator over ``a``'s chunks (``_streams``)."""
+        if self.k.phase or streams:   # (a persistent kernel's phases each keep their own depth)
+            return f"tl.range({first}, {end}, {a.block_name}, num_stages={self.k.num_stages})"
+        return f"range({first}, {end}, {a.block_name})"
+
     def _loop(self, a: TileAxis, body, state=(), stop=None, start=None, until=None, resume=False,
-              unroll=False) -> None:
+              unroll=False, streams=False) -> None:
         """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
         ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
         by all the states' next values at once at the end of every iteration; ``stop`` ends the
@@ -558,10 +589,8 @@ class _Printer:
                                    f"{p.block_name} + {until[1] + 1}) // {a.block_name} * {a.block_name}, {first})")
             if unroll:
                 head = f"tl.static_range({first}, {end}, {a.block_name})"
-            elif self.k.phase:   # a persistent kernel's phases each keep their own pipeline depth
-                head = f"tl.range({first}, {end}, {a.block_name}, num_stages={self.k.num_stages})"
             else:
-                head = f"range({first}, {end}, {a.block_name})"
+                head = self._range(first, end, a, streams)
             outer.lines.append(f"{outer.indent}for {a.name}_start in {head}:")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
@@ -609,7 +638,8 @@ class _Printer:
             inner.lines.append(f"{inner.indent}{acc} = {comb[r.combiner].format(a=acc, b=tile.text)}")
             self.scopes.pop()
             outer.lines.append(f"{outer.indent}{acc} = tl.full({self.shape(axes)}, {init}, {TL[r.acc_dtype]})")
-            outer.lines.append(f"{outer.indent}for {a.name}_start in range(0, {a.reach}, {a.block_name}):")
+            head = self._range("0", str(a.reach), a, self._streams((r,)))
+            outer.lines.append(f"{outer.indent}for {a.name}_start in {head}:")
             outer.lines.extend(inner.lines)
             out = self.emit(_typed_reduction(red[r.combiner].format(v=acc, d=d), r.acc_dtype),
                             axes=axes - {a.name}, deps=[_Value(acc, frozenset(), outer.depth)])

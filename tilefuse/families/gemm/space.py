@@ -31,6 +31,7 @@ FIXUP_ELEMS_PER_THREAD = (16, 64)   # values of one fixup step per thread: the r
                                  # registers)
 SMALL_M = 8                      # rows up to which the small-M (GEMV) path is offered
 SMALL_M_BKS = (32, 64, 128, 256, 512)
+SMALL_M_STAGES = 4              # deepest small-M K pipeline (3 chunks of 17 KiB ahead at BN 16, BK 512)
 STENCIL_BBS = (8, 16, 32, 64)    # channels a stencil program covers (8 fp16: one 16-byte run)
 STENCIL_BMS = (16, 32, 64, 128)   # positions a stencil program covers
 STENCIL_MIN_BATCH = 8            # batch positions (channels) from which the stencil is offered
@@ -185,7 +186,9 @@ def _stencil_space(s: GemmShape, target: Target) -> list[GemmTile]:
 
 def _small_m_space(s: GemmShape, target: Target, bns) -> list[GemmTile]:
     """Tiles of the small-M path (M ≤ ``SMALL_M``): all rows in one program, a product tile of
-    BM × BN × BK values reduced over K, 8 to 64 of them per thread."""
+    BM × BN × BK values reduced over K, 8 to 64 of them per thread; a K loop pipelined 2 to
+    ``SMALL_M_STAGES`` deep (its chunks copied asynchronously that many less one ahead), at most
+    one stage a chunk."""
     if s.m > SMALL_M:
         return []
     out = []
@@ -196,6 +199,7 @@ def _small_m_space(s: GemmShape, target: Target, bns) -> list[GemmTile]:
             for warps in (2, 4, 8):
                 per_thread = bm * bn * bk // (warps * target.warp_size)
                 if 8 <= per_thread <= 64 or (per_thread < 8 and warps == 2):
-                    t = GemmTile(bm, bn, bk, warps, 2 if s.k > bk else 1, 1, dot=False)
-                    out.append(t)
+                    chunks = -(-s.k // bk)
+                    for stages in range(min(chunks, 2), min(chunks, SMALL_M_STAGES) + 1):
+                        out.append(GemmTile(bm, bn, bk, warps, stages, 1, dot=False))
     return out
