@@ -243,6 +243,20 @@ def test_decode_attention_with_the_keys_split_matches_eager(split, in_launch):
     assert "tl.atomic_add(" in built.source and "sem=\"acq_rel\"" in built.source
 
 
+def test_an_in_launch_combine_walking_the_splits_reads_them_without_a_pipeline(monkeypatch):
+    """The in-launch combine walked one share at a time (not unrolled) reads what this launch's
+    other programs stored, through L2 after the counter's acquire: a plain ``range`` (a loop of no
+    ``tl.dot`` is otherwise a ``tl.range`` at the kernel's stages, which would copy the shares
+    ahead, ``emit._streams``); against eager."""
+    from tilefuse.families.chain import template
+    monkeypatch.setattr(template, "UNROLLED_VALUES", 0)
+    q, k, v = qkv(b=1, h=2, lq=1, lk=64, e=16, dtype=torch.float16)
+    built, _ = forced(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), split_tile(4, in_launch=True),
+                      q, k, v, tol=HALF_TOL[torch.float16], family="chain")
+    assert re.search(r"for r_start in range\(0, 4, RBLOCK\):", built.source), built.source
+    assert "tl.range(" not in built.source
+
+
 @pytest.mark.parametrize("split", [1, 4])
 def test_grouped_query_heads_packed_into_rows(split):
     """GQA packing: 6 query heads over 2 kv heads become 2 batch positions of 3 rows each (the

@@ -473,6 +473,12 @@ def test_a_gemvs_k_loop_is_copied_asynchronously_as_deep_as_its_stages(tmp_path,
         assert 0.75 <= w.res.regs_per_thread / b.registers <= 1.25, (stages, b.registers, w.res.regs_per_thread)
         flight[stages] = w.inflight_bytes
     assert flight[1] == flight[2] and flight[4] == pytest.approx(3 * flight[2])
+    # a classifier of two labels: the buffers hold the whole 16-column tile, masked columns too
+    head = torch.nn.Linear(1280, 2).eval().half()
+    cm = tilefuse.compile(head, (torch.randn(1, 1280).half(),), target="h100", backend="reference")
+    (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    (kernel,) = gemm_kernels(s.body, GemmTile(1, 16, 512, 4, 3, 1, dot=False), "gemv")
+    assert work(kernel, H100).res.smem_bytes == compile_native(kernel, 90).shared_bytes == 2 * (16 * 512 + 512) * 2
 
 
 def test_a_computed_operand_of_a_single_chunk_gemm_holds_the_registers_its_binary_does(tmp_path, monkeypatch):

@@ -416,7 +416,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     operand: set = set()
     rereads: dict = {}
     loop_bytes = 0.0
-    scope_bytes: dict = {}          # per loop scope (not unrolled): bytes one chunk loads
+    scope_bytes: dict = {}          # per loop scope (not unrolled): one chunk's load tiles' bytes
     split_names = {a.name for a in split}
     for u in prof.loads:
         t = inputs[u.site.load.tensor]
@@ -442,10 +442,11 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         b *= shares[u.stopped]
         per_input[u.site.load.tensor] += b
         if u.path and shares[u.stopped]:       # (a loop part no program runs moves nothing)
-            chunk = b / (math.prod(chunks(x) for x in u.path) * shares[u.stopped])
-            loop_bytes += chunk
+            loop_bytes += b / (math.prod(chunks(x) for x in u.path) * shares[u.stopped])
             if not any(x in prof.unrolled for x in u.path):
-                scope_bytes[u.path] = scope_bytes.get(u.path, 0.0) + chunk
+                # (a buffer holds the whole tile, masked positions too: a 2-column GEMV at BN 16)
+                tile = math.prod(by[x].block for x in u.varies if x in by) * t.dtype.itemsize
+                scope_bytes[u.path] = scope_bytes.get(u.path, 0) + tile
         if u.operand:
             operand.add(u.site.load.tensor)
             rereads.setdefault(u.site.load.tensor, set()).update(split_names - u.varies)
@@ -514,7 +515,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         # a loop reduced on CUDA cores, pipelined (``emit._streams``): each stage past the first
         # buffers one chunk's loads in shared memory, the loops one after another (sm_90
         # binaries of the decode GEMVs: 17 KiB a stage for a 16 x 512 fp16 weight chunk)
-        staged = math.ceil(max(scope_bytes.values(), default=0.0))
+        staged = max(scope_bytes.values(), default=0)
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     for a in axes:

@@ -484,7 +484,7 @@ class _Printer:
         for st in body:
             if isinstance(st, Loop):
                 self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop,
-                           st.start, st.until, st.resume, st.unroll, self._streams(st.body))
+                           st.start, st.until, st.resume, st.unroll, self._streams((st,)))
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
