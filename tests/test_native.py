@@ -481,6 +481,46 @@ def test_a_gemvs_k_loop_is_copied_asynchronously_as_deep_as_its_stages(tmp_path,
     assert work(kernel, H100).res.smem_bytes == compile_native(kernel, 90).shared_bytes == 2 * (16 * 512 + 512) * 2
 
 
+@pytest.mark.parametrize("vocab", [50257, 50304])
+def test_a_looped_row_reduction_is_copied_ahead_where_its_rows_are_aligned(vocab, tmp_path, monkeypatch):
+    """A log-softmax over a vocabulary too wide for one pass loops over each row on CUDA cores,
+    asking Triton to pipeline the loop: with rows a whole number of 4-byte runs (50,304 fp16) it
+    copies the chunks ahead with cp.async into the shared memory the model counts; with rows of
+    50,257 every row's start is unaligned, the loads are 2 bytes wide, nothing is copied ahead, and
+    the model counts no buffer (``_Walk.narrow``)."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    cm = tilefuse.compile(lambda x: torch.log_softmax(x, -1), (torch.randn(8, vocab, dtype=H),), target="h100",
+                          backend="reference")
+    (kernel,) = cm.kernels[0].kernels
+    assert kernel.num_stages > 1 and any(a.looped for a in kernel.axes)
+    b, w = compile_native(kernel, 90), work(kernel, H100)
+    aligned = vocab % 2 == 0
+    assert bool(b.async_copies) == aligned and (2 in b.loads) != aligned, (b.loads, b.async_copies)
+    if aligned:
+        assert 0.9 <= w.res.smem_bytes / b.shared_bytes <= 1.1, (b.shared_bytes, w.res.smem_bytes)
+    else:
+        assert w.res.smem_bytes == 0 and b.shared_bytes < 1024
+
+
+def test_one_row_on_tensor_cores_holds_the_whole_blocks_accumulator(tmp_path, monkeypatch):
+    """A decode step's RMSNorm + projection on the tensor-core path: one row, padded to the
+    16-row block that ``tl.dot`` takes, whose fp32 accumulator the program holds whole (sm_90:
+    106-114 registers for the decode plan's gate/up at BN 256; the model counted the one row, 34)."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    from tilefuse.families.gemm.space import GemmTile
+    x, w, g = torch.randn(1, 1024, dtype=H), torch.randn(512, 1024, dtype=H), torch.randn(1024, dtype=H)
+    fn = lambda x, w, g: (x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).half() * g) @ w.t()  # noqa: E731
+    cm = tilefuse.compile(fn, (x, w, g), target="h100", backend="reference")
+    (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    assert s.body.prologue
+    (kernel,) = gemm_kernels(s.body, GemmTile(16, 256, 128, 4, 3, 1, tma=True), "g")
+    b, model = compile_native(kernel, 90), work(kernel, H100).res.regs_per_thread
+    assert b.mma == "mma.sync" and not b.spills
+    assert model > 16 * 256 // 128 and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
+
+
 def test_a_computed_operand_of_a_single_chunk_gemm_holds_the_registers_its_binary_does(tmp_path, monkeypatch):
     """A GEMM whose whole K is one chunk (no loop) with a computed operand (a clamp of a scaled
     activation: MobileNetV2's BatchNorm + ReLU6 before a 1 x 1 convolution) keeps the operand's

@@ -154,6 +154,8 @@ class LoadUse:
     stopped: int             # inside a bounded loop: 1 + its index in ``Profile.stops`` (0: none)
     irregular: bool = False  # an index dim neither affine nor data-dependent (floordiv/mod maps):
                              # the first program's box does not stand for the others'
+    narrow: bool = False     # no run of ``CP_ASYNC_BYTES`` Triton can prove (``_Walk.narrow``):
+                             # a pipelined loop cannot copy it ahead
 
 
 @dataclass(frozen=True)
@@ -443,7 +445,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         per_input[u.site.load.tensor] += b
         if u.path and shares[u.stopped]:       # (a loop part no program runs moves nothing)
             loop_bytes += b / (math.prod(chunks(x) for x in u.path) * shares[u.stopped])
-            if not any(x in prof.unrolled for x in u.path):
+            if not any(x in prof.unrolled for x in u.path) and not u.narrow:
                 # (a buffer holds the whole tile, masked positions too: a 2-column GEMV at BN 16)
                 tile = math.prod(by[x].block for x in u.varies if x in by) * t.dtype.itemsize
                 scope_bytes[u.path] = scope_bytes.get(u.path, 0) + tile
@@ -457,6 +459,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     if arrive is not None:      # the tail walks its groups' tiles: positions per group, times groups
         cuda *= programs
     blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
+    padded = lambda name: by[name].block  # noqa: E731   (what a program holds: the whole block, padding too)
     dot_flops, dots, dot_ks, staged, held, acc, operand_regs, warp_ops = [], [], [], 0, 0, 0, 0.0, []
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
@@ -470,9 +473,12 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         if d.again:
             # the second loop of a split keeps its own pipeline of the product: fitted to sm_90
             # binaries of causal attention split and not (bench/README.md, "native.py")
-            acc += SPLIT_REGISTERS * blk(d.m) * blk(d.n) if d.fresh else 0
+            acc += SPLIT_REGISTERS * padded(d.m) * padded(d.n) if d.fresh else 0
             continue
-        acc += blk(d.m) * blk(d.n)
+        # (a GEMV's one row on tensor cores holds the 16-row block's accumulator: the decode
+        # step's RMSNorm + gate/up at BM 16, 106-114 registers in its sm_90 binary, 34 counted
+        # with the row alone)
+        acc += padded(d.m) * padded(d.n)
         item = max(d.in_dtype.itemsize, 1)
         final = []
         tiles_ab = (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))
@@ -510,7 +516,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 operand_regs += (WIDE_COMPUTED if wide else OPERAND_REGISTERS[how]) * tiles * tile
             final.append((how, kind, tiles * tile))
         if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
-            warp_ops.append((blk(d.m), blk(d.n), blk(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))
+            warp_ops.append((padded(d.m), padded(d.n), padded(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))
     if not prof.dots:
         # a loop reduced on CUDA cores, pipelined (``emit._streams``): each stage past the first
         # buffers one chunk's loads in shared memory, the loops one after another (sm_90
@@ -911,6 +917,17 @@ class _Walk:
                     return True
         return False
 
+    def narrow(self, ld: Load) -> bool:
+        """Whether Triton can prove no ``CP_ASYNC_BYTES`` run of the load: a scalar gather
+        (``scalar``), or rows whose length is no whole run read at varying rows (a 50,257-wide
+        vocabulary in fp16: every row's start unaligned, 2-byte loads in the sm_90 binary)."""
+        if self.scalar(ld) in ("scalar", "quotient"):
+            return True
+        shape = self.input_shapes[ld.tensor]
+        need = -(-CP_ASYNC_BYTES // self.itemsizes[ld.tensor])
+        return need > 1 and len(shape) > 1 and shape[-1] % need != 0 \
+            and any(free_vars(i) for i in ld.index[:-1])
+
     def scalar(self, ld: Load) -> str:
         """"scalar" where Triton can prove no run of ``CP_ASYNC_BYTES`` contiguous in the load's tile: its last
         dim's index moves by one element only along a tile axis's innermost variable of an
@@ -995,7 +1012,8 @@ class _Walk:
                 site = _load_site(n)
                 self.uses.append(LoadUse(site, _site_vars(site), axes,
                                          tuple(a for a in path if self.canon[a] not in axes), path, operand,
-                                         self.stopped if path else 0, any(k == "other" for k, _ in site.dims)))
+                                         self.stopped if path else 0, any(k == "other" for k, _ in site.dims),
+                                         self.narrow(n)))
             paths.append(tuple(s[3] for s in self.stack[:depth + 1] if s[3] is not None))
         return paths
 
