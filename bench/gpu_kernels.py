@@ -13,7 +13,8 @@ their ratio measured / modelled.
 
 Part ``gemms``: one ``x @ w`` per shape (fp16); the planner's best schedule of the ``gemm`` family
 (the generated Triton kernel) and of the ``library`` family (cuBLAS), each MODELLED and MEASURED
-as above, and ``torch.matmul`` timed directly; TFLOP/s from the measured medians.
+as above, and ``torch.matmul`` timed directly; TFLOP/s and GB/s (each operand moved once) from
+the measured medians.  ``--gemms gemv``: a decode step's one-row projections.
 
 Part ``stems`` (not run by default): ResNet-50's stem over the image NCHW as given (2-byte gathers,
 a loop Triton does not pipeline) and channels-last padded to 4 and 8 channels (8- and 16-byte
@@ -40,6 +41,10 @@ GEMMS = {
     "default": [(128, 768, 768), (128, 3072, 768), (128, 768, 3072), (512, 5632, 2048), (512, 2048, 5632),
                 (2048, 2048, 2048), (4096, 4096, 4096), (16, 4096, 4096)],
     "tiny": [(16, 32, 32), (64, 48, 32)],
+    # a decode step's projections (TinyLlama's 2048 / 5632, Llama-7B's 4096 / 11008): one row, the
+    # weights streamed once; the small-M path's K loop pipelined (``--gemm-tiles``: its other stages)
+    "gemv": [(1, 2048, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 4096, 4096), (1, 11008, 4096)],
+    "gemv-tiny": [(1, 48, 1200)],
 }
 
 
@@ -172,6 +177,7 @@ def gemms_part(args, started: float) -> list[dict]:
             pg, plan, coster, tgt = plan_of(mod, (x,), args.device)
             launch = tgt.launch(False)
             flops = 2.0 * m * n * k
+            moved = float((m * k + k * n + m * n) * x.element_size())    # each operand once: a GEMV's floor
             from tilefuse.analysis.classify import Category, classify
             kern = next((kk for kk in plan.kernels if any(classify(p) == Category.contraction for p in kk.prims)), None)
             if kern is None:
@@ -187,7 +193,8 @@ def gemms_part(args, started: float) -> list[dict]:
                 rec[fam] = {"schedule": sched.key(), "tile": str(getattr(sched, "tile", "")),
                             "modelled_us": round(cost.seconds * 1e6, 3),
                             "measured_us": round((dev_s + launch) * 1e6, 3),
-                            "measured_tflops": round(flops / dev_s / 1e12, 1)}
+                            "measured_tflops": round(flops / dev_s / 1e12, 1),
+                            "measured_gbs": round(moved / dev_s / 1e9, 3)}
             # the generated kernel's next tiles in the model's order (the measurement loop's
             # top-k): which tile of the template comes nearest the library, measured
             alternatives = [(c, s) for c, s in coster.options(kern.candidate) if s.family == "gemm"][1:args.gemm_tiles]
@@ -196,7 +203,8 @@ def gemms_part(args, started: float) -> list[dict]:
                 dev_s = timed(sched, pg, args.device, timer)
                 rec["gemm_alternatives"].append({"tile": str(sched.tile), "modelled_us": round(cost.seconds * 1e6, 3),
                                                  "measured_us": round((dev_s + launch) * 1e6, 3),
-                                                 "measured_tflops": round(flops / dev_s / 1e12, 1)})
+                                                 "measured_tflops": round(flops / dev_s / 1e12, 1),
+                                                 "measured_gbs": round(moved / dev_s / 1e9, 3)})
             # tiles Hopper GEMMs are known to like (the Triton tutorials': 128 x 256 x 64 at 8 warps,
             # three or four stages), whatever the model ranks them: is any tile of the template
             # within 0.9x of cuBLAS (issue #22)?
@@ -205,7 +213,8 @@ def gemms_part(args, started: float) -> list[dict]:
                                      for text in args.gemm_fixed.split(";")]
             w = mod.w.detach()
             dev_s = timer(lambda: torch.matmul(x, w)).median_s
-            rec["torch_matmul"] = {"measured_us": round(dev_s * 1e6, 3), "measured_tflops": round(flops / dev_s / 1e12, 1)}
+            rec["torch_matmul"] = {"measured_us": round(dev_s * 1e6, 3), "measured_tflops": round(flops / dev_s / 1e12, 1),
+                                   "measured_gbs": round(moved / dev_s / 1e9, 3)}
         except Exception as e:
             rec["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__))[-2000:]
         print(summary_gemm(rec), flush=True)
@@ -340,7 +349,8 @@ def summary_gemm(rec: dict) -> str:
     g, lib, tm = rec.get("gemm", {}), rec.get("library", {}), rec.get("torch_matmul", {})
     return (f"[gemm] {rec['shape']} chosen={rec.get('chosen')}: generated {g.get('measured_us')} us "
             f"({g.get('measured_tflops')} TF/s; modelled {g.get('modelled_us')}), library "
-            f"{lib.get('measured_us')} us (modelled {lib.get('modelled_us')}), torch.matmul {tm.get('measured_us')} us")
+            f"{lib.get('measured_us')} us (modelled {lib.get('modelled_us')}), torch.matmul {tm.get('measured_us')} us"
+            f" ({g.get('measured_gbs')} / {tm.get('measured_gbs')} GB/s)")
 
 
 def main(argv=None) -> int:

@@ -39,6 +39,23 @@ def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
         assert all("error" not in f and f["measured_us"] > 0 and f["modelled_us"] > 0 for f in fixed), fixed
 
 
+def test_gpu_kernels_script_times_a_gemv_on_the_small_m_path_on_a_cpu(tmp_path):
+    """``--gemms gemv`` (the suite's step ``gemvs``): a decode step's one-row projection through the
+    small-M path, its other stages timed beside it, with the bandwidth each operand moved once
+    makes."""
+    out = tmp_path / "gpu_gemvs.json"
+    proc = subprocess.run([sys.executable, "bench/gpu_kernels.py", "--device", "cpu", "--gemms", "gemv-tiny",
+                           "--parts", "gemms", "--gemm-tiles", "3", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (g,) = json.loads(out.read_text())["gemms"]
+    assert "error" not in g and g["shape"] == [1, 48, 1200]
+    tile = g["gemm"]["tile"]
+    assert "small-M" in tile and "stages=1" not in tile, tile           # a K loop, pipelined
+    assert g["gemm"]["measured_gbs"] > 0 and g["torch_matmul"]["measured_gbs"] > 0
+    assert all("small-M" in a["tile"] or "BM=" in a["tile"] for a in g["gemm_alternatives"])
+
+
 def _run(tmp_path, script: str, *args: str) -> dict:
     out = tmp_path / "out.json"
     flag = "--json" if script in ("attention.py", "launch_overhead.py") else "--out"
