@@ -246,12 +246,13 @@ def test_planning_on_binaries_drops_a_kernel_that_spills(monkeypatch, tmp_path):
     torch.testing.assert_close(cm.emulate(a, b), fn(a, b), rtol=1e-4, atol=1e-4)
 
 
-def test_a_binary_on_the_other_tensor_core_path_changes_the_rate(gemm, tmp_path, monkeypatch):
+def test_a_binary_on_the_other_tensor_core_path_changes_the_rate(tmp_path, monkeypatch):
     """A kernel the model prices at wgmma's rate whose binary runs mma.sync is charged
     ``legacy_mma_share`` of it (and the reverse), with the binary's registers and shared memory."""
     from tilefuse import native as native_mod
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
-    s = dataclasses.replace(gemm, tile=dataclasses.replace(gemm.tile, bm=64, warps=4))
+    gemm = _gemm_schedule(512, 512, 512)          # (products long enough to show past the launch)
+    s = dataclasses.replace(gemm, tile=dataclasses.replace(gemm.tile, bm=64, bn=64, warps=4, split=1, fixup=0))
     from tilefuse.families.gemm import _schedule
     s = _schedule(s.body, s.tile, H100)
     real = native_mod.compile_native(gemm_kernels(s.body, s.tile, "k")[0], 90)
