@@ -567,6 +567,34 @@ def test_small_m_path_is_chosen_for_a_decode_gemv():
     assert not tiles[0].dot and tiles[0].bm == 1
 
 
+@pytest.mark.parametrize("m", [1, 128])
+def test_tiles_that_tie_rank_a_gemvs_over_more_sms_and_a_gemms_larger(m):
+    """Among the tiles modelled equal to the first (both streaming the weights at the DRAM rate),
+    a GEMV's first is the one over the most programs up to the SMs (each weight read once
+    whatever the tile: over more SMs it leans less on each SM's rate); with 128 rows, whose
+    activation each column tile re-reads, the largest tile."""
+    from tilefuse.cost.work import kernel_seconds, work
+    from tilefuse.families.gemm import _bound, _ranking, plain_body
+    s = GemmShape(1, m, 11264, 2048, DType.float16)
+    tiles = ranked_tiles(s, H100)
+    body, forms = plain_body(s), {}
+
+    def sec(t):
+        works = [work(k, H100) for k in _bound(body, t, forms)]
+        return _ranking(sum(kernel_seconds(w, H100) for w in works), t, s, H100, len(works))
+
+    def programs(t):
+        return -(-s.m // t.bm) * -(-s.n // t.bn)
+    first = sec(tiles[0])
+    tied = [t for t in tiles[:200] if sec(t) == first and (t.bm * -(-s.m // t.bm) == tiles[0].bm * -(-s.m // tiles[0].bm))]
+    assert len(tied) > 1, "the premise: tiles the model cannot tell apart"
+    if m == 1:
+        assert min(programs(tiles[0]), H100.sm_count) == max(min(programs(t), H100.sm_count) for t in tied)
+        assert programs(tiles[0]) >= H100.sm_count // 2
+    else:
+        assert tiles[0].bm * tiles[0].bn == max(t.bm * t.bn for t in tied)
+
+
 def test_a_row_reduction_tile_must_hold_the_row():
     """Forcing BLOCK_N < N on an epilogue that reduces rows is an error, not a wrong answer."""
     fn = lambda x, w: torch.softmax(x @ w, -1)  # noqa: E731

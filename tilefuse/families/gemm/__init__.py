@@ -53,7 +53,7 @@ from ...ir.expr import Load, Var
 from ...ir.prim import Prim, Reduction
 from ..base import SCRATCH, Built, Cost, Family, Group, Schedule, Scratch, arriving
 from .body import GemmBody, TwoPhase, gemm_body
-from .space import GemmShape, GemmTile, tile_space
+from .space import SMALL_M, GemmShape, GemmTile, tile_space
 from .template import gemm_kernels, prologue_block
 
 TOP_K = 3
@@ -207,8 +207,8 @@ def _schedule(body: GemmBody, tile: GemmTile, target: Target, forms: dict | None
 def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
     """Feasible tiles, fastest first by the modelled time of the plain GEMM of this shape
     (``plain_body``) as the template prints it for each tile (``_ranking``; ties: least padding,
-    over one row tile more programs up to the SMs (``_spread``), then larger tiles, fewer warps,
-    stages and registers); cached by value, per shape and target."""
+    for a GEMV more programs up to the SMs (``_spread``), then larger tiles, fewer warps, stages
+    and registers); cached by value, per shape and target."""
     body, forms = plain_body(s), {}
     scored = []
     for t in tile_space(s, target):
@@ -218,22 +218,24 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
             mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
             regs = max(w.res.regs_per_thread for w in works)    # further from spilling
-            key = (_ranking(sec, t, s, target, len(works)), padded, _spread(t, mt, nt * s.batch, target),
+            key = (_ranking(sec, t, s, target, len(works)), padded, _spread(t, s, mt * nt * s.batch, target),
                    -t.bm * t.bn, t.warps, t.stages, regs, -t.bk)
             scored.append((key, t))
     scored.sort(key=lambda kv: kv[0])
     return tuple(t for _, t in scored)
 
 
-def _spread(t: GemmTile, row_tiles: int, columns: int, target: Target) -> int:
-    """A tie-break: a GEMV whose tiles tie streams its weights at the DRAM rate either way (the
-    small-M path, or tensor cores over one row tile: each weight read once whatever BN); over
-    more SMs it leans less on each SM's rate, which the model does not bound (the H200's trace
-    of the decode step: the gate/up projection's 44 programs on 44 SMs drew 1.7 TB/s).  Where
-    several row tiles re-read the weights, larger tiles come first (the next key)."""
-    if t.dot and row_tiles > 1:
+def _spread(t: GemmTile, s: GemmShape, programs: int, target: Target) -> int:
+    """A tie-break: a GEMV (M up to ``SMALL_M``) whose tiles tie streams its weights at the DRAM
+    rate either way, the small-M path or tensor cores (each weight read once, the row beside it
+    next to nothing); over more SMs it leans less on each SM's rate, which the model does not
+    bound (the H200's trace of the decode step: the gate/up projection's 44 programs, one an SM,
+    ran 1.9x their modelled time).  With more rows each column tile re-reads them (BERT's M = 128:
+    more programs made its persistent kernel's phases slower in the simulation): larger tiles
+    first (the next key)."""
+    if s.m > SMALL_M:
         return 0
-    return -min(row_tiles * columns, target.sm_count)
+    return -min(programs, target.sm_count)
 
 
 def _bound(body: GemmBody, t: GemmTile, forms: dict) -> tuple:
