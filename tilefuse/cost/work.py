@@ -213,8 +213,8 @@ def work(kernel: Kernel, target: Target) -> Work:
     # gather it runs one stage, whatever ``num_stages`` says (the stems' binaries: no cp.async, one
     # stage of shared memory)
     stages = max(kernel.num_stages, 1) if t.main.pipelined else 1
-    # (a loop of tensor-core products holds ``num_stages`` buffers; one on CUDA cores, one fewer:
-    # the chunk it reduces is read from the last)
+    # (a loop of tensor-core products holds ``num_stages`` buffers of its operands, as fitted; a
+    # pipelined loop on CUDA cores one fewer: its sm_90 binaries, ``tests/test_native.py``)
     smem = stages * t.main.staged + t.main.held if t.main.dots else (stages - 1) * t.main.staged
     res = Resources(kernel.num_warps, regs, smem)
     main = _phase_work(t.main, kernel, res, target, stages)
