@@ -123,3 +123,13 @@ def _cache(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def fresh_rankings(monkeypatch) -> None:
+    """The gemm family's cached tile rankings as fresh caches for this test (dropped after it):
+    for a test that changes what the ranking reads (a constant, a tie-break)."""
+    import functools
+
+    from tilefuse.families import gemm
+    for name in ("ranked_tiles", "_lowest_ranked", "_legacy_ranked"):
+        monkeypatch.setattr(gemm, name, functools.lru_cache(maxsize=None)(getattr(gemm, name).__wrapped__))

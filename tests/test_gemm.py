@@ -573,15 +573,13 @@ def test_tiles_that_tie_rank_a_gemvs_over_more_sms_and_a_gemms_larger(m):
     a GEMV's first is the one over the most programs up to the SMs (each weight read once
     whatever the tile: over more SMs it leans less on each SM's rate); with 128 rows, whose
     activation each column tile re-reads, the largest tile."""
-    from tilefuse.cost.work import kernel_seconds, work
-    from tilefuse.families.gemm import _bound, _ranking, plain_body
+    from tilefuse.families.gemm import plain_body, plain_seconds
     s = GemmShape(1, m, 11264, 2048, DType.float16)
     tiles = ranked_tiles(s, H100)
     body, forms = plain_body(s), {}
 
     def sec(t):
-        works = [work(k, H100) for k in _bound(body, t, forms)]
-        return _ranking(sum(kernel_seconds(w, H100) for w in works), t, s, H100, len(works))
+        return plain_seconds(body, t, H100, forms)[0]
 
     def programs(t):
         return -(-s.m // t.bm) * -(-s.n // t.bn)
@@ -746,14 +744,12 @@ def test_a_gemv_group_is_offered_a_whole_k_tensor_core_tile(monkeypatch):
     two stages deep (deeper, a GEMV is the fastest); with the floor, as MEASURED on an H200 (a
     BM-1 GEMV task 1.1 µs, the dot tasks beside it 3.1-6.0), the plain GEMV is fastest and
     planned."""
-    import functools
-
     from gemm_eval import H100_UNFLOORED as unfloored
+    from gemm_eval import fresh_rankings
     from tilefuse.families import gemm
     from tilefuse.families.gemm import space
     monkeypatch.setattr(space, "SMALL_M_STAGES", 2)
-    for name in ("ranked_tiles", "_lowest_ranked", "_legacy_ranked"):     # (fresh caches, dropped after)
-        monkeypatch.setattr(gemm, name, functools.lru_cache(maxsize=None)(getattr(gemm, name).__wrapped__))
+    fresh_rankings(monkeypatch)
     torch.manual_seed(0)
     dense = torch.nn.Linear(768, 768).half().eval()
     fn = lambda x: torch.tanh(dense(x[:, 0]))                              # noqa: E731

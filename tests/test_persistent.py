@@ -5,7 +5,6 @@ PyTorch through Triton's interpreter (its programs run one after another: the fi
 task in order), and compiled for sm_90."""
 from __future__ import annotations
 
-import functools
 import math
 import re
 
@@ -225,14 +224,14 @@ def _decode_like(monkeypatch):
     """(the h100 plan of ``_DecodeLike``, persistent "auto"; the model; its input; per run
     ``_warm_tiles`` took: its simulated time before and after, (kernel, programs before, after)
     of each kernel it re-tiled)."""
+    from gemm_eval import fresh_rankings
     from tilefuse.families import gemm
     from tilefuse.orchestrate import persistence
     # the GEMVs' tie-break towards the SM count (``gemm._spread``) already plans the programs the
     # prefetched phases want; without it the DRAM-bound tiles tie at fewer programs, for
-    # ``_warm_tiles`` to re-tile (fresh caches of the rankings, dropped after the test)
+    # ``_warm_tiles`` to re-tile
     monkeypatch.setattr(gemm, "_spread", lambda *a: 0)
-    for name in ("ranked_tiles", "_lowest_ranked", "_legacy_ranked"):
-        monkeypatch.setattr(gemm, name, functools.lru_cache(maxsize=None)(getattr(gemm, name).__wrapped__))
+    fresh_rankings(monkeypatch)
     torch.manual_seed(0)
     model, x = _DecodeLike().eval().half(), torch.randn(1, 1024).half()
     seen = []

@@ -212,17 +212,22 @@ def ranked_tiles(s: GemmShape, target: Target) -> tuple[GemmTile, ...]:
     body, forms = plain_body(s), {}
     scored = []
     for t in tile_space(s, target):
-        works = [work(k, target) for k in _bound(body, t, forms)]
-        sec = sum(kernel_seconds(w, target) for w in works)
+        sec, works = plain_seconds(body, t, target, forms)
         if math.isfinite(sec):
             mt, nt = -(-s.m // t.bm), -(-s.n // t.bn)
             padded = (t.bm * mt - s.m) * s.n + (t.bn * nt - s.n) * s.m   # wasted rows and columns
             regs = max(w.res.regs_per_thread for w in works)    # further from spilling
-            key = (_ranking(sec, t, s, target, len(works)), padded, _spread(t, s, mt * nt * s.batch, target),
-                   -t.bm * t.bn, t.warps, t.stages, regs, -t.bk)
+            key = (sec, padded, _spread(t, s, mt * nt * s.batch, target), -t.bm * t.bn, t.warps, t.stages, regs,
+                   -t.bk)
             scored.append((key, t))
     scored.sort(key=lambda kv: kv[0])
     return tuple(t for _, t in scored)
+
+
+def plain_seconds(body: GemmBody, t: GemmTile, target: Target, forms: dict) -> tuple[float, list]:
+    """(the seconds tile ``t`` ranks by on the plain GEMM ``body``, its kernels' works)."""
+    works = [work(k, target) for k in _bound(body, t, forms)]
+    return _ranking(sum(kernel_seconds(w, target) for w in works), t, body.shape, target, len(works)), works
 
 
 def _spread(t: GemmTile, s: GemmShape, programs: int, target: Target) -> int:
