@@ -695,6 +695,13 @@ ONE_PASS = {
     "bn_relu_padded_max_pool": (lambda x, s, b: torch.nn.functional.max_pool2d(torch.relu(x * s + b), 3, 2, 1),
                                 ((1, 64, 56, 56), (1, 64, 1, 1), (1, 64, 1, 1))),
     "silu_mul": (lambda x, y: torch.nn.functional.silu(x) * y, ((64, 5632), (64, 5632))),
+    # a pool's max over a BatchNorm + ReLU's window: no more than a plain window's test (ResNet-50's
+    # stem pool; counted 1.4x the binary at the stencil's rate, ``WINDOW_COMPUTED``)
+    "bn_relu_padded_max_pool_112": (lambda x, s, b: torch.nn.functional.max_pool2d(torch.relu(x * s + b), 3, 2, 1),
+                                    ((1, 64, 112, 112), (1, 64, 1, 1), (1, 64, 1, 1))),
+    # RoPE's rotated half selects between two loads by an index test: no window (counted 1.4x as one)
+    "rope": (lambda x, c, s: x * c + torch.cat((-x[..., 32:], x[..., :32]), -1) * s,
+             ((1, 8, 128, 64), (128, 64), (128, 64))),
 }
 
 
@@ -711,6 +718,27 @@ def test_a_one_pass_fused_kernels_registers_are_the_binarys_within_a_quarter(nam
     b, model = row.binary, row.model.regs_per_thread
     assert not b.spills and b.mma == "none"
     assert 0.75 <= model / b.registers <= 1.25, (b.kernel, b.registers, model)
+
+
+def test_a_split_k_sum_before_a_row_epilogue_folds_the_partials_as_they_arrive(tmp_path, monkeypatch):
+    """A split-K GEMM whose epilogue reduces rows (+ bias + residual, LayerNorm) sums its fp32
+    partials in a second kernel, [1, 1024, 8] a program over 256 threads: each thread holds its
+    columns' 8 splits and folds each loaded vector into the sum, holding no more of the loaded
+    tile than the loads in flight (sm_90: 38 registers; counted 58 with the 32 values held, BERT's
+    twelve such kernels).  ``partial_sums`` in ``ONE_PASS`` is the other case: splits spread over
+    threads, each holding its loaded values until the sum across them."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    from tilefuse.families.gemm.space import GemmTile
+    x, w, r = torch.randn(128, 1024, dtype=H), torch.randn(1024, 768, dtype=H), torch.randn(128, 768, dtype=H)
+    b, g, beta = (torch.randn(768, dtype=H) for _ in range(3))
+    fn = lambda x, w, b, r, g, beta: torch.nn.functional.layer_norm(x @ w + b + r, (768,), g, beta)  # noqa: E731
+    cm = tilefuse.compile(fn, (x, w, b, r, g, beta), target="h100", backend="reference")
+    (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    partials, epilogue = gemm_kernels(s.body, GemmTile(64, 64, 128, 4, 3, split=8, tma=True), "g")
+    assert {a.block_name: a.block for a in epilogue.axes if a.block_name}["RBLOCK"] == 8
+    b, model = compile_native(epilogue, 90), work(epilogue, H100).res.regs_per_thread
+    assert not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
 
 
 GELU_CHAIN = ("GELU's erf, computed over a thread's share of the second product's operand, holds 4-5 registers "

@@ -42,8 +42,10 @@ From that walk, for every family alike:
   a loop's chunks ``num_stages - 1`` deep (``emit._streams``), which is also how many chunks it
   keeps in flight; without, a base
   for indices and pointers (smaller for a phase that runs its tile once than for one with a loop)
-  plus a thread's share of the tile, a quarter of the values the widest scope loads (at most 8
-  loads), and in a one-pass phase the positions where a window's test selects loaded values;
+  plus a thread's share of the tile (without an axis only ever summed as loaded, where each thread
+  holds it whole: ``_Walk.streamed``), a quarter of the values the widest scope loads (at most 8
+  loads), and in a one-pass phase the positions where a window's test (a select of a constant
+  fill) selects loaded values;
 - a causal loop split in two (``Loop.until``, ``Loop.resume``) charges each part its share of
   the chunks and the second its own pipeline of the product (``SPLIT_REGISTERS``);
 - a loop that stops early or starts late (a causal key loop, ``Loop.stop``; a sliding window's,
@@ -81,7 +83,9 @@ DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 WINDOW_REGISTERS = 0.75
 # ... times this where the selected value is computed (a BatchNorm + ReLU6 zeroed outside the
 # window of a depthwise convolution: its prologue's vectors and temporaries per position; sm_90
-# binaries of MobileNetV2's, 60 registers against 39 counted as a plain load's window)
+# binaries of MobileNetV2's, 60 registers against 39 counted as a plain load's window), except
+# in a pool: a max over a BatchNorm + ReLU's window holds no more than a plain window's (sm_90
+# binaries of ResNet-50's stem pool, 32 registers, 46 counted at this rate; a fused pool's 56, 77)
 WINDOW_COMPUTED = 3.5
 # Registers per value of a thread's share of a Dot's operand tile (one stage), by how the operand
 # is read, and the base above: fitted to the sm_90 binaries of the bench plans' and the zoo's small
@@ -199,6 +203,8 @@ class Profile:
     windows: tuple = ()                                        # per select of loaded values by a window's
                                                                # test (no Dot): the axes it varies along,
                                                                # and whether the value is computed
+    streamed: tuple = ()                                       # axes only ever reduced whole as loaded,
+                                                               # and their loads' vector width (``_Walk.streamed``)
 
 
 def work(kernel: Kernel, target: Target) -> Work:
@@ -261,6 +267,8 @@ class _Phase:
     # (BM, BN, BK, the registers counted for A, all threads): ``_warp_operand_registers``
     warp_operands: tuple = ()
     window_elems: int = 0             # positions a window's test selects loaded values at (no Dot)
+    streamed: tuple | None = None     # (tile elements without the axes ``Profile.streamed``, their
+                                      # loads' vector width)
 
 
 @dataclass(frozen=True)
@@ -344,9 +352,16 @@ def _registers(p: _Phase, threads: int) -> int:
     # the widest scope's loads are consumed as they arrive: about a quarter of them live at once
     # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
     # values than it loads)
+    tile = p.tile_elems
+    if p.streamed is not None and p.streamed[0] >= threads * p.streamed[1]:
+        # Triton spreads threads along the other axes a vector each first: where they cover all
+        # threads, each holds a streamed axis whole and sums it as loaded; else the axis spans
+        # threads, each holds its loaded values until the sum across them (split-K partial sums
+        # [256, 4] over 128 threads: 30 registers in the sm_90 binary)
+        tile = p.streamed[0]
     if p.tail or p.chunks > 1:
-        return LOOP_REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads))
-    return REGISTER_BASE + -(-p.tile_elems // threads) + -(-p.live // (LIVE_SHARE * threads)) \
+        return LOOP_REGISTER_BASE + -(-tile // threads) + -(-p.live // (LIVE_SHARE * threads))
+    return REGISTER_BASE + -(-tile // threads) + -(-p.live // (LIVE_SHARE * threads)) \
         + math.ceil(WINDOW_REGISTERS * p.window_elems / threads)
 
 
@@ -524,9 +539,13 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         staged = max(scope_bytes.values(), default=0)
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
+    kept: dict[int, int] = {}       # without the streamed axes
+    streamed = dict(prof.streamed)
     for a in axes:
         if a.dim >= 0:
             dims[a.dim] = max(dims.get(a.dim, 1), a.block)
+            if canon[a.name] not in streamed:
+                kept[a.dim] = max(kept.get(a.dim, 1), a.block)
     loops = [(p, s) for p, has, s in prof.scopes]
     nchunks = waits = 0.0
     for path, has, stopped in prof.scopes:
@@ -569,7 +588,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   live, staged, held, acc, operand_regs, epilogue, arrive is not None,
                   not any(r[0] in ("scalar", "quotient") for d in prof.dots for r in d.reads), tuple(warp_ops),
                   sum(math.prod(by[x].block for x in ax if x in by) * (WINDOW_COMPUTED if computed else 1.0)
-                      for ax, computed in prof.windows))
+                      for ax, computed in prof.windows),
+                  (math.prod(kept.values()), max(streamed.values())) if streamed and arrive is None else None)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -699,29 +719,44 @@ class _Walk:
         self.unrolled: set = set()
         self.scattered: set[int] = set()
         self.windows: dict = {}                   # select by a window's test -> its axes
+        self.reduced: dict = {}                   # axis reduced whole -> the widest vector of the loads its
+                                                  # reductions read (0: one reads something else)
+        self.kept: set = set()                    # axes a stored value or another reduction varies along
 
     def run(self, body) -> Profile:
         self.statements(body)
         return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
                        tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
                        tuple(self.stops), self.arrive, self.tail, frozenset(self.unrolled),
-                       frozenset(self.scattered), tuple(self.windows.values()))
+                       frozenset(self.scattered), tuple(self.windows.values()), self.streamed())
 
-    def window(self, *exprs) -> None:
+    def streamed(self) -> tuple:
+        """(axis, vector width) of the axes reduced whole (not looped) only ever from a load as
+        it arrives, and along which nothing else varies: a split-K sum of the partials before an
+        epilogue's row.  Where a thread holds the axis whole (``_registers``), it folds each
+        loaded vector into its sum and holds no more of the loaded tile than the loads in flight
+        (BERT's split-K + LayerNorm row, [1, 1024, 8] fp32 partials over 256 threads: 38 registers
+        in its sm_90 binary, 58 counted with the 32 values held)."""
+        return tuple(sorted((a, vec) for a, vec in self.reduced.items() if vec and a not in self.kept))
+
+    def window(self, *exprs, pool: bool = False) -> None:
         """Record the selects of loaded values by a test of indices alone in ``exprs`` (a padded
-        window: ``where(in_bounds, relu(x[i - 1]), fill)``), each once."""
+        window: ``where(in_bounds, relu(x[i - 1]), fill)``), each once; ``pool``: a max or min
+        over the window takes each computed value as it comes (not ``WINDOW_COMPUTED``)."""
         for e in exprs:
             for n in walk(e, into=lambda x: not isinstance(x, Load)):
-                if isinstance(n, Select) and n not in self.windows and not load_nodes(n.cond) \
-                        and any(v.tensor < self.nin for v in (*load_nodes(n.a), *load_nodes(n.b))):
-                    inner = n.a
+                if not isinstance(n, Select) or n in self.windows or load_nodes(n.cond):
+                    continue
+                inner = n.a if _fill(n.b) else n.b if _fill(n.a) else None
+                if inner is not None and any(v.tensor < self.nin for v in load_nodes(inner)):
                     while isinstance(inner, Cast):
                         inner = inner.x
-                    self.windows[n] = (self.node_axes(n), not isinstance(inner, Load))
+                    self.windows[n] = (self.node_axes(n), not pool and not isinstance(inner, Load))
 
     def statements(self, body) -> None:
         for st in body:
             if isinstance(st, Store):
+                self.kept.update(self.axes(st.value, *st.index))
                 self.window(st.value)
                 for e in (st.value, *st.index, *st.guards):
                     self.loads(e)
@@ -732,7 +767,14 @@ class _Walk:
             elif isinstance(st, Reduce):
                 axis = self.canon[st.axis]
                 tile = self.axes(st.value) | {axis}
-                self.window(st.value)
+                self.kept.update(tile - {axis})
+                self.window(st.value, pool=st.combiner in ("max", "min"))
+                value = st.value
+                while isinstance(value, Cast):
+                    value = value.x
+                loaded = st.axis not in self.looped and isinstance(value, Load) and value.tensor < self.nin
+                vec = 16 // self.itemsizes[value.tensor] if loaded else 0
+                self.reduced[axis] = min(self.reduced.get(axis, vec), vec) if vec else 0
                 with self.scope(st.axis):
                     self.loads(st.value)
                     self.count((st.value,), {axis}, combine=1)
@@ -1051,6 +1093,16 @@ class _Walk:
                 got = frozenset().union(*(self.node_axes(c) for c in e.children()))
             self.axes_memo[e] = got
         return got
+
+
+def _fill(e) -> bool:
+    """``e`` is a constant (under casts): a window's fill outside it.  A select between two loaded
+    values by an index test (RoPE's rotated half, ``where(d < 64, -x[d + 64], x[d - 64])``) is no
+    window: its sm_90 binary holds the two loads' values, no test per position (LLaMA's: 18
+    registers, 34 counted as a window)."""
+    while isinstance(e, Cast):
+        e = e.x
+    return isinstance(e, Const)
 
 
 def _quotient(e) -> bool:
