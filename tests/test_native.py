@@ -741,6 +741,43 @@ def test_a_split_k_sum_before_a_row_epilogue_folds_the_partials_as_they_arrive(t
     assert not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
 
 
+def _stem(vector_shape):
+    """MobileNetV2's stem (TF-style padding, 3 x 3 stride 2, 32 channels, BatchNorm after) at its
+    plan's tile, 256 x 32 over the whole K (27: one chunk), its BatchNorm's vectors ``vector_shape``."""
+    from tilefuse.families.gemm.space import GemmTile
+    fn = lambda x, w, m, s, b: (torch.nn.functional.conv2d(torch.nn.functional.pad(x, (0, 1, 0, 1)), w, stride=2)  # noqa: E731
+                                - m) * s + b
+    args = (torch.randn(1, 3, 224, 224, dtype=H), torch.randn(32, 3, 3, 3, dtype=H),
+            *(torch.randn(*vector_shape, dtype=H) for _ in range(3)))
+    cm = tilefuse.compile(fn, args, target="h100", backend="reference")
+    (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    (kernel,) = gemm_kernels(s.body, GemmTile(256, 32, 32, 4, 2), "g")
+    return kernel
+
+
+def test_a_stems_gather_loaded_once_is_live_before_its_accumulator(tmp_path, monkeypatch):
+    """An NCHW stem whose whole K is one chunk gathers its operand a value at a time before the
+    product; the accumulator is born after it.  A wide tile's accumulator holds more than the
+    gather did (sm_90: 94 registers, 92 for base and accumulator; counted 141 when the gather's
+    0.75 a value was added to them)."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    kernel = _stem((1, 32, 1, 1))
+    b, model = compile_native(kernel, 90), work(kernel, H100).res.regs_per_thread
+    assert 2 in b.loads and not b.async_copies and not b.spills     # (a gather a value at a time)
+    assert 0.75 <= model / b.registers <= 1.25, (b.registers, model)
+
+
+def test_a_batch_of_ones_per_channel_vector_is_one_row_of_the_epilogue():
+    """A per-channel vector read at ``(b, c, 0, 0)`` by a batch of one varies along the channels
+    alone (``b``'s extent is 1): the epilogue holds 32 values of each, not the 256 x 32 tile (the
+    stem's model counted 189 registers so, against 94 in its binary), as for a vector of shape
+    ``(32, 1, 1)``."""
+    from tilefuse.cost.work import work
+    four, three = (work(_stem(shape), H100) for shape in ((1, 32, 1, 1), (32, 1, 1)))
+    assert four.res == three.res and four.l2_bytes == three.l2_bytes, (four.res, three.res)
+
+
 GELU_CHAIN = ("GELU's erf, computed over a thread's share of the second product's operand, holds 4-5 registers "
               "a value the model does not count (83 in the binary, 40 modelled)")
 

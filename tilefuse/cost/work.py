@@ -269,6 +269,8 @@ class _Phase:
     window_elems: int = 0             # positions a window's test selects loaded values at (no Dot)
     streamed: tuple | None = None     # (tile elements without the axes ``Profile.streamed``, their
                                       # loads' vector width)
+    gathered_once: float = 0.0        # registers of operands gathered a value at a time and loaded
+                                      # once, all threads: live before the accumulator is
 
 
 @dataclass(frozen=True)
@@ -348,7 +350,8 @@ def _registers(p: _Phase, threads: int) -> int:
     if p.dots:
         held = p.operand_regs + EPILOGUE_REGISTERS * p.epilogue_elems
         # (a reduction over the accumulator's tile reduces it in place: no registers of its own)
-        return DOT_REGISTER_BASE + math.ceil(p.acc_elems / threads) + math.ceil(held / threads)
+        return DOT_REGISTER_BASE + max(math.ceil(p.acc_elems / threads), math.ceil(p.gathered_once / threads)) \
+            + math.ceil(held / threads)
     # the widest scope's loads are consumed as they arrive: about a quarter of them live at once
     # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
     # values than it loads)
@@ -476,6 +479,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
     padded = lambda name: by[name].block  # noqa: E731   (what a program holds: the whole block, padding too)
     dot_flops, dots, dot_ks, staged, held, acc, operand_regs, warp_ops = [], [], [], 0, 0, 0, 0.0, []
+    gathered_once = 0.0
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
         dims = (d.m, d.n, d.k)
@@ -520,13 +524,19 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 operand_regs += SINGLE_CHUNK_COMPUTED * tiles * tile
             elif how in ("computed", "windowed") and kind == 1:
                 operand_regs += HELD_COMPUTED * tiles * tile
+            elif how == "scalar" and kind == 1:
+                # a scalar gather loaded once (the whole K one chunk: no loop) holds a gather's
+                # values and addresses before its product, whose accumulator is born after
+                # (MobileNetV2's NCHW stem, 256 x 32 at BK 32: 95 registers in its sm_90 binary
+                # against 92 for its accumulator, 141 counted with both; the 6-channel stem's
+                # 64 x 16 at BK 128: 72 against 76 for its gather); in a loop it holds each
+                # chunk's values and addresses beside the accumulator
+                gathered_once += OPERAND_REGISTERS["gathered"] * tiles * tile
             elif how:
-                # a scalar gather loaded once (the whole K one chunk: no loop) streams to shared
-                # memory as other gathers do; in a loop it holds each chunk's values and addresses;
                 # through a quotient, loaded once, it holds its addresses' div/mod and guards per
                 # value (MobileNetV2's stem with its row copy fused back: 128-168 registers, sm_90)
-                if kind == 1 and how in ("scalar", "quotient"):
-                    how = "gathered" if how == "scalar" else "quotient_once"
+                if kind == 1 and how == "quotient":
+                    how = "quotient_once"
                 wide = how == "computed" and tiles == 1 and by[d.k].block >= WIDE_K
                 operand_regs += (WIDE_COMPUTED if wide else OPERAND_REGISTERS[how]) * tiles * tile
             final.append((how, kind, tiles * tile))
@@ -589,7 +599,8 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   not any(r[0] in ("scalar", "quotient") for d in prof.dots for r in d.reads), tuple(warp_ops),
                   sum(math.prod(by[x].block for x in ax if x in by) * (WINDOW_COMPUTED if computed else 1.0)
                       for ax, computed in prof.windows),
-                  (math.prod(kept.values()), max(streamed.values())) if streamed and arrive is None else None)
+                  (math.prod(kept.values()), max(streamed.values())) if streamed and arrive is None else None,
+                  gathered_once)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -1045,7 +1056,9 @@ class _Walk:
                 continue
             depth = next((i for i, s in enumerate(self.stack) if n in s[1]), None)
             if depth is None:
-                axes = frozenset(self.axis_of[v] for v in _index_vars(n) if v in self.axis_of)
+                # (a variable of extent 1 varies along nothing: a batch of one's index into a
+                # per-channel vector, ``(b, c, 0, 0)``, reads one row, not the M tile)
+                axes = frozenset(self.axis_of[v] for v in _index_vars(n) if v in self.axis_of and self.extents[v] != 1)
                 depth = next(i for i, s in enumerate(self.stack) if axes <= s[0])
                 home = self.stack[depth]
                 home[1][n] = None
