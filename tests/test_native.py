@@ -741,6 +741,26 @@ def test_a_split_k_sum_before_a_row_epilogue_folds_the_partials_as_they_arrive(t
     assert not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
 
 
+def test_a_depthwise_windows_clip_holds_no_more_than_a_plain_window(tmp_path, monkeypatch):
+    """A fused depthwise convolution over a ReLU6 of its input (MobileNetV2's, a pad in between)
+    at its plan's tile: the window's value is computed from the windowed load alone, which holds
+    no more than the load (sm_90: 31 registers; counted 47 at a BatchNorm's rate,
+    ``WINDOW_COMPUTED``, whose per-channel vectors are loaded beside the value)."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from gemm_eval import whole
+    from tilefuse.cost.work import work
+    from tilefuse.families.fused import FusedFamily
+    fn = lambda x, w: torch.nn.functional.conv2d(  # noqa: E731
+        torch.nn.functional.pad(torch.clamp(x, 0, 6), (1, 1, 1, 1)), w, groups=144)
+    cm = tilefuse.compile(fn, (torch.randn(1, 144, 28, 28, dtype=H), torch.randn(144, 1, 3, 3, dtype=H)),
+                          target="h100", backend="reference")
+    (s,) = [s for s in FusedFamily().schedules(whole(cm.primgraph), H100)
+            if (s.xblock, s.rblock, s.num_warps) == (32, 16, 2)]
+    kernel = fused_kernel(s, "depthwise")
+    b, model = compile_native(kernel, 90), work(kernel, H100).res.regs_per_thread
+    assert not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
+
+
 def _stem(vector_shape):
     """MobileNetV2's stem (TF-style padding, 3 x 3 stride 2, 32 channels, BatchNorm after) at its
     plan's tile, 256 x 32 over the whole K (27: one chunk), its BatchNorm's vectors ``vector_shape``."""

@@ -81,9 +81,10 @@ DOT_REGISTER_BASE = 28   # with a Dot: its operand pointers and K-loop state too
 # held per position (fitted: the same binaries; padded max pools 38-40 registers, 24 counted
 # without it; padded depthwise convolutions 28-40)
 WINDOW_REGISTERS = 0.75
-# ... times this where the selected value is computed (a BatchNorm + ReLU6 zeroed outside the
-# window of a depthwise convolution: its prologue's vectors and temporaries per position; sm_90
-# binaries of MobileNetV2's, 60 registers against 39 counted as a plain load's window), except
+# ... times this where the selected value is computed from loads beside the windowed one (a
+# BatchNorm + ReLU6 zeroed outside the window of a depthwise convolution: its prologue's vectors
+# and temporaries per position; sm_90 binaries of MobileNetV2's, 60 registers against 39 counted
+# as a plain load's window; a ReLU6 of the windowed value alone, 29 against 47 at this rate), except
 # in a pool: a max over a BatchNorm + ReLU's window holds no more than a plain window's (sm_90
 # binaries of ResNet-50's stem pool, 32 registers, 46 counted at this rate; a fused pool's 56, 77)
 WINDOW_COMPUTED = 3.5
@@ -759,10 +760,11 @@ class _Walk:
                 if not isinstance(n, Select) or n in self.windows or load_nodes(n.cond):
                     continue
                 inner = n.a if _fill(n.b) else n.b if _fill(n.a) else None
-                if inner is not None and any(v.tensor < self.nin for v in load_nodes(inner)):
-                    while isinstance(inner, Cast):
-                        inner = inner.x
-                    self.windows[n] = (self.node_axes(n), not pool and not isinstance(inner, Load))
+                loads = {v for v in load_nodes(inner) if v.tensor < self.nin} if inner is not None else ()
+                if loads:
+                    # (computed: per-channel vectors loaded beside the windowed value, a BatchNorm's;
+                    # a clip of the windowed value alone holds no more than the value)
+                    self.windows[n] = (self.node_axes(n), not pool and len(loads) > 1)
 
     def statements(self, body) -> None:
         for st in body:
