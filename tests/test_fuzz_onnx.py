@@ -130,6 +130,20 @@ def test_an_omitted_clip_bound_is_the_types_lowest_or_largest_value(bounds, dtyp
     check(program(model, feeds={"x": x}))
 
 
+def test_a_layer_norm_after_an_unbounded_clip_of_minus_infinity_is_zero_like_onnxruntimes():
+    # the fuzzer (ONNX, seed 97): Clip without min makes -inf the lowest float, -3.4e38; its row's
+    # squared deviations overflow, the variance is inf and the row 0 in onnxruntime, where the
+    # corrected two-pass variance took inf - inf and gave NaN
+    clip = helper.make_node("Clip", ["x", "", "hi"], ["c"])
+    norm = helper.make_node("LayerNormalization", ["c", "scale"], ["y"], epsilon=1e-5)
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "hi"),
+             numpy_helper.from_array(np.linspace(-1.5, 1.5, 8).astype(np.float32), "scale")]
+    model = _model([clip, norm], [("x", TP.FLOAT, [2, 8])], [("y", TP.FLOAT, [2, 8])], inits, opset=17)
+    x = np.array([[0.3, -1.2, 0.1, 2.0, -0.5, 0.4, -0.9, 0.05], [-0.4, -0.7, -np.inf, -0.55, 1.05, 1.5, 0.98, 1.01]],
+                 np.float32)
+    check(program(model, feeds={"x": x}))
+
+
 def test_the_sign_of_nan_is_nan():
     # onnxruntime's (and numpy's, and onnx's reference) Sign keeps NaN; torch.sign, which the
     # canonical Sign follows, gives 0

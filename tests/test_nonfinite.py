@@ -308,6 +308,22 @@ def test_layernorm_nan_poisons_only_its_row():
     check(ln, x)
 
 
+def test_layernorm_of_values_near_the_largest_float_has_infinite_variance():
+    """Rows holding a value near fp32's largest: their squared deviations sum past the range, the
+    variance is inf and every output 0 (times the weight, plus the bias), as eager gives; the
+    deviations' rounding error squared overflowed too, and inf - inf made the rows NaN (the ONNX
+    fuzzer: a Clip without min turns -inf into -3.4e38 before a LayerNormalization)."""
+    torch.manual_seed(0)
+    ln, big = torch.nn.LayerNorm(8), torch.finfo(torch.float32).max
+    x = torch.randn(4, 8)
+    # (eager's Welford pass is NaN where the huge value comes first in its row: not drawn here)
+    x[0, 2], x[1, 7], x[2, 5], x[3, 1] = -big, big, 3e19, -3e19
+    with torch.no_grad():
+        want = ln(x)
+    assert torch.isfinite(want).all()                # (the expectation: no NaN, every row the bias)
+    check(ln, x)
+
+
 def test_layernorm_fp16():
     ln = torch.nn.LayerNorm(33).half()
     check(ln, _rows(torch.float16), tol=HALF)

@@ -357,13 +357,17 @@ def _registers(p: _Phase, threads: int) -> int:
     # (fitted with the Dot coefficients above; an elementwise kernel's binary holds far fewer
     # values than it loads)
     tile = p.tile_elems
-    if p.streamed is not None and p.streamed[0] >= threads * p.streamed[1]:
+    looped = p.tail or p.chunks > 1
+    if p.streamed is not None and p.streamed[0] >= threads * p.streamed[1] and not looped:
         # Triton spreads threads along the other axes a vector each first: where they cover all
         # threads, each holds a streamed axis whole and sums it as loaded; else the axis spans
         # threads, each holds its loaded values until the sum across them (split-K partial sums
-        # [256, 4] over 128 threads: 30 registers in the sm_90 binary)
+        # [256, 4] over 128 threads: 30 registers in the sm_90 binary).  Not before a loop: a
+        # row summed whole ahead of a pipelined K loop (a decode GEMV's RMSNorm prologue, BN
+        # 128 x BK 32) spills 2-4 KB a thread in the sm_90 binary at any warps from two stages
+        # on, which only the whole tile's count keeps out of a plan
         tile = p.streamed[0]
-    if p.tail or p.chunks > 1:
+    if looped:
         return LOOP_REGISTER_BASE + -(-tile // threads) + -(-p.live // (LIVE_SHARE * threads))
     return REGISTER_BASE + -(-tile // threads) + -(-p.live // (LIVE_SHARE * threads)) \
         + math.ceil(WINDOW_REGISTERS * p.window_elems / threads)

@@ -62,7 +62,10 @@ def moments(fx: Fission, x: TensorRef, axes: Sequence[int], shape: Sequence[int]
     d = reduce_axes(fx, shape, axes, True, "sum", dev)
     q = reduce_axes(fx, shape, axes, True, "sum", lambda idx: _square(dev(idx)))
     mean = Stat(s.shape, md, lambda i: s[i] / float(n) + d[i] / float(n))
-    sq = Stat(s.shape, md, lambda i: binary("max", q[i] - d[i] * d[i] / float(n), Const(0.0, md)))
+    # (squared deviations past the dtype's range, values near its largest, sum to inf: the
+    # variance is inf, as torch and onnxruntime give, not inf - inf; a NaN stays NaN)
+    sq = Stat(s.shape, md, lambda i: select(binary("lt", q[i], Const(math.inf, md)),
+                                            binary("max", q[i] - d[i] * d[i] / float(n), Const(0.0, md)), q[i]))
     return mean, sq, n
 
 
