@@ -761,6 +761,29 @@ def test_a_depthwise_windows_clip_holds_no_more_than_a_plain_window(tmp_path, mo
     assert not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
 
 
+def test_a_gemv_whose_row_prologue_spills_before_its_pipelined_loop_is_not_counted_fit(tmp_path, monkeypatch):
+    """A decode step's RMSNorm + projection on CUDA cores whose prologue sums a precomputed row of
+    squares whole before the pipelined K loop: at BN 128 x BK 32 its sm_90 binary spills 2-4 KB a
+    thread from two stages on (any warps).  The model must not count such a tile fit: a streamed
+    sum's smaller tile (``_Walk.streamed``) once did, the decode plan took it and its persistent
+    kernel, refused natively, split in three (modelled 70 -> 97 us)."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.work import work
+    from tilefuse.families.gemm.space import GemmTile
+
+    def fn(sq, x, g, w):
+        return ((x.float() * torch.rsqrt(sq.sum(-1, keepdim=True) / 2048 + 1e-6)).half() * g) @ w.t()
+    args = (torch.rand(1, 2048), torch.randn(1, 2048, dtype=H), torch.randn(2048, dtype=H),
+            torch.randn(1024, 2048, dtype=H))
+    cm = tilefuse.compile(fn, args, target="h100", backend="reference")
+    (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
+    (planned,) = gemm_kernels(s.body, s.tile, "g")
+    assert not s.tile.dot and not compile_native(planned, 90).spills     # (the plan's own tile)
+    (kernel,) = gemm_kernels(s.body, GemmTile(1, 128, 32, 2, 2, 1, dot=False), "g")
+    assert compile_native(kernel, 90).spills
+    assert occupancy(work(kernel, H100).res, H100) == 0, work(kernel, H100).res
+
+
 def _stem(vector_shape):
     """MobileNetV2's stem (TF-style padding, 3 x 3 stride 2, 32 channels, BatchNorm after) at its
     plan's tile, 256 x 32 over the whole K (27: one chunk), its BatchNorm's vectors ``vector_shape``."""
