@@ -4,7 +4,9 @@ Statistics use the math dtype (fp32 for 16-bit inputs) and the corrected two-pas
 first mean m = sum / n, then in one pass over the deviations d = x - m both Σd and Σd²; the mean is
 m + Σd / n and the sum of squared deviations Σd² - (Σd)² / n (no cancellation as in E[x²] - E[x]²,
 and a constant row has exactly its value as mean and 0 as variance, as torch and onnxruntime give:
-sum / n alone is off by an ulp for a third of them, which 1/sqrt(eps) makes 1e-4).  One final
+sum / n alone is off by an ulp for a third of them, which 1/sqrt(eps) makes 1e-4); where Σd²
+overflows (values near the dtype's largest) the variance is inf, and the row its bias, as torch and
+onnxruntime give (the correction's own overflow made it inf - inf).  One final
 broadcast prim normalizes, scales and shifts, rounding once to the input type.
 """
 from __future__ import annotations
