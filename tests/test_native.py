@@ -731,11 +731,11 @@ def test_a_split_k_sum_before_a_row_epilogue_folds_the_partials_as_they_arrive(t
     from tilefuse.cost.work import work
     from tilefuse.families.gemm.space import GemmTile
     x, w, r = torch.randn(128, 1024, dtype=H), torch.randn(1024, 768, dtype=H), torch.randn(128, 768, dtype=H)
-    b, g, beta = (torch.randn(768, dtype=H) for _ in range(3))
-    fn = lambda x, w, b, r, g, beta: torch.nn.functional.layer_norm(x @ w + b + r, (768,), g, beta)  # noqa: E731
-    cm = tilefuse.compile(fn, (x, w, b, r, g, beta), target="h100", backend="reference")
+    bias, g, beta = (torch.randn(768, dtype=H) for _ in range(3))
+    fn = lambda x, w, bias, r, g, beta: torch.nn.functional.layer_norm(x @ w + bias + r, (768,), g, beta)  # noqa: E731
+    cm = tilefuse.compile(fn, (x, w, bias, r, g, beta), target="h100", backend="reference")
     (s,) = [k.schedule for k in cm.plan.kernels if k.schedule.family == "gemm"]
-    partials, epilogue = gemm_kernels(s.body, GemmTile(64, 64, 128, 4, 3, split=8, tma=True), "g")
+    _partials, epilogue = gemm_kernels(s.body, GemmTile(64, 64, 128, 4, 3, split=8, tma=True), "g")
     assert {a.block_name: a.block for a in epilogue.axes if a.block_name}["RBLOCK"] == 8
     b, model = compile_native(epilogue, 90), work(epilogue, H100).res.regs_per_thread
     assert not b.spills and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
