@@ -914,8 +914,13 @@ class _Walk:
         """The loads of a Dot operand ``e`` that each read a whole tile over ``dims`` (one at
         least); a variable of extent 1 varies along nothing (a batch of one's per-channel vector)."""
         loads = [n for n in walk(e) if isinstance(n, Load) and n.tensor < self.nin]
-        return max(sum(dims <= {self.axis_of[v] for v in _index_vars(ld) if v in self.axis_of and self.extents[v] != 1}
-                       for ld in loads), 1)
+        return max(sum(dims <= self.varies(ld) for ld in loads), 1)
+
+    def varies(self, ld: Load) -> frozenset:
+        """The axes (canonical) a load's index varies along; a variable of extent 1 varies along
+        nothing (a batch of one's index into a per-channel vector, ``(b, c, 0, 0)``, reads one row,
+        not the M tile)."""
+        return frozenset(self.axis_of[v] for v in _index_vars(ld) if v in self.axis_of and self.extents[v] != 1)
 
     def windowed(self, e, rows: set) -> bool:
         """``e`` is a value zeroed outside a padded window: a select of zero whose test varies
@@ -1062,9 +1067,7 @@ class _Walk:
                 continue
             depth = next((i for i, s in enumerate(self.stack) if n in s[1]), None)
             if depth is None:
-                # (a variable of extent 1 varies along nothing: a batch of one's index into a
-                # per-channel vector, ``(b, c, 0, 0)``, reads one row, not the M tile)
-                axes = frozenset(self.axis_of[v] for v in _index_vars(n) if v in self.axis_of and self.extents[v] != 1)
+                axes = self.varies(n)
                 depth = next(i for i, s in enumerate(self.stack) if axes <= s[0])
                 home = self.stack[depth]
                 home[1][n] = None
