@@ -206,6 +206,8 @@ class Profile:
                                                                # and whether the value is computed
     streamed: tuple = ()                                       # axes only ever reduced whole as loaded,
                                                                # and their loads' vector width (``_Walk.streamed``)
+    rows: tuple = ()                                           # axes only ever reduced whole, along which
+                                                               # nothing else varies (``_Walk.rows``)
 
 
 def work(kernel: Kernel, target: Target) -> Work:
@@ -272,6 +274,8 @@ class _Phase:
                                       # loads' vector width)
     gathered_once: float = 0.0        # registers of operands gathered a value at a time and loaded
                                       # once, all threads: live before the accumulator is
+    rows: tuple | None = None         # (tile elements without the axes ``Profile.rows``, their
+                                      # reductions' widest value tile)
 
 
 @dataclass(frozen=True)
@@ -358,14 +362,18 @@ def _registers(p: _Phase, threads: int) -> int:
     # values than it loads)
     tile = p.tile_elems
     looped = p.tail or p.chunks > 1
-    if p.streamed is not None and p.streamed[0] >= threads * p.streamed[1] and not looped:
+    if p.rows is not None and looped:
+        # a row reduced whole before a loop (a decode GEMV's RMSNorm prologue: a [2048] row, then
+        # the BN x BK tiles of the K loop) is gone when the loop's tile is born: the larger of the
+        # two, not the product of each dimension's widest blocks (the 1-D row of
+        # ``emit._Printer._reduction``; sm_90 binaries over BN 16-128, BK 32-512, 2-8 warps: 73
+        # of 87 within a quarter, every spilling one counted past 255)
+        tile = max(p.rows)
+    elif p.streamed is not None and p.streamed[0] >= threads * p.streamed[1]:
         # Triton spreads threads along the other axes a vector each first: where they cover all
         # threads, each holds a streamed axis whole and sums it as loaded; else the axis spans
         # threads, each holds its loaded values until the sum across them (split-K partial sums
-        # [256, 4] over 128 threads: 30 registers in the sm_90 binary).  Not before a loop: a
-        # row summed whole ahead of a pipelined K loop (a decode GEMV's RMSNorm prologue, BN
-        # 128 x BK 32) spills 2-4 KB a thread in the sm_90 binary at any warps from two stages
-        # on, which only the whole tile's count keeps out of a plan
+        # [256, 4] over 128 threads: 30 registers in the sm_90 binary)
         tile = p.streamed[0]
     if looped:
         return LOOP_REGISTER_BASE + -(-tile // threads) + -(-p.live // (LIVE_SHARE * threads))
@@ -555,12 +563,15 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
     dims: dict[int, int] = {}
     kept: dict[int, int] = {}       # without the streamed axes
-    streamed = dict(prof.streamed)
+    unrowed: dict[int, int] = {}    # without the rows
+    streamed, rows = dict(prof.streamed), set(prof.rows)
     for a in axes:
         if a.dim >= 0:
             dims[a.dim] = max(dims.get(a.dim, 1), a.block)
             if canon[a.name] not in streamed:
                 kept[a.dim] = max(kept.get(a.dim, 1), a.block)
+            if canon[a.name] not in rows:
+                unrowed[a.dim] = max(unrowed.get(a.dim, 1), a.block)
     loops = [(p, s) for p, has, s in prof.scopes]
     nchunks = waits = 0.0
     for path, has, stopped in prof.scopes:
@@ -605,7 +616,10 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   sum(math.prod(by[x].block for x in ax if x in by) * (WINDOW_COMPUTED if computed else 1.0)
                       for ax, computed in prof.windows),
                   (math.prod(kept.values()), max(streamed.values())) if streamed and arrive is None else None,
-                  gathered_once)
+                  gathered_once,
+                  (math.prod(unrowed.values()),
+                   max(math.prod(blk(x) for x in t) for t in prof.reduce_tiles if t & rows))
+                  if rows and arrive is None else None)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -738,13 +752,14 @@ class _Walk:
         self.reduced: dict = {}                   # axis reduced whole -> the widest vector of the loads its
                                                   # reductions read (0: one reads something else)
         self.kept: set = set()                    # axes a stored value or another reduction varies along
+        self.chunked: set = set()                 # axes a reduction takes a chunk at a time
 
     def run(self, body) -> Profile:
         self.statements(body)
         return Profile(tuple(self.uses), tuple(self.flops), tuple(self.dots), tuple(self.reduce_tiles),
                        tuple((tuple(p), has, st) for p, has, st in self.scopes), frozenset(self.stored),
                        tuple(self.stops), self.arrive, self.tail, frozenset(self.unrolled),
-                       frozenset(self.scattered), tuple(self.windows.values()), self.streamed())
+                       frozenset(self.scattered), tuple(self.windows.values()), self.streamed(), self.rows())
 
     def streamed(self) -> tuple:
         """(axis, vector width) of the axes reduced whole (not looped) only ever from a load as
@@ -754,6 +769,12 @@ class _Walk:
         (BERT's split-K + LayerNorm row, [1, 1024, 8] fp32 partials over 256 threads: 38 registers
         in its sm_90 binary, 58 counted with the 32 values held)."""
         return tuple(sorted((a, vec) for a, vec in self.reduced.items() if vec and a not in self.kept))
+
+    def rows(self) -> tuple:
+        """The axes reduced whole (not looped), loaded or computed, along which nothing else
+        varies: a row summed to a value before a loop (a decode GEMV's RMSNorm prologue), dead
+        before the loop's tile is born (``_registers``)."""
+        return tuple(sorted(a for a in self.reduced if a not in self.kept and a not in self.chunked))
 
     def window(self, *exprs, pool: bool = False) -> None:
         """Record the selects of loaded values by a test of indices alone in ``exprs`` (a padded
@@ -790,6 +811,8 @@ class _Walk:
                 while isinstance(value, Cast):
                     value = value.x
                 loaded = st.axis not in self.looped and isinstance(value, Load) and value.tensor < self.nin
+                if st.axis in self.looped:
+                    self.chunked.add(axis)
                 vec = 16 // self.itemsizes[value.tensor] if loaded else 0
                 self.reduced[axis] = min(self.reduced.get(axis, vec), vec) if vec else 0
                 with self.scope(st.axis):

@@ -84,6 +84,7 @@ class _Printer:
         whole = frozenset().union(*(self.binds[a.name] for a in k.axes if not a.alias and not a.looped))
         self.scopes = [_Scope(None, whole, "    ")]
         self.scalar = frozenset(a.name for a in k.axes if a.dim < 0)
+        self.flat_rows = k.rank > 1 and not _has_dot(k.body)      # (``_reduction``)
 
     def tiled(self, v: _Value) -> frozenset:
         """The tile axes ``v`` varies along (a scalar axis, one position per program, is none)."""
@@ -620,13 +621,12 @@ class _Printer:
 
     def _reduce(self, r: Reduce) -> None:
         a = self.axis_by_name[r.axis]
-        d = a.dim
         fl = r.acc_dtype.is_float
         red, comb = (REDUCE_FLOAT, COMBINE_FLOAT) if fl else (REDUCE_INT, COMBINE_INT)
         init = literal(r.init, r.acc_dtype)
         if not a.looped or a.name in self.scope.bound:     # whole, or this chunk of an enclosing loop
             tile = self._padded(self._typed(r), a, init, r.acc_dtype)
-            out = self.emit(_typed_reduction(red[r.combiner].format(v=tile.text, d=d), r.acc_dtype), deps=[tile],
+            out = self.emit(self._reduction(red[r.combiner], tile.text, a, tile.axes, r.acc_dtype), deps=[tile],
                             reduced=(a.name,))
         else:
             outer = self.scope
@@ -641,13 +641,26 @@ class _Printer:
             head = self._range("0", str(a.reach), a, self._streams((r,)))
             outer.lines.append(f"{outer.indent}for {a.name}_start in {head}:")
             outer.lines.extend(inner.lines)
-            out = self.emit(_typed_reduction(red[r.combiner].format(v=acc, d=d), r.acc_dtype),
+            out = self.emit(self._reduction(red[r.combiner], acc, a, axes, r.acc_dtype),
                             axes=axes - {a.name}, deps=[_Value(acc, frozenset(), outer.depth)])
         if r.out_dtype is DType.bool:
             out = self.emit(f"{out.text} != 0", deps=[out])
         elif r.out_dtype is not r.acc_dtype:
             out = self.emit(f"{out.text}.to({TL[r.out_dtype]})", deps=[out])
         self.results[r.slot] = out
+
+    def _reduction(self, rule: str, text: str, a: TileAxis, axes: frozenset, dt: DType) -> str:
+        """``rule`` over axis ``a`` of the tile ``text`` (over ``axes``).  Without a tensor-core
+        product, a tile that varies along ``a`` alone is reduced as a 1-D row and its sum put back
+        in the kernel's rank: reduced in place, a [1, 1, 2048] row summed before a pipelined K loop
+        on CUDA cores (a decode GEMV's RMSNorm prologue) spills 6 KB a thread in the sm_90 binary,
+        through the 1-D row it holds 113 registers and spills nothing.  Not before a ``tl.dot``:
+        there the 1-D row's sum takes the product's operand to 203 registers from 108 (the same
+        prologue at 16 x 256 x 128 on mma.sync; tests/test_native.py)."""
+        if self.flat_rows and axes - self.scalar == {a.name}:
+            row = _typed_reduction(rule.format(v=f"tl.reshape({text}, [{a.block_name}])", d=0), dt)
+            return f"tl.reshape({row}, {self.shape(())})"
+        return _typed_reduction(rule.format(v=text, d=a.dim), dt)
 
     def _dot(self, d: Dot) -> None:
         """``acc += a @ b`` over the chunks of K (one ``tl.dot`` when K is whole), accumulating in
@@ -889,6 +902,10 @@ class _Printer:
 
 # Types a Python literal combined with a tile of them leaves unchanged.
 _LITERAL_EXACT = (DType.float32, DType.float64, DType.int32, DType.int64)
+
+
+def _has_dot(body) -> bool:
+    return any(isinstance(st, Dot) or isinstance(st, (Loop, Arrive)) and _has_dot(st.body) for st in body)
 
 
 def _typed_reduction(text: str, dt: DType) -> str:
