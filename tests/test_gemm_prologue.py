@@ -68,6 +68,23 @@ def test_layernorm_prologue_in_every_form(form):
     assert built.source.count("PBLOCK") >= 3
 
 
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("fn", [
+    lambda x, w: torch.softmax(x, -1) @ w,                       # a max and a sum over the row
+    lambda x, w: (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)) @ w,
+], ids=["softmax", "rmsnorm"])
+def test_a_gemv_prologue_reduces_its_row_as_a_1d_tile(fn, stages):
+    """On CUDA cores (no ``tl.dot``) a prologue row that varies along its reduced axis alone is
+    reduced through a 1-D reshape (``emit._Printer._reduction``: in place, the sm_90 binary of a
+    decode GEMV spilled); the max through the NaN-propagating helper as well as the sums, whole
+    (K 128: one PBLOCK) and in chunks (K 6000: two of 4096, the last masked), right against eager."""
+    for k in (128, 6000):
+        x, w = torch.randn(1, k) * 3, torch.randn(k, 48) / k ** 0.5
+        built, body = forced(fn, GemmTile(1, 16, 512, 4, stages, dot=False), x, w)
+        assert body.prologue and built.source.count("tl.reshape(") == 2 * len(body.prologue), built.source
+        assert ("for p0_start" in built.source) == (k > 4096)
+
+
 def test_layernorm_prologue_with_a_two_phase_epilogue():
     """Row reductions on both sides: the LayerNorm's over K before the loop, a softmax's over N
     (wider than the tile) after it, in two phases."""
