@@ -561,17 +561,16 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         # binaries of the decode GEMVs: 17 KiB a stage for a 16 x 512 fp16 weight chunk)
         staged = max(scope_bytes.values(), default=0)
     reduce_tile = max((math.prod(blk(x) for x in tile) for tile in prof.reduce_tiles), default=0)
-    dims: dict[int, int] = {}
-    kept: dict[int, int] = {}       # without the streamed axes
-    unrowed: dict[int, int] = {}    # without the rows
     streamed, rows = dict(prof.streamed), set(prof.rows)
-    for a in axes:
-        if a.dim >= 0:
-            dims[a.dim] = max(dims.get(a.dim, 1), a.block)
-            if canon[a.name] not in streamed:
-                kept[a.dim] = max(kept.get(a.dim, 1), a.block)
-            if canon[a.name] not in rows:
-                unrowed[a.dim] = max(unrowed.get(a.dim, 1), a.block)
+
+    def widest(skip) -> dict[int, int]:
+        """Per tile dimension, the widest block of the axes on it but those in ``skip``."""
+        out: dict[int, int] = {}
+        for a in axes:
+            if a.dim >= 0 and canon[a.name] not in skip:
+                out[a.dim] = max(out.get(a.dim, 1), a.block)
+        return out
+    dims, kept, unrowed = widest(()), widest(streamed), widest(rows)
     loops = [(p, s) for p, has, s in prof.scopes]
     nchunks = waits = 0.0
     for path, has, stopped in prof.scopes:
