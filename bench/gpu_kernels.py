@@ -136,28 +136,43 @@ def matmul_module(k: int, n: int, dtype, device):
     return MatMul().eval()
 
 
-# BM,BN,BK,WARPS,STAGES of the fixed tiles timed for large GEMMs (``--gemm-fixed``)
-FIXED_TILES = "128,256,64,8,3;128,256,64,8,4;256,128,64,8,3;128,128,64,4,4;128,128,64,8,3"
+# BM,BN,BK,WARPS,STAGES[,ws] of the fixed tiles timed for large GEMMs (``--gemm-fixed``): the
+# Triton tutorials' Hopper tiles, and warp-specialized ones (``GemmTile.ws``: a producer warp group
+# beside two consumers; 12 warps, never in the planner's space until measured)
+FIXED_TILES = ("128,256,64,8,3;128,256,64,8,4;256,128,64,8,3;128,128,64,4,4;128,128,64,8,3;"
+               "128,256,64,4,3,ws;128,256,64,4,4,ws;128,128,64,4,4,ws")
 
 
-def _fixed(text: str, cand, pg, coster, tgt, device: str, timer, launch: float, flops: float) -> dict:
-    """One fixed gemm tile (``BM,BN,BK,WARPS,STAGES``, group-M order, descriptors on sm_90) of
-    the contraction's group, modelled and timed."""
+def _fixed(text: str, cand, pg, coster, tgt, device: str, timer, launch: float, flops: float, x, want) -> dict:
+    """One fixed gemm tile (``BM,BN,BK,WARPS,STAGES[,ws]``, group-M order, descriptors on sm_90)
+    of the contraction's group, modelled, run once on ``x`` against ``want`` (``torch.matmul``'s
+    result: the relative L2 error) and timed."""
+    import torch
+
+    from tilefuse.codegen import kernel_names
+    from tilefuse.codegen.kernel import TMA_ARCH
     from tilefuse.families.base import Group
     from tilefuse.families.gemm import _schedule, gemm_body
     from tilefuse.families.gemm.space import SWIZZLE, GemmTile
-    from tilefuse.codegen.kernel import TMA_ARCH
-    bm, bn, bk, warps, stages = map(int, text.split(","))
+    from tilefuse.runtime.executor import build
+    parts = text.split(",")
+    bm, bn, bk, warps, stages = map(int, parts[:5])
     try:
         body = gemm_body(Group(cand.prims, cand.inputs, cand.outputs, dict(pg.types)))
-        tile = GemmTile(bm, bn, bk, warps, stages, SWIZZLE, tma=tgt.arch >= TMA_ARCH)
+        tile = GemmTile(bm, bn, bk, warps, stages, SWIZZLE, tma=tgt.arch >= TMA_ARCH, ws="ws" in parts[5:])
         sched = _schedule(body, tile, tgt)
         cost = coster.adopt(sched)
-        dev_s = timed(sched, pg, device, timer)
+        step = build(sched, kernel_names([sched], pg.prims)[0])
+        consts = pg.constant_map
+        ins = [consts[n].data.to(device) if n in consts else x for n in step.inputs]
+        (out,) = [torch.full(pg.types[n].shape, float("nan"), dtype=want.dtype, device=device) for n in step.outputs]
+        step.run(ins, [out])
+        rel = ((out.double() - want.double()).norm() / want.double().norm()).item()
+        dev_s = timer(lambda: step.run(ins, [out])).median_s
     except Exception as e:
         return {"tile": text, "error": f"{type(e).__name__}: {e}"[:300]}
     return {"tile": str(tile), "modelled_us": round(cost.seconds * 1e6, 3), "measured_us": round((dev_s + launch) * 1e6, 3),
-            "measured_tflops": round(flops / dev_s / 1e12, 1)}
+            "measured_tflops": round(flops / dev_s / 1e12, 1), "rel_l2": float(f"{rel:.3g}"), "ok": rel < 1e-2}
 
 
 def gemms_part(args, started: float) -> list[dict]:
@@ -208,10 +223,11 @@ def gemms_part(args, started: float) -> list[dict]:
             # tiles Hopper GEMMs are known to like (the Triton tutorials': 128 x 256 x 64 at 8 warps,
             # three or four stages), whatever the model ranks them: is any tile of the template
             # within 0.9x of cuBLAS (issue #22)?
-            if min(m, n, k) >= args.fixed_from and args.gemm_fixed:
-                rec["gemm_fixed"] = [_fixed(text, kern.candidate, pg, coster, tgt, args.device, timer, launch, flops)
-                                     for text in args.gemm_fixed.split(";")]
             w = mod.w.detach()
+            if min(m, n, k) >= args.fixed_from and args.gemm_fixed:
+                want = torch.matmul(x, w)
+                rec["gemm_fixed"] = [_fixed(text, kern.candidate, pg, coster, tgt, args.device, timer, launch, flops,
+                                            x, want) for text in args.gemm_fixed.split(";")]
             dev_s = timer(lambda: torch.matmul(x, w)).median_s
             rec["torch_matmul"] = {"measured_us": round(dev_s * 1e6, 3), "measured_tflops": round(flops / dev_s / 1e12, 1),
                                    "measured_gbs": round(moved / dev_s / 1e9, 3)}
@@ -362,7 +378,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gemm-tiles", type=int, default=1,
                     help="gemm schedules measured per shape in the model's order (the first is 'gemm')")
     ap.add_argument("--gemm-fixed", default=FIXED_TILES,
-                    help="BM,BN,BK,WARPS,STAGES tiles (';'-separated) timed for GEMMs of --fixed-from a side or more")
+                    help="BM,BN,BK,WARPS,STAGES[,ws] tiles (';'-separated) checked and timed for GEMMs of --fixed-from a "
+                         "side or more (ws: warp-specialized, 4 warps a group)")
     ap.add_argument("--fixed-from", type=int, default=2048)
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--device", default=None, choices=["cuda", "cpu"])

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
     out = tmp_path / "gpu_kernels.json"
     proc = subprocess.run([sys.executable, "bench/gpu_kernels.py", "--device", "cpu", "--gemms", "tiny",
-                           "--parts", "gemms", "--gemm-tiles", "3", "--gemm-fixed", "16,16,16,4,2;32,16,16,4,3",
+                           "--parts", "gemms", "--gemm-tiles", "3", "--gemm-fixed", "16,16,16,4,2;32,16,16,4,3;128,16,16,4,2,ws",
                            "--fixed-from", "0", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -35,8 +35,12 @@ def test_gpu_kernels_script_plans_and_times_its_gemms_on_a_cpu(tmp_path):
         assert g["gemm"]["tile"] not in {a["tile"] for a in alts}
         # fixed tiles whatever the model ranks them (the Triton tutorials' for large GEMMs on a GPU)
         fixed = g["gemm_fixed"]
-        assert [f["tile"].split()[:3] for f in fixed] == [["BM=16", "BN=16", "BK=16"], ["BM=32", "BN=16", "BK=16"]]
+        assert [f["tile"].split()[:3] for f in fixed] == [["BM=16", "BN=16", "BK=16"], ["BM=32", "BN=16", "BK=16"],
+                                                          ["BM=128", "BN=16", "BK=16"]]
         assert all("error" not in f and f["measured_us"] > 0 and f["modelled_us"] > 0 for f in fixed), fixed
+        # each checked against torch.matmul on the same operands; the last warp-specialized
+        assert all(f["ok"] and f["rel_l2"] < 1e-2 for f in fixed), fixed
+        assert [f["tile"].endswith("warp-specialized") for f in fixed] == [False, False, True]
 
 
 def test_gpu_kernels_script_times_a_gemv_on_the_small_m_path_on_a_cpu(tmp_path):

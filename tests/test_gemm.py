@@ -547,6 +547,40 @@ def test_a_computed_operand_is_read_through_pointers_under_tma():
     assert built.source.count("tl.make_tensor_descriptor(") == 1
 
 
+def test_a_warp_specialized_tile_splits_its_k_loop_and_matches_eager():
+    """``GemmTile.ws``: the K loop asks Triton's Hopper pass for a producer warp group
+    (``tl.range(..., warp_specialize=True)``), both operands through tensor descriptors; ragged M,
+    N and K (130 x 72 x 200, fp16, bias + GELU) against eager, run by the interpreter.  The tile
+    is never in the planner's space (nothing measured says what it buys)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(200, 72), torch.nn.GELU()).eval().half()
+    t = GemmTile(128, 64, 64, 4, 3, 1, True, tma=True, ws=True)
+    built, body = forced(model, t, torch.randn(130, 200).half(), tol=HALF_TOL[torch.float16])
+    assert "tl.range(0, 200, BLOCK_K, warp_specialize=True)" in built.source
+    assert built.source.count("tl.make_tensor_descriptor(") == 2
+    (k,) = built.kernels
+    assert (k.num_warps, k.compute_warps, k.launched_warps) == (4, 8, 12)
+    shape = GemmShape(1, 2048, 2048, 2048, DType.float16)
+    assert not any(x.ws for x in tile_space(shape, H100))
+
+
+def test_a_warp_specialized_tile_refuses_what_the_pass_cannot_split():
+    """A computed operand (a prologue's arithmetic) cannot be the producer's copy, 8 warps are
+    left unspecialized by Triton and BLOCK_M 64 fails in its pass, split-K is more than one
+    loop: each a clear error naming the kernel, not a compiler crash or a silent plain loop."""
+    gelu_first = torch.nn.Sequential(torch.nn.GELU(), torch.nn.Linear(256, 64)).eval().half()
+    x = torch.randn(128, 256).half()
+    with pytest.raises(ValueError, match="gemm\\w*: a warp-specialized K loop reads its operands through"):
+        forced(gelu_first, GemmTile(128, 64, 64, 4, 3, 1, True, tma=True, ws=True), x, tol=HALF_TOL[torch.float16])
+    linear = torch.nn.Linear(256, 64).eval().half()
+    for t in (GemmTile(128, 64, 64, 8, 3, 1, True, tma=True, ws=True), GemmTile(64, 64, 64, 4, 3, 1, True, tma=True, ws=True),
+              GemmTile(128, 64, 64, 4, 3, 1, True, tma=False, ws=True)):
+        with pytest.raises(ValueError, match="gemm\\w*: a warp-specialized K loop needs tensor cores"):
+            forced(linear, t, x, tol=HALF_TOL[torch.float16])
+    with pytest.raises(ValueError, match="gemm\\w*: a warp-specialized K loop is one kernel's whole K"):
+        forced(linear, GemmTile(128, 64, 64, 4, 3, 1, True, 2, tma=True, ws=True), x, tol=HALF_TOL[torch.float16])
+
+
 @pytest.mark.parametrize("m,stages", [(1, 3), (3, 1)])
 def test_small_m_path_reduces_products_without_tensor_cores(m, stages):
     """The GEMV / decode path: all M rows in one program (BM = 1 or 4, not 16), the products

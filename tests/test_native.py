@@ -216,6 +216,30 @@ def test_the_cost_models_wgmma_rule_is_the_compilers(gemm, bm, warps, tmp_path, 
     assert (compile_native(k, 90).mma == "wgmma") == wgmma(bm, warps, H100)
 
 
+@pytest.mark.parametrize("bn", [128, 256])
+def test_a_warp_specialized_tile_runs_three_warp_groups_on_an_evenly_split_register_file(bn, tmp_path, monkeypatch):
+    """``GemmTile.ws`` on sm_90: Triton's pass launches three groups of the tile's 4 warps (a
+    producer issuing the TMA copies, two consumers of 64 rows each) on the register file split
+    evenly, 168 a thread, which USETMAXREG moves at run time; the same tile unspecialized at 4
+    warps spills at 128 x 256 (the whole accumulator on 128 threads).  The model counts the
+    launched warps, those registers and the shared memory the binary allocates (the stages and
+    half the accumulator tile, handed from the consumers to the stores)."""
+    import dataclasses
+    from tilefuse.cost.work import work
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    s = _gemm_schedule(256, 256, 512)
+    tile = dataclasses.replace(s.tile, bm=128, bn=bn, bk=64, warps=4, stages=3, split=1, fixup=0, tma=True, ws=True)
+    (k,) = gemm_kernels(s.body, tile, "g")
+    (plain,) = gemm_kernels(s.body, dataclasses.replace(tile, ws=False), "g")
+    b, p = compile_native(k, 90), compile_native(plain, 90)
+    assert (b.num_warps, b.registers, b.mma, b.spills) == (12, 168, "wgmma", False) and b.tma_loads
+    assert p.num_warps == 4 and p.spills == (bn == 256)
+    res = work(k, H100).res
+    assert (res.warps, res.regs_per_thread) == (12, 168)
+    assert abs(res.smem_bytes - b.shared_bytes) <= 0.05 * b.shared_bytes
+    assert binary_occupancy(b, H100) == occupancy(res, H100) == 1
+
+
 # ---------------------------------------------------------------- planning on the binary
 
 def test_planning_on_binaries_drops_a_kernel_that_spills(monkeypatch, tmp_path):

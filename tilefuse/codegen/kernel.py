@@ -486,11 +486,25 @@ class Kernel:
                                    # program reads once (a GEMV's weights): loaded evict-first, so
                                    # they do not push out of L2 what others will read (a persistent
                                    # kernel's prefetched weights)
+    specialized: bool = False      # the Dot's K loop split between warp groups (``tl.range(...,
+                                   # warp_specialize=True)``, Triton's Hopper pass, sm_90): a producer
+                                   # group issuing the descriptor copies and two consumer groups of
+                                   # BLOCK_M / 2 rows each, ``num_warps`` warps a group
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})
         if dims != list(range(len(dims))):
             raise ValueError(f"kernel {self.name}: program-id dimensions {dims} are not 0..{len(dims) - 1}")
+
+    @property
+    def compute_warps(self) -> int:
+        """The warps that compute: all of them, or the two consumer groups of a specialized loop."""
+        return 2 * self.num_warps if self.specialized else self.num_warps
+
+    @property
+    def launched_warps(self) -> int:
+        """The warps a program runs (a specialized loop's producer group beside its consumers)."""
+        return 3 * self.num_warps if self.specialized else self.num_warps
 
     @property
     def rank(self) -> int:

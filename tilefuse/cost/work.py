@@ -66,7 +66,7 @@ from ..codegen.kernel import (Arrive, Dot, Kernel, Loop, Reduce, Store, descript
 from ..ir.dtypes import DType
 from ..ir.expr import Binary, Cast, Const, Load, Select, Unary, Value, Var, free_vars, load_nodes, walk
 from .dot import dot_rate, tensor_cores, wgmma
-from .model import OP_WEIGHT, Resources, Work, estimate, occupancy
+from .model import OP_WEIGHT, REG_UNIT, Resources, Work, estimate, occupancy
 from .target import Target
 from .tiles import LoadSite, load_site, site_elems, split_l2, stored_bytes, tile_box
 
@@ -143,6 +143,9 @@ CHAIN_TWO_STAGE_SHARE = 0.6
 # are live at once (fitted: sm_90 binaries of depthwise stencils, 9 taps at 8 to 32 outputs a
 # thread, 80 to 205 registers)
 UNROLLED_LIVE = 0.7
+# The registers a consumer group of a warp-specialized loop allocates for itself (USETMAXREG 232 in
+# the sm_90 binaries of Triton 3.6 and 3.9, the producer's 40 leaving it room)
+WS_CONSUMER_REGISTERS = 232
 GATHER_RUN = 8           # contiguous values (16 bytes of fp16) a run needs to stay one vector load
 MAX_LIVE_LOADS = 8       # loads a thread holds at once, at most (the compiler interleaves the rest)
 
@@ -214,10 +217,18 @@ def work(kernel: Kernel, target: Target) -> Work:
     """The kernel's work on ``target`` (see the module docstring)."""
     t = _tile(kernel.body, kernel.axes, kernel.inputs, kernel.outputs, (kernel.workspaces, kernel.counters),
               target, kernel.tma)
-    threads = kernel.num_warps * target.warp_size
-    regs = _registers(t.main, threads) + _warp_operand_registers(t.main, kernel.num_warps, target)
+    # a specialized loop's tiles are the consumer groups' (its producer holds a few addresses)
+    warps = kernel.compute_warps
+    threads = warps * target.warp_size
+    regs = _registers(t.main, threads) + _warp_operand_registers(t.main, warps, target)
     if t.tail is not None:
-        regs = max(regs, _registers(t.tail, threads) + _warp_operand_registers(t.tail, kernel.num_warps, target))
+        regs = max(regs, _registers(t.tail, threads) + _warp_operand_registers(t.tail, warps, target))
+    if kernel.specialized:
+        # Triton's pass launches the register file split evenly (65,536 over 384 threads: 168 on
+        # sm_90) and moves registers at run time, the producer down to 40, the consumers up to
+        # ``WS_CONSUMER_REGISTERS`` (USETMAXREG in the binaries): a consumer tile beyond that spills
+        even = target.regs_per_sm // (kernel.launched_warps * target.warp_size) // REG_UNIT * REG_UNIT
+        regs = even if regs <= WS_CONSUMER_REGISTERS else 256
     # Triton pipelines a loop only when every operand can be copied asynchronously: with a scalar
     # gather it runs one stage, whatever ``num_stages`` says (the stems' binaries: no cp.async, one
     # stage of shared memory)
@@ -225,7 +236,11 @@ def work(kernel: Kernel, target: Target) -> Work:
     # (a loop of tensor-core products holds ``num_stages`` buffers of its operands, as fitted; a
     # pipelined loop on CUDA cores one fewer: its sm_90 binaries, ``tests/test_native.py``)
     smem = stages * t.main.staged + t.main.held if t.main.dots else (stages - 1) * t.main.staged
-    res = Resources(kernel.num_warps, regs, smem)
+    if kernel.specialized:
+        # the consumers hand half the accumulator tile over in the output's type (sm_90 binaries:
+        # 16.8 KB more at 128 x 128, 33.2 KB at 128 x 256, fp16; ``tests/test_native.py``)
+        smem += sum(bm * bn for bm, bn, _ in t.main.dots) // 2 * kernel.outputs[0].dtype.itemsize
+    res = Resources(kernel.launched_warps, regs, smem)
     main = _phase_work(t.main, kernel, res, target, stages)
     if t.tail is not None:
         main = replace(main, tail=_phase_work(t.tail, kernel, res, target, 1))
@@ -308,7 +323,7 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
     scratch_dram = p.scratch if p.scratch > half else 0.0
     requested = sum(p.per_input) * p.programs
     if p.dots:
-        rates = [dot_rate(bm, bn, kernel.num_warps, dt, target) for bm, bn, dt in p.dots]
+        rates = [dot_rate(bm, bn, kernel.compute_warps, dt, target) for bm, bn, dt in p.dots]
         tc = sum(p.dot_flops)
         seconds = sum(f / r for f, r in zip(p.dot_flops, rates))
         peak = tc / seconds if seconds else rates[0]

@@ -689,7 +689,10 @@ class _Printer:
             body = self.scopes.pop().lines
             first = start.text if start is not None else f"tl.zeros({self.shape(acc_axes)}, dtype=tl.float32)"
             outer.lines.append(f"{outer.indent}{acc} = {first}")
-            outer.lines.append(f"{outer.indent}for {k.name}_start in range(0, {k.extent}, {k.block_name}):")
+            # a persistent kernel's phase is a function the producer group could not enter
+            head = (f"tl.range(0, {k.extent}, {k.block_name}, warp_specialize=True)"
+                    if self.k.specialized and not self.k.phase else f"range(0, {k.extent}, {k.block_name})")
+            outer.lines.append(f"{outer.indent}for {k.name}_start in {head}:")
             outer.lines.extend(body)
             out = _Value(acc, acc_axes, max(outer.depth, start.depth if start is not None else 0))
         else:
@@ -704,6 +707,11 @@ class _Printer:
     def _operand(self, e: Expr, axes: tuple[str, str], kaxis: str, dt: DType) -> _Value:
         """A dot operand as a whole 2-D tile over ``axes`` in ``dt``, zero past K's extent."""
         v = self._described(e, axes) if self.k.tma else None
+        if v is None and self.k.specialized and not self.k.phase:
+            # Triton's pass moves the loop's loads to the producer group: copies, not arithmetic
+            # (an operand computed in registers fails inside the pass: sm_90, Triton 3.6 and 3.9)
+            raise ValueError(f"kernel {self.k.name}: a warp-specialized K loop reads its operands through "
+                             f"tensor descriptors; the one over {axes} is not a whole input tile")
         if v is None:
             v = self.value(e)
         if e.dtype is not dt:

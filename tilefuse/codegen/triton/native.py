@@ -196,7 +196,9 @@ def _build(fn, signature: dict, constexprs: dict, pointers: int, warps: int, sta
         raise NativeCompileError(f"kernel {name}: Triton {triton.__version__} cannot compile it for "
                                  f"sm_{arch}: {type(e).__name__}: {last}") from e
     usage, sass = _objdump(compiled.asm["cubin"], name, arch)
-    binary = read_binary(name, arch, warps, usage, sass, int(compiled.metadata.shared), triton.__version__)
+    # the warps the launch runs: a warp-specialized loop adds its producer group (Kernel.launched_warps)
+    launched = int(getattr(compiled.metadata, "num_warps", warps))
+    binary = read_binary(name, arch, launched, usage, sass, int(compiled.metadata.shared), triton.__version__)
     if binary.spill_instructions and _ptxas_spill_bytes(compiled.asm["ptx"], arch) == 0:
         # local stores and loads, but none a spill: a call's saved registers (a persistent kernel's
         # phases are noinline functions) or a local array

@@ -37,6 +37,10 @@ STENCIL_BMS = (16, 32, 64, 128)   # positions a stencil program covers
 STENCIL_MIN_BATCH = 8            # batch positions (channels) from which the stencil is offered
 STENCIL_MAX_PER_THREAD = 8       # outputs a thread: the unrolled taps hold about 9 times that (a
                                  # stride-2 stencil with a BatchNorm prologue spilled at 16)
+WS_WARPS = 4                     # warps a group of a warp-specialized tile: Triton's Hopper pass
+                                 # leaves a loop at 8 warps unspecialized (sm_90 binaries, Triton 3.6
+                                 # and 3.9) and launches 4 as three groups, 12 warps
+WS_MIN_BM = 128                  # two consumer groups of 64 rows (BM 64 fails in Triton's pass)
 SPLITS = (2, 4, 8, 16)
 MIN_K_PER_SPLIT = 256            # as the library's model: shorter K ranges are not worth a partial
 
@@ -73,10 +77,16 @@ class GemmTile:
     in_launch: bool = False      # split-K's partials summed and the epilogue run by the last of an
                                  # output tile's splits to finish, in the same launch (else a
                                  # second kernel: the only way when the epilogue reduces rows)
+    ws: bool = False             # the K loop warp-specialized (``Kernel.specialized``): a producer
+                                 # warp group issuing the descriptor copies beside two consumer
+                                 # groups of BM / 2 rows, ``warps`` warps a group (``WS_WARPS``, BM
+                                 # from ``WS_MIN_BM``, sm_90, both operands whole descriptor tiles).
+                                 # Not in ``tile_space``: no measurement yet says what it buys, so
+                                 # ``bench/gpu_kernels.py`` times it beside the planned tiles
 
     def key(self) -> tuple:
         return (self.bm, self.bn, self.bk, self.warps, self.stages, self.swizzle, self.dot, self.split,
-                self.fixup, self.tma, self.in_launch, self.bb)
+                self.fixup, self.tma, self.in_launch, self.bb) + ((True,) if self.ws else ())
 
     def k_range(self, k: int) -> int:
         """K positions each split covers (whole chunks)."""
@@ -89,7 +99,7 @@ class GemmTile:
                 + (f" group-M {self.swizzle}" if self.swizzle > 1 else "") + ("" if self.dot else " small-M")
                 + (f" split-K {self.split}" if self.split > 1 else "") + (" in one launch" if self.in_launch else "")
                 + (f" two-phase rows ({self.fixup} a step)" if self.fixup else "")
-                + (" TMA" if self.tma else ""))
+                + (" TMA" if self.tma else "") + (" warp-specialized" if self.ws else ""))
 
 
 def tile_space(s: GemmShape, target: Target) -> list[GemmTile]:

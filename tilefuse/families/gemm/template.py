@@ -34,7 +34,7 @@ from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, subs
 from ...transform.simplify import simplify
 from ..anchor import unravel
 from .body import GemmBody, renumber
-from .space import GemmTile
+from .space import WS_MIN_BM, WS_WARPS, GemmTile
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 REDUCE_BLOCK = 1024     # outputs per program of the split-K reduction kernel
@@ -46,6 +46,8 @@ def gemm_kernels(b: GemmBody, t: GemmTile, name: str) -> tuple[Kernel, ...]:
     """The kernels computing gemm body ``b`` with tile ``t``: one, or with split-K the partial
     products (``<name>_partials``, writing an fp32 workspace, the kernels' last output) and the
     reduction that sums them and runs the epilogue (``name``)."""
+    if t.ws and (t.fixup or t.bb or t.split > 1):
+        raise ValueError(f"{name}: a warp-specialized K loop is one kernel's whole K (tile {t})")
     if t.fixup:
         return (_two_phase_kernel(b, t, name),)
     if t.bb:
@@ -65,6 +67,9 @@ def gemm_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
     if b.instances and t.bn < shape.n:
         raise ValueError(f"{name}: the epilogue reduces rows of {shape.n}, which a BLOCK_N of {t.bn} does not hold")
     note = f"{b.anchor}: {shape.batch} x [{shape.m} x {shape.k}] @ [{shape.k} x {shape.n}]"
+    if t.ws and not (t.dot and t.tma and t.warps == WS_WARPS and t.bm >= WS_MIN_BM):
+        raise ValueError(f"{name}: a warp-specialized K loop needs tensor cores, tensor descriptors, "
+                         f"{WS_WARPS} warps a group and BLOCK_M of {WS_MIN_BM} or more (tile {t})")
     kext = tuple(ext[v] for v in b.kvars)
     if t.dot:
         kavars = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
@@ -89,7 +94,7 @@ def gemm_kernel(b: GemmBody, t: GemmTile, name: str) -> Kernel:
                          + (f", {len(b.instances)} row reduction(s) over N in the epilogue" if b.instances else ""))
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores),
                   tuple(axes), tuple(body), t.warps, t.stages, comments, swizzle=t.swizzle, tma=t.tma,
-                  streamed=streamed(b, t))
+                  streamed=streamed(b, t), specialized=t.ws)
 
 
 def streamed(b: GemmBody, t: GemmTile) -> frozenset[int]:
