@@ -11,7 +11,9 @@ faulted with an illegal address through pointers (2026-11-28), where the same ti
     python3 bench/gpu_chain_tiles.py --device cpu --shape 2,64,64,16 --tiles 16,64,16,16,4,1   # the interpreter
     python3 bench/gpu_chain_tiles.py --shape 32,4096,4096,128 --time --tiles "128,128,128,128,8,2,tma;128,128,128,128,8,3,tma"
     python3 bench/gpu_chain_tiles.py --shape 32,4096,4096,128 --causal --time --tiles "128,128,128,128,8,3,tma"
-Tiles: ``BM,BN,BK,BH,WARPS,STAGES[,tma]``, several separated by ``;``.
+    python3 bench/gpu_chain_tiles.py --shape 16,4096,4096,128 --time --tiles "128,128,128,128,8,3,tma;128,64,128,128,4,3,tma,ws"
+Tiles: ``BM,BN,BK,BH,WARPS,STAGES[,tma][,ws]`` (ws: the key loop warp-specialized, 4 warps a
+group; not causal), several separated by ``;``.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ def run_one(shape: tuple, tile_text: str, device: str, timed: bool = False, caus
     from tilefuse.families.chain.space import ChainTile
     heads, m, n, d = shape
     parts = tile_text.split(",")
-    tile = ChainTile(*map(int, parts[:6]), tma="tma" in parts[6:])
+    tile = ChainTile(*map(int, parts[:6]), tma="tma" in parts[6:], ws="ws" in parts[6:])
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, heads, s, d, generator=g).half() for s in (m, n, n))
     fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731

@@ -48,6 +48,26 @@ def test_attention_without_mask(t):
     assert body.softmax is not None and "tl.dot" in built.source
 
 
+def test_a_warp_specialized_attention_reads_flat_descriptors_and_matches_eager():
+    """``ChainTile.ws``: the key loop split between a producer warp group and two consumers
+    (``tl.range(..., warp_specialize=True)``), each [batch, heads, keys, d] operand read through a
+    2-D descriptor over its flattened rows (Triton's pass fails on a reshaped 4-D box), the rows
+    of one head and the next never in one tile (256 keys, BN 64); fp16 against eager, by the
+    interpreter.  Ragged keys (200) cannot be flattened, a causal loop is bounded per row tile:
+    each a clear error."""
+    t = ChainTile(128, 64, 32, 32, 4, 3, tma=True, ws=True)
+    q, k, v = qkv(1, 2, 256, 256, 32, dtype=torch.float16)
+    built, _ = forced(sdpa(), t, q, k, v, tol=HALF_TOL[torch.float16], family="chain")
+    src = built.source
+    assert "tl.range(0, 256, BLOCK_N, warp_specialize=True)" in src
+    assert src.count("tl.make_tensor_descriptor(") == 3 and src.count(", [512, 32], [32, 1], [") == 3
+    assert built.kernels[0].launched_warps == 12
+    with pytest.raises(ValueError, match="a warp-specialized loop reads its operands through tensor descriptors"):
+        forced(sdpa(), t, *qkv(1, 2, 256, 200, 32, dtype=torch.float16), tol=HALF_TOL[torch.float16], family="chain")
+    with pytest.raises(ValueError, match="no causal or window bound"):
+        forced(sdpa(is_causal=True), t, q, k, v, tol=HALF_TOL[torch.float16], family="chain")
+
+
 def _attention_with_sinks(q, k, v, sinks):
     """GPT-OSS/Flint attention: a learned logit per head joins the softmax, then is sliced off."""
     w = q @ k.transpose(2, 3) * 0.25

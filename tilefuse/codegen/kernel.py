@@ -457,6 +457,13 @@ def pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+# A specialized loop (``Kernel.specialized``) as Triton's Hopper pass makes it (sm_90 binaries,
+# Triton 3.6 and 3.9): ``WS_WARPS`` warps a group, launched as three groups (8 warps are left
+# unspecialized), and rows of at least ``WS_MIN_BM`` (two consumer groups of 64; BM 64 fails in the pass)
+WS_WARPS = 4
+WS_MIN_BM = 128
+
+
 @dataclass(frozen=True)
 class Kernel:
     name: str

@@ -237,9 +237,11 @@ def work(kernel: Kernel, target: Target) -> Work:
     # pipelined loop on CUDA cores one fewer: its sm_90 binaries, ``tests/test_native.py``)
     smem = stages * t.main.staged + t.main.held if t.main.dots else (stages - 1) * t.main.staged
     if kernel.specialized:
-        # the consumers hand half the accumulator tile over in the output's type (sm_90 binaries:
-        # 16.8 KB more at 128 x 128, 33.2 KB at 128 x 256, fp16; ``tests/test_native.py``)
-        smem += sum(bm * bn for bm, bn, _ in t.main.dots) // 2 * kernel.outputs[0].dtype.itemsize
+        # the consumers hand half the stored accumulator tile over in the output's type (sm_90
+        # binaries: 16.8 KB more at 128 x 128, 33.2 KB at 128 x 256, fp16, a GEMM's or a chain's
+        # second product; ``tests/test_native.py``)
+        bm, bn, _ = t.main.dots[-1]
+        smem += bm * bn // 2 * kernel.outputs[0].dtype.itemsize
     res = Resources(kernel.launched_warps, regs, smem)
     main = _phase_work(t.main, kernel, res, target, stages)
     if t.tail is not None:

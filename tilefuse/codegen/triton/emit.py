@@ -485,7 +485,7 @@ class _Printer:
         for st in body:
             if isinstance(st, Loop):
                 self._loop(self.axis_by_name[st.axis], lambda st=st: self.statements(st.body), st.state, st.stop,
-                           st.start, st.until, st.resume, st.unroll, self._streams((st,)))
+                           st.start, st.until, st.resume, st.unroll, self._streams((st,)), self._specialized(st))
             elif isinstance(st, Reduce):
                 self._reduce(st)
             elif isinstance(st, Store):
@@ -522,14 +522,27 @@ class _Printer:
                 return False
         return True
 
-    def _range(self, first: str, end: str, a: TileAxis, streams: bool) -> str:
-        """A loop's iterator over ``a``'s chunks (``_streams``)."""
+    def _specialized(self, loop: Loop) -> bool:
+        """Whether ``loop`` is the one Triton's pass splits between warp groups (``Kernel.specialized``):
+        the loop of the kernel's products, unbounded, outside a persistent kernel (whose phases are
+        functions the producer group could not enter)."""
+        if not self.k.specialized or self.k.phase or not _has_dot(loop.body):
+            return False
+        if loop.stop or loop.start or loop.until or loop.resume or loop.unroll:
+            # (a causal key loop, split in two or not: the pass fails, sm_90, Triton 3.6 and 3.9)
+            raise ValueError(f"kernel {self.k.name}: a warp-specialized loop over {loop.axis} has no bounds per tile")
+        return True
+
+    def _range(self, first: str, end: str, a: TileAxis, streams: bool, specialized: bool = False) -> str:
+        """A loop's iterator over ``a``'s chunks (``_streams``, ``_specialized``)."""
+        if specialized:
+            return f"tl.range({first}, {end}, {a.block_name}, warp_specialize=True)"
         if self.k.phase or streams:   # (a persistent kernel's phases each keep their own depth)
             return f"tl.range({first}, {end}, {a.block_name}, num_stages={self.k.num_stages})"
         return f"range({first}, {end}, {a.block_name})"
 
     def _loop(self, a: TileAxis, body, state=(), stop=None, start=None, until=None, resume=False,
-              unroll=False, streams=False) -> None:
+              unroll=False, streams=False, specialized=False) -> None:
         """``body`` over every chunk of ``a`` (no loop at all when the axis is whole), carrying
         ``state``: each state is a loop variable ``st<slot>``, set before the loop and replaced
         by all the states' next values at once at the end of every iteration; ``stop`` ends the
@@ -591,7 +604,7 @@ class _Printer:
             if unroll:
                 head = f"tl.static_range({first}, {end}, {a.block_name})"
             else:
-                head = self._range(first, end, a, streams)
+                head = self._range(first, end, a, streams, specialized)
             outer.lines.append(f"{outer.indent}for {a.name}_start in {head}:")
         outer.lines.extend(inner.lines or [f"{inner.indent}pass"])
         for st, name in zip(state, names):
@@ -707,10 +720,12 @@ class _Printer:
     def _operand(self, e: Expr, axes: tuple[str, str], kaxis: str, dt: DType) -> _Value:
         """A dot operand as a whole 2-D tile over ``axes`` in ``dt``, zero past K's extent."""
         v = self._described(e, axes) if self.k.tma else None
-        if v is None and self.k.specialized and not self.k.phase:
+        if v is None and self.k.specialized and not self.k.phase and \
+                any(isinstance(n, Load) and n.index for n in walk(e)):
             # Triton's pass moves the loop's loads to the producer group: copies, not arithmetic
-            # (an operand computed in registers fails inside the pass: sm_90, Triton 3.6 and 3.9)
-            raise ValueError(f"kernel {self.k.name}: a warp-specialized K loop reads its operands through "
+            # (an operand computed from memory in registers fails inside the pass: sm_90, Triton 3.6
+            # and 3.9); one the consumers computed on chip (a chain's probabilities) stays theirs
+            raise ValueError(f"kernel {self.k.name}: a warp-specialized loop reads its operands through "
                              f"tensor descriptors; the one over {axes} is not a whole input tile")
         if v is None:
             v = self.value(e)
@@ -754,16 +769,37 @@ class _Printer:
             if shift is not None:
                 shifts[d] = self.value(shift, index=True)
         offsets, blocks, deps = self._box(e.index, where, shifts)
+        shape = t.shape
+        if self.k.specialized and not self.k.phase and t.rank > 2:
+            # Triton's pass fails on a reshaped box of more than two dims (sm_90, Triton 3.6 and
+            # 3.9): the leading dims flattened into the rows, where no row tile crosses them
+            flat = self._flattened(t.shape, where, offsets, blocks)
+            if flat is None:
+                return None
+            shape, offsets, blocks, where = flat
         top = self.scopes[0]
         key = ("desc", e.tensor, tuple(blocks))
         desc = top.memo.get(key)
         if desc is None:
             desc = f"desc{e.tensor}_{sum(isinstance(k, tuple) and k[0] == 'desc' for k in top.memo)}"
-            strides = [str(math.prod(t.shape[d + 1:])) for d in range(t.rank)]
+            strides = [str(math.prod(shape[d + 1:])) for d in range(len(shape))]
             top.lines.insert(0, f"{top.indent}{desc} = tl.make_tensor_descriptor(in{e.tensor}, "
-                                f"[{', '.join(map(str, t.shape))}], [{', '.join(strides)}], [{', '.join(blocks)}])")
+                                f"[{', '.join(map(str, shape))}], [{', '.join(strides)}], [{', '.join(blocks)}])")
             top.memo[key] = desc
         return self._boxed(desc, offsets, where, axes, deps)
+
+    def _flattened(self, shape: tuple, where: dict[str, int], offsets: list[str], blocks: list[str]):
+        """A box over the last two dims of ``shape`` as one over ``[rows, columns]``, the dims before
+        the columns flattened into rows: (shape, offsets, blocks, where), or None where a tile of the
+        rows could run past its dim (ragged: the flat rows would read the next position's, not zeros)."""
+        r = len(shape)
+        dims = {d: n for n, d in where.items()}
+        if sorted(dims) != [r - 2, r - 1] or self.axis_by_name[dims[r - 2]].masked:
+            return None
+        terms = [f"{_paren(o)} * {math.prod(shape[d + 1:r - 1])}" for d, o in enumerate(offsets[:r - 2]) if o != "0"]
+        row = " + ".join(terms + [offsets[r - 2]])
+        return ((math.prod(shape[:r - 1]), shape[r - 1]), [row, offsets[r - 1]], blocks[r - 2:],
+                {dims[r - 2]: 0, dims[r - 1]: 1})
 
     def _described_pieces(self, e: Select, axes: tuple[str, str]) -> _Value | None:
         """A concatenation read in place (a merged Q/K/V weight) through one descriptor a program:
@@ -782,6 +818,8 @@ class _Printer:
             if a.grid is None or a.within or threshold % a.block:
                 return None
         rank = len(index)
+        if self.k.specialized and not self.k.phase and rank > 2:
+            return None             # (``_flattened``: one descriptor's rows, not a piece's)
 
         def chosen(leaf) -> _Value:
             return self._chosen(e, lambda ld: _Value(leaf(ld), frozenset(), 0))

@@ -57,14 +57,19 @@ class ChainTile:
     tma: bool = False                    # whole input tiles through tensor descriptors (sm_90 on)
     split: int = 1                       # key ranges across programs (flash-decoding), then a combine
     in_launch: bool = False              # the combine run by the last split of each tile to finish
+    ws: bool = False                     # the key loop warp-specialized (``Kernel.specialized``): a
+                                         # producer warp group copying the key and value tiles beside
+                                         # two consumer groups of BM / 2 rows (the gemm family's
+                                         # ``GemmTile.ws``); not in ``chain_tiles`` until measured
 
     def key(self) -> tuple:
-        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma, self.split, self.in_launch)
+        return (self.bm, self.bn, self.bk, self.bh, self.warps, self.stages, self.tma, self.split,
+                self.in_launch) + ((True,) if self.ws else ())
 
     def __str__(self) -> str:
         return (f"BM={self.bm} BN={self.bn} BK={self.bk} BH={self.bh} warps={self.warps} stages={self.stages}"
                 + (" TMA" if self.tma else "") + (f" split={self.split}" if self.split > 1 else "")
-                + (" in one launch" if self.in_launch else ""))
+                + (" in one launch" if self.in_launch else "") + (" warp-specialized" if self.ws else ""))
 
 
 def chain_tiles(s: ChainShape, target: Target, tensor_cores: bool = True, splittable: bool = False,

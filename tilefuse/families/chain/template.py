@@ -29,7 +29,8 @@ import math
 from dataclasses import replace
 
 from ...analysis.index import extent_ranges
-from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2, shifted
+from ...codegen.kernel import (WS_MIN_BM, WS_WARPS, Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2,
+                               shifted)
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Binary, Const, Load, Select, Unary, Value, Var, binary, cast, select, substitute, transform, \
@@ -103,6 +104,13 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
     batch = b.extent(b.bvars)
     if batch > MAX_GRID_1:
         raise ValueError(f"{name}: batch of {batch} exceeds the grid's second dimension")
+    if t.ws and not (t.tma and t.warps == WS_WARPS and t.bm >= WS_MIN_BM and t.split == 1 and not split
+                     and t.bk >= b.extent(b.kvars) and t.bh >= b.extent(b.hvars) and splittable(b)):
+        # (a bounded key loop is two loops, or starts per row tile: Triton's pass fails on both,
+        # sm_90, Triton 3.6 and 3.9)
+        raise ValueError(f"{name}: a warp-specialized key loop needs tensor descriptors, {WS_WARPS} warps a "
+                         f"group, BLOCK_M of {WS_MIN_BM} or more, K and H whole and no causal or window "
+                         f"bound or key split (tile {t})")
     extent = lambda vs: tuple(ext[v] for v in vs)  # noqa: E731
     kav = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
     nvv = tuple(Var(f"nv{j}") for j in range(len(b.nvars)))
@@ -207,7 +215,7 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
     else:
         loops = (Loop("n", body, state, causal, window),)
     return Kernel(name, tuple(types[n] for n in b.inputs), tuple(types[st.tensor] for st in b.stores), tuple(axes),
-                  loops + stores, t.warps, t.stages, comments, tma=t.tma)
+                  loops + stores, t.warps, t.stages, comments, tma=t.tma, specialized=t.ws)
 
 
 def _split_keys(b, local: Var, chunk: int) -> dict:

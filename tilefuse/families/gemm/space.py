@@ -37,10 +37,6 @@ STENCIL_BMS = (16, 32, 64, 128)   # positions a stencil program covers
 STENCIL_MIN_BATCH = 8            # batch positions (channels) from which the stencil is offered
 STENCIL_MAX_PER_THREAD = 8       # outputs a thread: the unrolled taps hold about 9 times that (a
                                  # stride-2 stencil with a BatchNorm prologue spilled at 16)
-WS_WARPS = 4                     # warps a group of a warp-specialized tile: Triton's Hopper pass
-                                 # leaves a loop at 8 warps unspecialized (sm_90 binaries, Triton 3.6
-                                 # and 3.9) and launches 4 as three groups, 12 warps
-WS_MIN_BM = 128                  # two consumer groups of 64 rows (BM 64 fails in Triton's pass)
 SPLITS = (2, 4, 8, 16)
 MIN_K_PER_SPLIT = 256            # as the library's model: shorter K ranges are not worth a partial
 
@@ -79,8 +75,8 @@ class GemmTile:
                                  # second kernel: the only way when the epilogue reduces rows)
     ws: bool = False             # the K loop warp-specialized (``Kernel.specialized``): a producer
                                  # warp group issuing the descriptor copies beside two consumer
-                                 # groups of BM / 2 rows, ``warps`` warps a group (``WS_WARPS``, BM
-                                 # from ``WS_MIN_BM``, sm_90, both operands whole descriptor tiles).
+                                 # groups of BM / 2 rows, ``warps`` warps a group (``codegen.kernel.WS_WARPS``,
+                                 # BM from ``WS_MIN_BM``, sm_90, both operands whole descriptor tiles).
                                  # Not in ``tile_space``: no measurement yet says what it buys, so
                                  # ``bench/gpu_kernels.py`` times it beside the planned tiles
 

@@ -27,14 +27,14 @@ import math
 from dataclasses import replace
 
 from ...analysis.index import extent_ranges
-from ...codegen.kernel import Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2
+from ...codegen.kernel import WS_MIN_BM, WS_WARPS, Arrive, Dot, Kernel, Loop, Reduce, State, Store, TileAxis, pow2
 from ...codegen.reduction import reduction
 from ...ir.dtypes import DType, TensorType
 from ...ir.expr import Const, Expr, Load, Value, Var, binary, cast, select, substitute, transform, walk
 from ...transform.simplify import simplify
 from ..anchor import unravel
 from .body import GemmBody, renumber
-from .space import WS_MIN_BM, WS_WARPS, GemmTile
+from .space import GemmTile
 
 MAX_GRID_1 = 65535      # CUDA's limit on the second grid dimension (the batch)
 REDUCE_BLOCK = 1024     # outputs per program of the split-K reduction kernel
