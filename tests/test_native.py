@@ -240,20 +240,24 @@ def test_a_warp_specialized_tile_runs_three_warp_groups_on_an_evenly_split_regis
     assert binary_occupancy(b, H100) == occupancy(res, H100) == 1
 
 
-def test_a_warp_specialized_attention_compiles_to_three_warp_groups(tmp_path, monkeypatch):
-    """``ChainTile.ws`` on sm_90 (16 heads x 1024 x 1024, d 128, BM 128, BN 64, 3 stages): a
-    producer group and two consumers of 64 rows, 168 registers a thread, wgmma, no spill, TMA
-    copies through 2-D descriptors; the model counts its warps, registers and shared memory."""
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_warp_specialized_attention_compiles_to_three_warp_groups(causal, tmp_path, monkeypatch):
+    """``ChainTile.ws`` on sm_90 (16 heads x 1024 x 1024, d 128, BM 128, BN 64, 3 stages; causal:
+    one key loop to the diagonal): a producer group and two consumers of 64 rows, 168 registers a
+    thread, wgmma, no spill, TMA copies through 2-D descriptors; the model counts its warps,
+    registers and shared memory."""
     import torch.nn.functional as F
     from gemm_eval import whole
     from tilefuse.cost.work import work
     from tilefuse.families.chain import ChainTile, chain_body
+    from tilefuse.codegen.kernel import Loop
     from tilefuse.families.chain.template import chain_kernel
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
     q, k, v = (torch.randn(1, 16, 1024, 128, dtype=torch.float16) for _ in range(3))
-    cm = tilefuse.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), (q, k, v), target="h100",
-                          backend="reference")
+    cm = tilefuse.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal), (q, k, v),
+                          target="h100", backend="reference")
     kernel = chain_kernel(chain_body(whole(cm.primgraph)), ChainTile(128, 64, 128, 128, 4, 3, True, ws=True), "ws")
+    assert sum(isinstance(st, Loop) for st in kernel.body) == 1
     b = compile_native(kernel, 90)
     assert (b.num_warps, b.registers, b.mma, b.spills) == (12, 168, "wgmma", False) and b.tma_loads
     res = work(kernel, H100).res

@@ -105,12 +105,11 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
     if batch > MAX_GRID_1:
         raise ValueError(f"{name}: batch of {batch} exceeds the grid's second dimension")
     if t.ws and not (t.tma and t.warps == WS_WARPS and t.bm >= WS_MIN_BM and t.split == 1 and not split
-                     and t.bk >= b.extent(b.kvars) and t.bh >= b.extent(b.hvars) and splittable(b)):
-        # (a bounded key loop is two loops, or starts per row tile: Triton's pass fails on both,
-        # sm_90, Triton 3.6 and 3.9)
+                     and t.bk >= b.extent(b.kvars) and t.bh >= b.extent(b.hvars) and b.window is None):
+        # (a sliding window's loop starts per row tile: not tried under Triton's pass)
         raise ValueError(f"{name}: a warp-specialized key loop needs tensor descriptors, {WS_WARPS} warps a "
-                         f"group, BLOCK_M of {WS_MIN_BM} or more, K and H whole and no causal or window "
-                         f"bound or key split (tile {t})")
+                         f"group, BLOCK_M of {WS_MIN_BM} or more, K and H whole and no window or key "
+                         f"split (tile {t})")
     extent = lambda vs: tuple(ext[v] for v in vs)  # noqa: E731
     kav = tuple(Var(f"ka{j}") for j in range(len(b.kvars)))
     nvv = tuple(Var(f"nv{j}") for j in range(len(b.nvars)))
@@ -187,9 +186,11 @@ def chain_kernel(b, t, name: str, split: bool = False) -> Kernel:
                           t.warps, t.stages, (f"{name}_partials: chain kernel (tilefuse), {b.first} -> {b.second}, "
                                               f"{t}: each split's running max, sum and accumulator",),
                           tma=t.tma, workspaces=frozenset({0, 1, 2}))
-        if b.causal is not None and b.window is None:
+        if b.causal is not None and b.window is None and not t.ws:
             # FlashAttention's split: the key chunks no row of the tile masks run without the
-            # mask's compares and selects; the diagonal chunks after them with it
+            # mask's compares and selects; the diagonal chunks after them with it (not under a
+            # specialized loop: Triton's pass fails on a kernel of two loops of products, sm_90,
+            # Triton 3.6 and 3.9; one bounded loop masks every chunk instead)
             free = lambda e: unmasked(e, b.mvars, b.nvars, b.ext, b.causal)  # noqa: E731
             if free(sm.score) is not sm.score:
                 open_body = (first,
