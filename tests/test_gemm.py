@@ -562,6 +562,15 @@ def test_a_warp_specialized_tile_splits_its_k_loop_and_matches_eager():
     assert (k.num_warps, k.compute_warps, k.launched_warps) == (4, 8, 12)
     shape = GemmShape(1, 2048, 2048, 2048, DType.float16)
     assert not any(x.ws for x in tile_space(shape, H100))
+    # batched: each [batch, rows, columns] operand through a 2-D descriptor over its flattened rows
+    # (Triton's pass fails on a reshaped 3-D box), where no tile crosses a batch position's rows
+    bmm = lambda a, b: torch.bmm(a, b)      # noqa: E731
+    t = GemmTile(128, 32, 32, 4, 2, 1, True, tma=True, ws=True)
+    built, _ = forced(bmm, t, torch.randn(3, 128, 64).half(), torch.randn(3, 64, 48).half(), tol=HALF_TOL[torch.float16])
+    assert "[384, 64], [64, 1], [BLOCK_M, BLOCK_K])" in built.source and "[192, 48], [48, 1]," in built.source
+    assert "desc0_0.load([bs * 128 + pid_m * BLOCK_M, k_start])" in built.source
+    with pytest.raises(ValueError, match="the one over \\('m', 'ka'\\) is not a whole input tile"):
+        forced(bmm, t, torch.randn(3, 100, 64).half(), torch.randn(3, 64, 48).half(), tol=HALF_TOL[torch.float16])
 
 
 def test_a_warp_specialized_tile_refuses_what_the_pass_cannot_split():
