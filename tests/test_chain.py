@@ -188,8 +188,8 @@ def test_causal_attention_from_the_index_predicate(lq, lk):
 
 def test_the_causal_split_is_costed_as_the_loop_it_replaces_and_checked():
     """The two loops of the split walk, between them, the chunks the one bounded loop walked: the
-    same modelled product flops and key/value bytes (the unmasked chunks skip the mask's
-    compares: fewer CUDA-core flops), more registers (the second loop's own pipeline, as the
+    same modelled product flops, key/value bytes and tensor-core steps (the unmasked chunks skip
+    the mask's compares: fewer CUDA-core flops), more registers (the second loop's own pipeline, as the
     sm_90 binaries show); a loop that resumes without the split before it is refused."""
     import dataclasses
     from tilefuse.codegen.kernel import Loop, check
@@ -206,6 +206,9 @@ def test_the_causal_split_is_costed_as_the_loop_it_replaces_and_checked():
     split, single = work(kernel, H100), work(one, H100)
     assert split.dram_bytes == pytest.approx(single.dram_bytes) and split.l2_bytes == pytest.approx(single.l2_bytes)
     assert split.chunks == single.chunks and split.flops < single.flops
+    # each chunk, in either loop, runs the two products once (the split was charged each loop's
+    # products over both loops' chunks: twice the tensor-core steps)
+    assert split.dot_steps == single.dot_steps == 2 * single.chunks
     assert split.res.regs_per_thread > single.res.regs_per_thread
     assert split.res.smem_bytes == single.res.smem_bytes
     with pytest.raises(ValueError, match="resumes"):

@@ -293,6 +293,8 @@ class _Phase:
                                       # once, all threads: live before the accumulator is
     rows: tuple | None = None         # (tile elements without the axes ``Profile.rows``, their
                                       # reductions' widest value tile)
+    products: int = 0                 # the Dots a chunk of the loops runs one after another (a split
+                                      # loop's second runs the first's again, on other chunks)
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,9 @@ def _phase_work(p: _Phase, kernel: Kernel, res: Resources, target: Target, stage
                 inflight_bytes=inflight, res=res, chunks=max(math.ceil(p.chunks), 1), serial_chunks=serial,
                 requested_bytes=requested + p.stored + p.scratch,
                 store_bytes=(p.stored + p.scratch) if p.tail else 0.0, dram_stored=p.stored + scratch_dram,
-                dot_steps=max(math.ceil(p.chunks), 1) * len(p.dots), two_stage_k=two)
+                # (the chunks of both loops of a split, each chunk its products once: 2.0x the
+                # causal chain's steps before the split's second loop was told apart)
+                dot_steps=max(math.ceil(p.chunks), 1) * p.products, two_stage_k=two)
 
 
 def _window(kernel: Kernel, concurrent: int) -> dict:
@@ -635,7 +639,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   gathered_once,
                   (math.prod(unrowed.values()),
                    max(math.prod(blk(x) for x in t) for t in prof.reduce_tiles if t & rows))
-                  if rows and arrive is None else None)
+                  if rows and arrive is None else None, sum(not d.again for d in prof.dots))
 
 
 @functools.lru_cache(maxsize=65536)
