@@ -560,6 +560,11 @@ def test_a_warp_specialized_tile_splits_its_k_loop_and_matches_eager():
     assert built.source.count("tl.make_tensor_descriptor(") == 2
     (k,) = built.kernels
     assert (k.num_warps, k.compute_warps, k.launched_warps) == (4, 8, 12)
+    # a persistent kernel's phase is a function its loop calls: no producer group enters it
+    from tilefuse.codegen.triton.emit import triton_source
+    from tilefuse.codegen.triton.persistent import phase_kernels
+    (phase,) = phase_kernels([k], [built.inputs], [built.outputs])
+    assert not phase.specialized and "warp_specialize" not in triton_source(phase)
     shape = GemmShape(1, 2048, 2048, 2048, DType.float16)
     assert not any(x.ws for x in tile_space(shape, H100))
     # batched: each [batch, rows, columns] operand through a 2-D descriptor over its flattened rows

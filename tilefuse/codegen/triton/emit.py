@@ -524,9 +524,8 @@ class _Printer:
 
     def _specialized(self, loop: Loop) -> bool:
         """Whether ``loop`` is the one Triton's pass splits between warp groups (``Kernel.specialized``):
-        the loop of the kernel's products, unbounded, outside a persistent kernel (whose phases are
-        functions the producer group could not enter)."""
-        if not self.k.specialized or self.k.phase or not _has_dot(loop.body):
+        the loop of the kernel's products, from its first chunk."""
+        if not self.k.specialized or not _has_dot(loop.body):
             return False
         if loop.start or loop.until or loop.resume or loop.unroll:
             # (a loop split in two fails in the pass, sm_90, Triton 3.6 and 3.9; one ending per row
@@ -704,9 +703,8 @@ class _Printer:
             body = self.scopes.pop().lines
             first = start.text if start is not None else f"tl.zeros({self.shape(acc_axes)}, dtype=tl.float32)"
             outer.lines.append(f"{outer.indent}{acc} = {first}")
-            # a persistent kernel's phase is a function the producer group could not enter
             head = (f"tl.range(0, {k.extent}, {k.block_name}, warp_specialize=True)"
-                    if self.k.specialized and not self.k.phase else f"range(0, {k.extent}, {k.block_name})")
+                    if self.k.specialized else f"range(0, {k.extent}, {k.block_name})")
             outer.lines.append(f"{outer.indent}for {k.name}_start in {head}:")
             outer.lines.extend(body)
             out = _Value(acc, acc_axes, max(outer.depth, start.depth if start is not None else 0))
@@ -722,7 +720,7 @@ class _Printer:
     def _operand(self, e: Expr, axes: tuple[str, str], kaxis: str, dt: DType) -> _Value:
         """A dot operand as a whole 2-D tile over ``axes`` in ``dt``, zero past K's extent."""
         v = self._described(e, axes) if self.k.tma else None
-        if v is None and self.k.specialized and not self.k.phase and \
+        if v is None and self.k.specialized and \
                 any(isinstance(n, Load) and n.index for n in walk(e)):
             # Triton's pass moves the loop's loads to the producer group: copies, not arithmetic
             # (an operand computed from memory in registers fails inside the pass: sm_90, Triton 3.6
@@ -772,7 +770,7 @@ class _Printer:
                 shifts[d] = self.value(shift, index=True)
         offsets, blocks, deps = self._box(e.index, where, shifts)
         shape = t.shape
-        if self.k.specialized and not self.k.phase and t.rank > 2:
+        if self.k.specialized and t.rank > 2:
             # Triton's pass fails on a reshaped box of more than two dims (sm_90, Triton 3.6 and
             # 3.9): the leading dims flattened into the rows, where no row tile crosses them
             flat = self._flattened(t.shape, where, offsets, blocks)
@@ -820,7 +818,7 @@ class _Printer:
             if a.grid is None or a.within or threshold % a.block:
                 return None
         rank = len(index)
-        if self.k.specialized and not self.k.phase and rank > 2:
+        if self.k.specialized and rank > 2:
             return None             # (``_flattened``: one descriptor's rows, not a piece's)
 
         def chosen(leaf) -> _Value:

@@ -245,11 +245,12 @@ def {SM_FN}(t):
 
 def phase_kernels(kernels: Sequence[Kernel], reads: Sequence[Sequence[str]],
                   writes: Sequence[Sequence[str]]) -> list[Kernel]:
-    """The kernels as phases: device functions, each input an earlier phase writes read past L1."""
+    """The kernels as phases: device functions, each input an earlier phase writes read past L1,
+    none warp-specialized (a producer group cannot enter a function the persistent loop calls)."""
     out, written = [], set()
     for k, ins, outs in zip(kernels, reads, writes):
         late = frozenset(j for j, n in enumerate(ins) if n in written)
-        out.append(replace(k, phase=True, written=k.written | late, name=f"{k.name}_phase"))
+        out.append(replace(k, phase=True, specialized=False, written=k.written | late, name=f"{k.name}_phase"))
         written.update(outs)
     return out
 
