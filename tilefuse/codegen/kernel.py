@@ -493,10 +493,11 @@ class Kernel:
                                    # program reads once (a GEMV's weights): loaded evict-first, so
                                    # they do not push out of L2 what others will read (a persistent
                                    # kernel's prefetched weights)
-    specialized: bool = False      # the Dot's K loop split between warp groups (``tl.range(...,
-                                   # warp_specialize=True)``, Triton's Hopper pass, sm_90): a producer
-                                   # group issuing the descriptor copies and two consumer groups of
-                                   # BLOCK_M / 2 rows each, ``num_warps`` warps a group
+    specialized: bool = False      # the loop of its products (a GEMM's K, a chain's keys) split
+                                   # between warp groups (``tl.range(..., warp_specialize=True)``,
+                                   # Triton's Hopper pass, sm_90): a producer group issuing the
+                                   # descriptor copies and two consumer groups of BLOCK_M / 2 rows
+                                   # each, ``num_warps`` warps a group
 
     def __post_init__(self):
         dims = sorted({a.grid for a in self.axes if a.grid is not None})
