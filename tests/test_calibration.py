@@ -102,11 +102,12 @@ def test_attention_in_three_kernels_is_slower_than_flashattention():
 # FlashAttention-3 paper (Shah et al., 2024), Fig. "Attention forward speed, head dim 64/128/256
 # (H100 80GB SXM5)", fp16, non-causal, 16k tokens per batch: Triton's fused attention at sequence
 # length 4k reaches 499 / 605 / 854 TFLOP/s.  The chain kernel (one kernel, online softmax, the
-# scores on chip) must model close to the Triton figure: at most 15% below (head dims 64 and 128),
-# 30% at 256 (the model's TRITON_GEMM_EFFICIENCY of 0.75 caps it at 742, and it charges the
-# softmax after the products; Triton reaches 86% of peak there), at most 10% above.  Modelled
-# from the kernel the template prints (cost/work.py): 523 / 596 / 635 (with the tensor-core latency).
-@pytest.mark.parametrize("d,published,low", [(64, 499, 0.85), (128, 605, 0.85), (256, 854, 0.70)])
+# scores on chip) must not model above the Triton figure (at most 10%), nor far below it (60%):
+# our chain MEASURED 479 TFLOP/s on the H200 at head dim 128 (0.79x the published 605; the model
+# is held to that measurement by the test below), and its exponentials run on the SFU at 16 a
+# clock an SM (``OP_WEIGHT``), which the published kernel's overlap of softmax and products hides
+# better.  Modelled from the kernel the template prints (cost/work.py): 374 / 478 / 545.
+@pytest.mark.parametrize("d,published,low", [(64, 499, 0.6), (128, 605, 0.6), (256, 854, 0.6)])
 def test_chain_attention_models_near_published_triton_throughput(d, published, low):
     tflops, kernels = _attention_tflops(16384 // 4096, 2048 // d, 4096, d)     # batch 4, hidden 2048
     assert kernels == 1
@@ -133,7 +134,9 @@ def test_welder_waves_and_occupancy():
 def test_tensor_core_tasks_of_the_traced_persistent_kernel():
     """MEASURED on an H200 (bench/results/gpu_h200_2026-11-28): BERT-small's persistent kernel with
     each task's GPU clock.  Its plan, made again here with the tensor-core latency floor off (the
-    model it was planned with), gives the same kernels in the same order; with h200's floor each
+    model it was planned with), gives the same kernels in the same order (but that the first
+    layer's attention reads the mask's cast from the cast kernel, where the traced one computed it
+    again: an exponential costs the SFU's rate since); with h200's floor each
     tensor-core task's modelled time is within 20% of the median task measured (without it they
     were over 2x short)."""
     import json
@@ -148,7 +151,7 @@ def test_tensor_core_tasks_of_the_traced_persistent_kernel():
     model, (inputs,) = zoo.build("bert", "small")
     unfloored = replace(H200, dot_program_s=0.0, dot_step_s=0.0)
     cm = tilefuse.compile(model.half(), inputs, target=unfloored, time_limit=10.0, backend="reference")
-    assert [b.name for b in cm.kernels] == [p["kernel"] for p in trace]
+    assert [b.name for b in cm.kernels] == [p["kernel"].replace("chain_cast_", "chain_") for p in trace]
     checked = 0
     for k, p in zip(cm.plan.kernels, trace):
         if not k.schedule.work.dot_steps:
@@ -217,10 +220,12 @@ def test_two_pipeline_stages_cost_what_the_h200_measured_of_the_same_gemm_tiles(
 
 def test_a_chains_key_loop_at_two_stages_costs_what_the_h200_measured():
     """The same attention chain (16 x 4096 x 4096, d 128; 128 x 128 tiles at 8 warps, through
-    descriptors) measured 339.0 us at two stages and 287.0 at three on the H200
-    (bench/results/gpu_h200_2026-11-28_s24/run3_chain_tiles_4096.json).  Modelled, two stages take
-    the longer by a ratio within 10% of the measured one (``CHAIN_TWO_STAGE_SHARE``), and each
-    tile's time is within 25% of its measurement; without the term the two tie."""
+    descriptors) measured 339.0 us at two stages and 287.0 at three on the H200, 128 x 64 tiles
+    314.1 and 316.6 at three and four (bench/results/gpu_h200_2026-11-28_s24/run3_chain_tiles_4096.json).
+    Modelled, two stages take the longer by a ratio within 10% of the measured one
+    (``CHAIN_TWO_STAGE_SHARE``), and each tile's time is within 10% of its measurement (16-22%
+    short while the model counted an exponential at 3 FMA-equivalents, not the SFU's 16);
+    without the term the two tie."""
     import json
     from dataclasses import replace
     from pathlib import Path
@@ -245,7 +250,7 @@ def test_a_chains_key_loop_at_two_stages_costs_what_the_h200_measured():
 
     two, three = "128,128,128,128,8,2,tma", "128,128,128,128,8,3,tma"
     assert modelled(two, H200) / modelled(three, H200) == pytest.approx(rows[two] / rows[three], rel=0.1)
-    for text in (two, three):
-        assert modelled(text, H200) == pytest.approx(rows[text], rel=0.25), text
+    for text, us in rows.items():
+        assert modelled(text, H200) == pytest.approx(us, rel=0.1), text
     flat = replace(H200, two_stage_k_s=0.0)
     assert modelled(two, flat) == pytest.approx(modelled(three, flat), rel=1e-6)

@@ -313,17 +313,19 @@ def test_a_split_gemm_chain_is_a_phase_of_a_persistent_kernel():
 class _SplitK(torch.nn.Module):
     """A softmax over the batch (a plain kernel: not a reduction per row of the projection's
     operand), a long-K projection with a LayerNorm, also an output (h100: split-K, its partial
-    products and their reduction two kernels sharing a workspace), a projection with a softmax over
-    its row (a two-phase epilogue: programs that arrive on a counter, the last one finishing the
-    row from a workspace)."""
+    products and their reduction two kernels sharing a workspace), a projection with a LayerNorm
+    over its row (a two-phase epilogue: programs that arrive on a counter, the last one finishing
+    the row from a workspace; a softmax there, its exponentials on the SFU in a few programs'
+    tails, is a kernel of its own since they are costed at the SFU's rate)."""
 
     def __init__(self):
         super().__init__()
         self.down, self.norm, self.up = torch.nn.Linear(4096, 128), torch.nn.LayerNorm(128), torch.nn.Linear(128, 4096)
+        self.out = torch.nn.LayerNorm(4096)
 
     def forward(self, x):
         h = self.norm(self.down(torch.softmax(x, 0)))
-        return torch.softmax(self.up(h), -1), h
+        return self.out(self.up(h)), h
 
 
 def test_kernels_with_scratch_are_phases_split_k_and_two_phase_epilogues():
@@ -346,8 +348,8 @@ def test_kernels_with_scratch_are_phases_split_k_and_two_phase_epilogues():
     with torch.no_grad():
         want = model(x)
         for _ in range(2):                                          # counters left at zero
-            probs, h = compiled.emulate(x)
-            torch.testing.assert_close(probs, want[0], rtol=1e-3, atol=1e-4)
+            y, h = compiled.emulate(x)
+            torch.testing.assert_close(y, want[0], rtol=1e-2, atol=2e-2)
             torch.testing.assert_close(h, want[1], rtol=1e-2, atol=1e-2)     # fp16 values near 1
     binary = compile_native_persistent("persistent_0", tiles, reads, writes, {**compiled.primgraph.types, **scratch}, 90)
     assert not binary.spills and binary.mma != "none" and binary.shared_bytes <= 227 * 1024, binary
