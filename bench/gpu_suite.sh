@@ -12,7 +12,8 @@
 #   STEPS=kernels KERNEL_PARTS=gemms bash bench/gpu_suite.sh   # generated GEMMs against cuBLAS only
 #   STEPS=decode bash bench/gpu_suite.sh          # a decode step: eager, inductor graphs, tilefuse, persistent
 #   STEPS=stems bash bench/gpu_suite.sh           # ResNet-50's stem: NCHW gathers vs channels-last 16-byte copies
-#   STEPS=chain_tiles bash bench/gpu_suite.sh     # the causal prefill's chain timed per tile (CHAIN_TILES, CHAIN_SHAPE, CHAIN_CAUSAL=0), warp-specialized ones too
+#   STEPS=chain_tiles bash bench/gpu_suite.sh     # the causal prefill's chain timed per tile (CHAIN_TILES, CHAIN_SHAPE, CHAIN_CAUSAL=0): the
+#                                                 # tile planned before the SFU's exponential, the one planned after, two warp-specialized
 #   STEPS=gemvs bash bench/gpu_suite.sh           # a decode step's one-row projections: the pipelined small-M path against cuBLAS
 # Needs highspy and tilefuse's own wheel in .whl/ (bench/README.md says how; tilefuse's for its
 # metadata: torch.compile finds backend="tilefuse" by its entry point); carry: [".whl"].
@@ -46,7 +47,7 @@ for s in $STEPS; do case $s in
   kernels) step ${T_KERNELS:-120} gpu_kernels python3 bench/gpu_kernels.py --models "$MODELS" ${KERNEL_PARTS:+--parts "$KERNEL_PARTS"} --gemm-tiles ${GEMM_TILES:-4} --budget-s $(( ${T_KERNELS:-120} - 20 )) --out "$OUT/gpu_kernels.json" ;;
   chain_tiles) step ${T_CHAIN:-160} chain_tiles python3 bench/gpu_chain_tiles.py --shape ${CHAIN_SHAPE:-32,4096,4096,128} \
       $([ "${CHAIN_CAUSAL-1}" = 1 ] && echo --causal) --time --timeout 30 --out "$OUT/chain_tiles.json" \
-      --tiles "${CHAIN_TILES:-128,128,128,128,8,3,tma;128,64,128,128,8,3,tma;128,64,128,128,4,3,tma,ws;128,128,128,128,4,2,tma,ws}" ;;
+      --tiles "${CHAIN_TILES:-128,128,128,128,8,3,tma;64,64,128,128,4,3,tma;128,64,128,128,4,3,tma,ws;128,128,128,128,4,2,tma,ws}" ;;
   gemvs) step ${T_GEMVS:-60} gemvs python3 bench/gpu_kernels.py --parts gemms --gemms gemv --gemm-tiles ${GEMM_TILES:-4} --budget-s $(( ${T_GEMVS:-60} - 15 )) --out "$OUT/gpu_gemvs.json" ;;
   stems) step ${T_STEMS:-60} stems python3 bench/gpu_kernels.py --parts stems --budget-s $(( ${T_STEMS:-60} - 15 )) --out "$OUT/gpu_stems.json" ;;
   launch) step ${T_LAUNCH:-60} launch python3 bench/launch_overhead.py --json "$OUT/launch_overhead.json" ;;
