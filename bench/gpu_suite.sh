@@ -38,7 +38,7 @@ step() {  # step SECONDS NAME COMMAND...
 { date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"; } 2>&1 | tee -a "$LOG"
 TGT=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -qi h200 && echo h200 || echo h100)
-for s in $STEPS; do case $s in
+for s in ${STEPS//,/ }; do case $s in   # (steps apart by spaces or commas)
   tests) step ${T_TESTS:-110} tests python3 -m pytest tests/test_gpu.py tests/test_library_kernels.py tests/test_measure_timers.py -m gpu -q -rs -p no:cacheprovider -n 6 ;;
   check) step ${T_CHECK:-90} check python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" --out "$OUT/gpu_check.json"; CHECK_RC=$LAST_RC ;;
   sanitize) [ "${CHECK_RC:-3}" = 3 ] && PYTORCH_NO_CUDA_MEMORY_CACHING=1 step ${T_SANITIZE:-150} sanitize compute-sanitizer --tool memcheck --print-limit 4 python3 bench/gpu_check.py --sample --models "$CHECK_MODELS" ;;
