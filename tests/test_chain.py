@@ -54,7 +54,8 @@ def test_a_warp_specialized_attention_reads_flat_descriptors_and_matches_eager()
     2-D descriptor over its flattened rows (Triton's pass fails on a reshaped 4-D box), the rows
     of one head and the next never in one tile (256 keys, BN 64); fp16 against eager, by the
     interpreter; causal, one loop to the diagonal masking every chunk (Triton's pass fails on
-    FlashAttention's two).  Ragged keys (200) cannot be flattened: a clear error."""
+    FlashAttention's two).  8 warps (left unspecialized by the pass) and ragged keys (200: not
+    flattened) are clear errors."""
     t = ChainTile(128, 64, 32, 32, 4, 3, tma=True, ws=True)
     q, k, v = qkv(1, 2, 256, 256, 32, dtype=torch.float16)
     built, _ = forced(sdpa(), t, q, k, v, tol=HALF_TOL[torch.float16], family="chain")
@@ -62,6 +63,9 @@ def test_a_warp_specialized_attention_reads_flat_descriptors_and_matches_eager()
     assert "tl.range(0, 256, BLOCK_N, warp_specialize=True)" in src
     assert src.count("tl.make_tensor_descriptor(") == 3 and src.count(", [512, 32], [32, 1], [") == 3
     assert built.kernels[0].launched_warps == 12
+    with pytest.raises(ValueError, match="chain\\w*: a warp-specialized key loop needs tensor descriptors, 4 warps"):
+        forced(sdpa(), ChainTile(128, 64, 32, 32, 8, 3, tma=True, ws=True), q, k, v, tol=HALF_TOL[torch.float16],
+               family="chain")
     with pytest.raises(ValueError, match="a warp-specialized loop reads its operands through tensor descriptors"):
         forced(sdpa(), t, *qkv(1, 2, 256, 200, 32, dtype=torch.float16), tol=HALF_TOL[torch.float16], family="chain")
     built, _ = forced(sdpa(is_causal=True), t, q, k, v, tol=HALF_TOL[torch.float16], family="chain")
