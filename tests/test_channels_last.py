@@ -10,6 +10,8 @@ import torch
 import tilefuse
 from tilefuse import api
 from tilefuse.codegen.kernel import Dot, guarded_load
+from tilefuse.analysis.index import linear_form
+from tilefuse.ir.expr import Load, walk
 from tilefuse.codegen.triton import triton_source
 from tilefuse.frontend.torch import import_torch
 from tilefuse.transform.channels_last import MIN_CHANNELS, channels_last, channels_padded
@@ -85,6 +87,48 @@ def test_few_channels_keep_their_layout():
     assert not any(p.name.endswith("_nhwc") for p in cm.primgraph.prims)
     before = _stages_until_channels_last(m, args)
     assert channels_last(before) is before
+
+
+class DepthwiseStem(torch.nn.Module):
+    """MobileNetV2's stem: a 3-channel convolution, BatchNorm + ReLU6, then a depthwise 3 x 3
+    (``x[n, c + r, ...]`` over its group's one channel ``r``) and a pointwise projection."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 3, stride=2, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(c)
+        self.dw = torch.nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False)
+        self.pw = torch.nn.Conv2d(c, 8, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.relu6(self.bn(self.stem(x)))
+        return self.pw(torch.nn.functional.relu6(self.dw(y)))
+
+
+def test_a_depthwise_convolution_after_a_stem_reads_channels_last():
+    """The depthwise convolution after a stem over the image keeps the channel through its load
+    ``x[n, c + r, ...]`` (``r`` of extent 1), so the stem's output, its BatchNorm and ReLU6 and the
+    depthwise input are relabeled NHWC from the pointwise convolution back (they stayed NCHW: the
+    depthwise kernel's activation loads were 2-byte gathers); values are eager's."""
+    torch.manual_seed(0)
+    m = DepthwiseStem().eval()
+    m.bn.running_mean.uniform_(-1, 1)
+    m.bn.running_var.uniform_(0.5, 2)
+    args = (torch.randn(1, 3, 16, 16),)
+    pg = channels_last(_stages_until_channels_last(m, args))
+    made = {p.name: p for p in pg.prims}
+    # every intermediate is channels-last (the stem's output, its BatchNorm, ReLU6, the depthwise
+    # input and output, the projection) but the image's padded copy (3 channels) and the output
+    kept = {n for n in made if not n.endswith("_nhwc") and n not in pg.outputs}
+    assert kept == {p.name for p in pg.prims if p.inputs == ("x",)} and sum(n.endswith("_nhwc") for n in made) == 7
+    # the depthwise convolution reads its activation's channel innermost, its weight taps-outer
+    (dw,) = [p for p in pg.prims if p.inputs[-1] == "dw.weight_taps"]
+    (act,) = {ld for ld in walk(dw.body) if isinstance(ld, Load) and ld.tensor == 0}
+    assert dw.inputs[0].endswith("_nhwc")
+    assert linear_form(act.index[3]).terms == {dw.axes[3]: 1, dw.reduce.axes[0]: 1}    # (axes: n, h, w, c)
+    with torch.no_grad():
+        cm = tilefuse.compile(m, args, target="cpu", verify=True)
+        torch.testing.assert_close(cm(*args), m(*args), rtol=1e-4, atol=1e-4)
 
 
 def _stages_until_channels_last(m, args):

@@ -139,10 +139,14 @@ LIVE_SHARE = 4           # without a Dot: one in LIVE_SHARE loaded values is liv
 # three, 0.41 us a chunk of 128 keys against a GEMM loop's 0.68 (``Target.two_stage_k_s``); its
 # softmax between the products covers part of the wait.  One shape: a lead.
 CHAIN_TWO_STAGE_SHARE = 0.6
-# An unrolled loop's loads are issued ahead of their use: about 70% of all its chunks' values
-# are live at once (fitted: sm_90 binaries of depthwise stencils, 9 taps at 8 to 32 outputs a
-# thread, 80 to 205 registers)
-UNROLLED_LIVE = 0.7
+# An unrolled loop's loads are all issued ahead of their use: every chunk's values are live at
+# once, at their bytes (two fp16 values a 32-bit register).  sm_90 binaries of MobileNetV2's
+# depthwise stencils (ReLU6 + pad + 3 x 3, 9 taps; ``bench/stencil_registers.py``): fp16 at 4, 8
+# and 16 outputs a thread hold 32-44, 58-74 and 94-121 registers, about 22 + 5.4 a output (its
+# accumulator and nine half registers); fp32 at 4 and 8 hold 64-76 and 102-128.  Past that the
+# compiler stops issuing every tap ahead (fp32 at 16 outputs: 79-234), so wide tiles are counted
+# over the binary: conservative
+REGISTER_BYTES = 4
 # The registers a consumer group of a warp-specialized loop allocates for itself (USETMAXREG 232 in
 # the sm_90 binaries of Triton 3.6 and 3.9, the producer's 40 leaving it room)
 WS_CONSUMER_REGISTERS = 232
@@ -607,13 +611,16 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     # MAX_LIVE_LOADS of them
     live = 0
     for path, _ in loops:
-        sizes = sorted((math.prod(by[x].block for x in u.varies if x in by) for u in prof.loads if u.path == path),
-                       reverse=True)
+        sizes = sorted(((math.prod(by[x].block for x in u.varies if x in by), u.site.load.dtype.itemsize)
+                        for u in prof.loads if u.path == path), reverse=True)[:MAX_LIVE_LOADS]
         # (an Arrive tail's unrolled sum of the partials adds each as it arrives: the split-K
         # GEMMs' sm_90 binaries hold no more than their main phase, bench/dot_registers.py)
         unrolled = math.prod(chunks(x) for x in path if x in prof.unrolled) if arrive is None else 1
-        live = max(live, math.ceil(sum(sizes[:MAX_LIVE_LOADS]) * (unrolled * UNROLLED_LIVE * LIVE_SHARE
-                                                                  if unrolled > 1 else 1)))
+        if unrolled > 1:     # every chunk's values at once, in registers' worth (``live`` is in values)
+            values = unrolled * LIVE_SHARE * sum(n * item / REGISTER_BYTES for n, item in sizes)
+        else:
+            values = sum(n for n, _ in sizes)
+        live = max(live, math.ceil(values))
     epilogue = sum(math.prod(blk(x) for x in u.varies if x in by) for u in prof.loads if not u.operand) \
         if prof.dots else 0
     stored_slots = [k for k in prof.stored if k not in workspaces and k not in counters and k not in prof.scattered]

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..analysis.index import linear_form
 from ..ir.dtypes import TensorType
 from ..ir.expr import Binary, Const, Load, Var, binary, free_vars, select, transform, walk
 from ..ir.prim import Constant, Prim, PrimGraph, Reduction
@@ -387,9 +388,21 @@ def _channel_inputs(p: Prim, pg: PrimGraph) -> list[str]:
     out = []
     for j, name in enumerate(p.inputs):
         lds = [n for n in walk(p.body) if isinstance(n, Load) and n.tensor == j]
-        if lds and pg.types[name].rank == 4 and all(ld.index[1] is p.axes[1] for ld in lds):
+        if lds and pg.types[name].rank == 4 and all(_at_channel(ld.index[1], p) for ld in lds):
             out.append(name)
     return out
+
+
+def _at_channel(e, p: Prim) -> bool:
+    """Whether the index ``e`` is ``p``'s channel, its axis 1, plus at most reduced variables of
+    extent 1: a depthwise convolution reads ``x[n, c + r, ...]`` over its group's one channel ``r``
+    (MobileNetV2's first one, after the stem, was left reading NCHW: 2-byte loads)."""
+    if e is p.axes[1]:
+        return True
+    ones = {v for v, n in zip(p.reduce.axes, p.reduce.extents) if n == 1} if p.reduce is not None else set()
+    f = linear_form(e)
+    return f.const == 0 and f.terms.get(p.axes[1]) == 1 and all(c == 1 and v in ones for v, c in f.terms.items()
+                                                                if v is not p.axes[1])
 
 
 def _relabelable(t: str, pg: PrimGraph) -> bool:
