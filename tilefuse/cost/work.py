@@ -145,7 +145,10 @@ CHAIN_TWO_STAGE_SHARE = 0.6
 # and 16 outputs a thread hold 32-44, 58-74 and 94-121 registers, about 22 + 5.4 a output (its
 # accumulator and nine half registers); fp32 at 4 and 8 hold 64-76 and 102-128.  Past that the
 # compiler stops issuing every tap ahead (fp32 at 16 outputs: 79-234), so wide tiles are counted
-# over the binary: conservative
+# over the binary: conservative.  A loop on CUDA cores holds each chunk so too (its products or sums
+# take the chunk whole): the small-M path's GEMVs (1 x 2048-4096 fp16, BN 16-64, BK 128-512, 2-8
+# warps, 1-4 stages; sm_90) within a quarter for 180 of 204 tiles, 162 at a quarter of the values;
+# at 64 products a thread 103-166 registers, counted 101 before and 118 now
 REGISTER_BYTES = 4
 # The registers a consumer group of a warp-specialized loop allocates for itself (USETMAXREG 232 in
 # the sm_90 binaries of Triton 3.6 and 3.9, the producer's 40 leaving it room)
@@ -616,7 +619,10 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         # (an Arrive tail's unrolled sum of the partials adds each as it arrives: the split-K
         # GEMMs' sm_90 binaries hold no more than their main phase, bench/dot_registers.py)
         unrolled = math.prod(chunks(x) for x in path if x in prof.unrolled) if arrive is None else 1
-        if unrolled > 1:     # every chunk's values at once, in registers' worth (``live`` is in values)
+        if unrolled > 1 or (path and not prof.dots and arrive is None):
+            # every chunk's values at once, at their bytes (``live`` counts values a quarter of
+            # which are held: ``LIVE_SHARE``); so a loop's on CUDA cores, whose chunk feeds its
+            # products or sums whole (``REGISTER_BYTES``)
             values = unrolled * LIVE_SHARE * sum(n * item / REGISTER_BYTES for n, item in sizes)
         else:
             values = sum(n for n, _ in sizes)
