@@ -2,9 +2,10 @@
 kernels for sm_80) on this machine, no GPU; record what the binaries are.
 
     python bench/native.py [--plans bert,llama,sdpa,resnet50,mobilenetv2,g4,g11] [--archs 90,80]
-                           [--label before] [--json bench/results/native_h100.json]
+                           [--target h100] [--label before] [--json bench/results/native_h100.json]
 
-The plans are MODELLED (tilefuse's cost model chooses them, target h100, fp16, batch 1); the
+The plans are MODELLED (tilefuse's cost model chooses them, target h100 unless ``--target a100``
+says otherwise, its kernels then compiled for sm_80 by default; fp16, batch 1); the
 kernel figures are FROM THE COMPILED BINARY (``triton.compile`` for the architecture, then
 Triton's bundled ``cuobjdump``: registers, spills, shared memory, HGMMA = wgmma, HMMA = mma.sync,
 LDG widths, LDGSTS = cp.async, UTMALDG = TMA); nothing is measured on a GPU.  Plans:
@@ -119,15 +120,16 @@ def _ratio_stats(pairs):
     return {"mean": round(statistics.mean(rs), 3), "min": round(min(rs), 3), "max": round(max(rs), 3), "n": len(rs)}
 
 
-def run_plan(name: str, archs, grounded: bool = False) -> dict:
+def run_plan(name: str, archs, grounded: bool = False, target: str = "h100") -> dict:
     import tilefuse
     from tilefuse.codegen.triton.native import TMA_BOX_BYTES, NativeCompileError, compile_native
     from tilefuse.cost.model import occupancy
-    from tilefuse.cost.target import A100, H100
+    from tilefuse.cost.target import A100, H100, PRESETS
     from tilefuse.native import binary_occupancy
     fn, args = build(name)
     t = time.time()
-    cm = tilefuse.compile(fn, args, target="h100", backend="triton", native=grounded)
+    cm = tilefuse.compile(fn, args, target=target, backend="triton", native=grounded)
+    tgt = PRESETS[target]
     plan_s = time.time() - t
     jobs = [(b, kernel, work) for k, b in zip(cm.plan.kernels, cm.kernels)
             for kernel, work in zip(b.kernels, (k.schedule.work, *k.schedule.then))]
@@ -167,13 +169,13 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
                     fam["_loads"][w] = fam["_loads"].get(w, 0) + c
             fam["_regs"].append((bin_.registers, work.res.regs_per_thread))
             fam["_smem"].append((bin_.shared_bytes, work.res.smem_bytes))
-            fam["_occ"].append((binary_occupancy(bin_, H100), occupancy(work.res, H100)))
+            fam["_occ"].append((binary_occupancy(bin_, tgt), occupancy(work.res, tgt)))
             kernels.append({"kernel": kernel.name, "family": b.family, "grid": list(kernel.grid),
                             "blocks": {a.block_name: a.block for a in kernel.axes}, "warps": kernel.num_warps,
                             "stages": kernel.num_stages, "m_rows": _rows_m(kernel), **bin_.as_dict(),
-                            "occupancy": binary_occupancy(bin_, H100) if arch == 90 else None,
+                            "occupancy": binary_occupancy(bin_, tgt) if arch == tgt.arch else None,
                             "model_registers": work.res.regs_per_thread, "model_shared_bytes": work.res.smem_bytes,
-                            "model_occupancy": occupancy(work.res, H100)})
+                            "model_occupancy": occupancy(work.res, tgt)})
         for fam in per_family.values():
             loads = fam.pop("_loads")
             total = sum(loads.values())
@@ -184,7 +186,7 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
             fam["registers_within_25"] = sum(0.75 <= m / b <= 1.25 for b, m in regs if b > 0)
             fam["shared_binary_over_model"] = _ratio_stats(fam.pop("_smem"))
             occ = fam.pop("_occ")
-            fam["occupancy_model_above_binary"] = sum(m > b for b, m in occ) if arch == 90 else None
+            fam["occupancy_model_above_binary"] = sum(m > b for b, m in occ) if arch == tgt.arch else None
         out["archs"][str(arch)] = {"families": per_family, "kernels": kernels,
                                    "compile_seconds": round(time.time() - t, 1)}
     return out
@@ -193,7 +195,8 @@ def run_plan(name: str, archs, grounded: bool = False) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plans", default=",".join(PLANS))
-    ap.add_argument("--archs", default="90,80")
+    ap.add_argument("--archs", help="default: 90,80 for h100, 80 for a100")
+    ap.add_argument("--target", default="h100", choices=("h100", "a100"))
     ap.add_argument("--label", default="")
     ap.add_argument("--json")
     ap.add_argument("--grounded", action="store_true",
@@ -202,10 +205,10 @@ def main(argv=None) -> int:
     import tilefuse
     import torch
     import triton
-    archs = [int(a) for a in args.archs.split(",")]
+    archs = [int(a) for a in (args.archs or ("90,80" if args.target == "h100" else "80")).split(",")]
     results = {}
     for name in args.plans.split(","):
-        r = run_plan(name, archs, args.grounded)
+        r = run_plan(name, archs, args.grounded, args.target)
         results[name] = r
         for arch, a in r["archs"].items():
             for fam, f in sorted(a["families"].items()):
@@ -219,8 +222,8 @@ def main(argv=None) -> int:
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).resolve().parent).stdout.strip()
-        doc = {"what": "generated kernels of MODELLED h100 plans, compiled for each arch; figures FROM THE BINARY "
-                       "(triton.compile + cuobjdump), no GPU", "label": args.label,
+        doc = {"what": f"generated kernels of MODELLED {args.target} plans, compiled for each arch; figures FROM THE "
+                       "BINARY (triton.compile + cuobjdump), no GPU", "target": args.target, "label": args.label,
                "command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit,
                "versions": {"tilefuse": tilefuse.__version__, "torch": torch.__version__, "triton": triton.__version__,

@@ -413,16 +413,21 @@ def test_depthwise_stencil_reads_channels_in_16_byte_runs():
     assert 0.75 <= b.registers / s.work.res.regs_per_thread <= 1.25
 
 
-@pytest.mark.parametrize("dtype,tile", [(torch.float16, (64, 32, 8)), (torch.float16, (16, 64, 4)),
-                                        (torch.float32, (64, 16, 8)), (torch.float32, (32, 32, 4))],
-                         ids=["fp16-64x32-w8", "fp16-16x64-w4", "fp32-64x16-w8", "fp32-32x32-w4"])
-def test_a_stencils_unrolled_taps_are_held_at_their_bytes(dtype, tile, tmp_path, monkeypatch):
-    """A stencil's 9 unrolled taps are all loaded before their products: every tap's values live
-    at once, two fp16 values a register (``cost/work.REGISTER_BYTES``). At 4 and 8 outputs a
-    thread the sm_90 binaries hold 58-74 registers in fp16 and 64-128 in fp32
+@pytest.mark.parametrize("dtype,tile,arch", [(torch.float16, (64, 32, 8), 90), (torch.float16, (16, 64, 4), 90),
+                                             (torch.float32, (64, 16, 8), 90), (torch.float32, (32, 32, 4), 90),
+                                             (torch.float16, (64, 32, 8), 80), (torch.float32, (32, 32, 4), 80)],
+                         ids=["fp16-64x32-w8", "fp16-16x64-w4", "fp32-64x16-w8", "fp32-32x32-w4",
+                              "sm80-fp16-64x32-w8", "sm80-fp32-32x32-w4"])
+def test_a_stencils_unrolled_taps_are_held_at_their_bytes(dtype, tile, arch, tmp_path, monkeypatch):
+    """A stencil's 9 unrolled taps are all loaded before their products on sm_90: every tap's
+    values live at once, two fp16 values a register (``cost/work.REGISTER_BYTES``). At 4 and 8
+    outputs a thread the sm_90 binaries hold 58-74 registers in fp16 and 64-128 in fp32
     (``bench/stencil_registers.py``); the model counted 70% of every value a register (80 in
-    both), over the fp16 binaries and under the fp32 ones by more than a quarter."""
+    both), over the fp16 binaries and under the fp32 ones by more than a quarter.  For sm_80 ptxas
+    interleaves the taps' loads with their uses, a quarter of the values live
+    (``UNROLLED_AHEAD_ARCH``): 32-38 registers at the fp16 tile, 65 counted as for sm_90."""
     monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from tilefuse.cost.target import A100
     from tilefuse.cost.work import work
     from tilefuse.families import family
     c = 64
@@ -434,7 +439,7 @@ def test_a_stencils_unrolled_taps_are_held_at_their_bytes(dtype, tile, tmp_path,
     bm, bb, warps = tile
     (kernel,) = family("gemm").kernels(dataclasses.replace(s, tile=dataclasses.replace(s.tile, bm=bm, bb=bb,
                                                                                        warps=warps)), "stencil")
-    b, model_regs = compile_native(kernel, 90), work(kernel, H100).res.regs_per_thread
+    b, model_regs = compile_native(kernel, arch), work(kernel, H100 if arch == 90 else A100).res.regs_per_thread
     assert not b.spills and 0.75 <= model_regs / b.registers <= 1.25, (b.registers, model_regs)
 
 
@@ -453,6 +458,33 @@ def test_a_gemv_on_cuda_cores_holds_each_chunk_of_its_weights_at_their_bytes(sta
     (kernel,) = gemm_kernels(s.body, GemmTile(1, 16, 512, 4, stages, dot=False), "g")
     b, model = compile_native(kernel, 90), work(kernel, H100).res.regs_per_thread
     assert not b.spills and b.pipelined and 0.75 <= model / b.registers <= 1.25, (b.registers, model)
+
+
+@pytest.mark.parametrize("prologue,tile", [(False, (64, 64, 128, 4, 2)), (False, (128, 128, 64, 8, 4)),
+                                           (True, (128, 64, 64, 4, 3))],
+                         ids=["64x64x128-w4-s2", "128x128x64-w8-s4", "relu-prologue-128x64x64-w4-s3"])
+def test_warp_level_mma_holds_two_k_steps_of_fragments_and_one_buffer_fewer(prologue, tile, tmp_path, monkeypatch):
+    """On an A100 (sm_80, ``mma.sync``) a GEMM's operands go from shared memory to registers two K
+    steps of 16 ahead (``FRAGMENT_STEPS``), a computed A straight from its loads
+    (``WARP_COMPUTED``), and the pipeline holds one buffer fewer than its stages, the accumulator
+    tile going to the store through that space.  The model counted sm_90's warpgroup MMA there,
+    which reads its operands from shared memory: 66 registers against 128 in the binary at
+    64 x 64 x 128, a buffer more than the binary has."""
+    monkeypatch.setenv("TILEFUSE_CACHE_DIR", str(tmp_path))
+    from gemm_eval import whole
+    from tilefuse.cost.target import A100
+    from tilefuse.cost.work import work
+    from tilefuse.families import family
+    from tilefuse.families.gemm.space import GemmTile
+    a, b = torch.randn(256, 256, dtype=H), torch.randn(256, 256, dtype=H)
+    fn = (lambda a, b: torch.relu(a) @ b) if prologue else (lambda a, b: a @ b)
+    cm = tilefuse.compile(fn, (a, b), target="a100", backend="reference")
+    s = family("gemm").schedules(whole(cm.primgraph), A100)[0]
+    (kernel,) = gemm_kernels(s.body, GemmTile(*tile, 1), "g")
+    binary, res = compile_native(kernel, 80), work(kernel, A100).res
+    assert binary.mma == "mma.sync" and not binary.spills
+    assert 0.75 <= res.regs_per_thread / binary.registers <= 1.25, (binary.registers, res.regs_per_thread)
+    assert 0.75 <= res.smem_bytes / binary.shared_bytes <= 1.25, (binary.shared_bytes, res.smem_bytes)
 
 
 def test_a_stems_scalar_gather_runs_one_stage_in_the_model_as_in_the_binary(tmp_path, monkeypatch):

@@ -142,7 +142,7 @@ CHAIN_TWO_STAGE_SHARE = 0.6
 # An unrolled loop's loads are all issued ahead of their use: every chunk's values are live at
 # once, at their bytes (two fp16 values a 32-bit register).  sm_90 binaries of MobileNetV2's
 # depthwise stencils (ReLU6 + pad + 3 x 3, 9 taps; ``bench/stencil_registers.py``): fp16 at 4, 8
-# and 16 outputs a thread hold 32-44, 58-74 and 94-121 registers, about 22 + 5.4 a output (its
+# and 16 outputs a thread hold 32-44, 58-74 and 94-121 registers, about 22 + 5.4 an output (its
 # accumulator and nine half registers); fp32 at 4 and 8 hold 64-76 and 102-128.  Past that the
 # compiler stops issuing every tap ahead (fp32 at 16 outputs: 79-234), so wide tiles are counted
 # over the binary: conservative.  A loop on CUDA cores holds each chunk so too (its products or sums
@@ -150,6 +150,22 @@ CHAIN_TWO_STAGE_SHARE = 0.6
 # warps, 1-4 stages; sm_90) within a quarter for 180 of 204 tiles, 162 at a quarter of the values;
 # at 64 products a thread 103-166 registers, counted 101 before and 118 now
 REGISTER_BYTES = 4
+# The architecture from which ptxas issues every chunk of an unrolled loop ahead; for sm_80 it
+# interleaves the loads with their uses, a quarter of the values live, at their bytes (sm_80
+# binaries of MobileNetV2's a100 stencils: fp16 at 8 and 16 outputs a thread 32-62 and 48-80
+# registers, fp32 at 4, 8 and 16 32-54, 38-58 and 62-87; ``bench/stencil_registers.py --target a100``)
+UNROLLED_AHEAD_ARCH = 90
+# K steps of 16 whose operand fragments warp-level MMA holds in registers at once: the current
+# and the next (fitted: sm_80 binaries of fp16 GEMMs, BM 32-256 x BN 32-256 x BK 32-128, 4 and 8
+# warps, 2-4 stages: 202 of the 202 that do not spill within ±25%, 24 without the term; with a
+# GELU epilogue 173 of 173; ``bench/mma_registers.py``)
+FRAGMENT_STEPS = 2
+# Registers a value of a computed A operand holds on warp-level MMA (fitted: sm_80 binaries of
+# relu(A) @ B, the same 211 tiles: 198 of 205 that do not spill within ±25%, 56 at the sm_90
+# rate beside A's fragments); one zeroed outside a padded window too (ResNet-50's a100 plan: a
+# ReLU before a 3 x 3 convolution, 32 x 32 x 64, 56 registers in the binary, 101 counted at the
+# sm_90 window's rate, 51 at this one)
+WARP_COMPUTED = 0.3
 # The registers a consumer group of a warp-specialized loop allocates for itself (USETMAXREG 232 in
 # the sm_90 binaries of Triton 3.6 and 3.9, the producer's 40 leaving it room)
 WS_CONSUMER_REGISTERS = 232
@@ -227,9 +243,11 @@ def work(kernel: Kernel, target: Target) -> Work:
     # a specialized loop's tiles are the consumer groups' (its producer holds a few addresses)
     warps = kernel.compute_warps
     threads = warps * target.warp_size
-    regs = _registers(t.main, threads) + _warp_operand_registers(t.main, warps, target)
+    regs = _registers(t.main, threads) + _warp_operand_registers(t.main, warps, target) \
+        + _fragment_registers(t.main, warps, target)
     if t.tail is not None:
-        regs = max(regs, _registers(t.tail, threads) + _warp_operand_registers(t.tail, warps, target))
+        regs = max(regs, _registers(t.tail, threads) + _warp_operand_registers(t.tail, warps, target)
+                   + _fragment_registers(t.tail, warps, target))
     if kernel.specialized:
         # Triton's pass launches the register file split evenly (65,536 over 384 threads: 168 on
         # sm_90) and moves registers at run time, the producer down to 40, the consumers up to
@@ -243,6 +261,14 @@ def work(kernel: Kernel, target: Target) -> Work:
     # (a loop of tensor-core products holds ``num_stages`` buffers of its operands, as fitted; a
     # pipelined loop on CUDA cores one fewer: its sm_90 binaries, ``tests/test_native.py``)
     smem = stages * t.main.staged + t.main.held if t.main.dots else (stages - 1) * t.main.staged
+    if _warp_level(t.main, warps, target):
+        # on warp-level MMA the products read registers, so a buffer is free once its fragments
+        # are loaded: one buffer fewer; the accumulator tile goes to the store through shared
+        # memory in the output's type, which the buffers' space serves after the loop (sm_80
+        # binaries of fp16 GEMMs, 2-4 stages: 203 of 211 within a quarter, most to the byte;
+        # ``bench/mma_registers.py``)
+        bm, bn, _ = t.main.dots[-1]
+        smem = max(max(stages - 1, 1) * t.main.staged + t.main.held, bm * bn * kernel.outputs[0].dtype.itemsize)
     if kernel.specialized:
         # the consumers hand half the stored accumulator tile over in the output's type (sm_90
         # binaries: 16.8 KB more at 128 x 128, 33.2 KB at 128 x 256, fp16, a GEMM's or a chain's
@@ -302,6 +328,9 @@ class _Phase:
                                       # reductions' widest value tile)
     products: int = 0                 # the Dots a chunk of the loops runs one after another (a split
                                       # loop's second runs the first's again, on other chunks)
+    # per Dot: (the registers counted for its A operand computed in a loop, its values; all
+    # threads), or None for a split loop's second run of a product (``_fragment_registers``)
+    computed_a: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -424,6 +453,42 @@ def _warp_operand_registers(p: _Phase, warps: int, target: Target) -> int:
     return math.ceil(extra)
 
 
+def _warp_level(p: _Phase, warps: int, target: Target) -> bool:
+    """The phase's one Dot runs on warp-level ``mma.sync`` on a target without warpgroup MMA (an
+    A100's): what ``FRAGMENT_STEPS`` and the buffers one fewer were fitted on.  A chain's two
+    products hold their operands otherwise (its query loaded once, its probabilities already in
+    registers): sm_80 binaries of BERT's and LLaMA's attention and MCFuser's G4 hold what the
+    model counts without the term (76-80 registers at BERT's 16 rows), while causal attention at 64
+    x 64 (237 registers) and G11 hold more; too few to fit a chain's own term."""
+    return len(p.dots) == 1 and not target.warpgroup_mma_rows and \
+        all(tensor_cores(dt, target) and not wgmma(bm, warps, target) for bm, _, dt in p.dots)
+
+
+def _fragment_registers(p: _Phase, warps: int, target: Target) -> int:
+    """Registers of the operand fragments warp-level MMA (``mma.sync``, m16n8k16) reads from
+    registers, which Triton loads from shared memory ``FRAGMENT_STEPS`` K steps of 16 ahead: per
+    step a warp's BM/wm x 16 slice of A (4 registers a 16 x 16 piece a thread) and 16 x BN/wn of B
+    (2 a 16 x 8 piece).  An A operand computed in the loop
+    (a prologue) goes from its loads to its fragments in registers, no shared memory between: its
+    values at ``WARP_COMPUTED`` each, in place of what ``OPERAND_REGISTERS`` counted for it."""
+    if not _warp_level(p, warps, target):
+        return 0
+    threads = warps * target.warp_size
+    out = 0.0
+    for (bm, bn, _), bk, a in zip(p.dots, p.dot_ks, p.computed_a or (None,) * len(p.dots)):
+        if a is None and p.computed_a:
+            continue                      # (the split's second loop: the first's fragments)
+        wm = _warps_along_m(bm, bn, warps)
+        wn = max(warps // wm, 1)
+        steps = FRAGMENT_STEPS        # (at BK 16 the next chunk's first step is the one ahead)
+        counted, values = a or (0.0, 0)
+        if values:
+            out += (WARP_COMPUTED * values - counted) / threads + bn / wn / 4 * steps
+        else:
+            out += (bm / wm / 4 + bn / wn / 4) * steps
+    return math.ceil(out)
+
+
 def _warps_along_m(bm: int, bn: int, warps: int) -> int:
     """How Triton spreads ``warps`` over a BM x BN tile for warp-level MMA (16 x 8 a warp at least):
     doubling along whichever dimension has more instruction tiles a warp, M first on a tie."""
@@ -520,7 +585,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
     blk = lambda name: min(by[name].block, pow2(reach(name)))  # noqa: E731
     padded = lambda name: by[name].block  # noqa: E731   (what a program holds: the whole block, padding too)
     dot_flops, dots, dot_ks, staged, held, acc, operand_regs, warp_ops = [], [], [], 0, 0, 0, 0.0, []
-    gathered_once = 0.0
+    gathered_once, computed_a = 0.0, []
     progs = math.prod(max(a.chunks, 1) for a in split) if not empty else 0
     for d in prof.dots:
         dims = (d.m, d.n, d.k)
@@ -534,6 +599,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
             # the second loop of a split keeps its own pipeline of the product: fitted to sm_90
             # binaries of causal attention split and not (bench/README.md, "native.py")
             acc += SPLIT_REGISTERS * padded(d.m) * padded(d.n) if d.fresh else 0
+            computed_a.append(None)
             continue
         # (a GEMV's one row on tensor cores holds the 16-row block's accumulator: the decode
         # step's RMSNorm + gate/up at BM 16, 106-114 registers in its sm_90 binary, 34 counted
@@ -544,6 +610,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         tiles_ab = (blk(d.m) * blk(d.k), blk(d.k) * blk(d.n))
         for kind, reads, loads, tile in zip(d.staged, d.reads, d.tile_loads, tiles_ab):
             how, tiles, tests = reads
+            counted = 0.0
             if kind == 2:
                 # in a loop the compiler pipelines (a chain's key loop), each whole-tile load of a
                 # computed operand has its own buffers (LLaMA's RoPE'd keys, five loads: 272 KiB of
@@ -579,8 +646,13 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                 if kind == 1 and how == "quotient":
                     how = "quotient_once"
                 wide = how == "computed" and tiles == 1 and by[d.k].block >= WIDE_K
-                operand_regs += (WIDE_COMPUTED if wide else OPERAND_REGISTERS[how]) * tiles * tile
-            final.append((how, kind, tiles * tile))
+                counted = (WIDE_COMPUTED if wide else OPERAND_REGISTERS[how]) * tiles * tile
+                operand_regs += counted
+            final.append((how, kind, tiles * tile, counted))
+        # an A computed in a loop (a prologue; zeroed outside a padded window too): (its
+        # registers counted above, its values), all threads
+        computed_a.append((final[0][3], final[0][2]) if final[0][0] in ("computed", "windowed") and final[0][1] == 2
+                          else (0.0, 0))
         if len(final) == 2 and final[0][:2] == ("computed", 2) and final[1][0] == "tma":
             warp_ops.append((padded(d.m), padded(d.n), padded(d.k), OPERAND_REGISTERS["computed"] * final[0][2]))
     if not prof.dots:
@@ -622,8 +694,10 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
         if unrolled > 1 or (path and not prof.dots and arrive is None):
             # every chunk's values at once, at their bytes (``live`` counts values a quarter of
             # which are held: ``LIVE_SHARE``); so a loop's on CUDA cores, whose chunk feeds its
-            # products or sums whole (``REGISTER_BYTES``)
-            values = unrolled * LIVE_SHARE * sum(n * item / REGISTER_BYTES for n, item in sizes)
+            # products or sums whole (``REGISTER_BYTES``); an unrolled loop's for sm_80 interleaved
+            # with its uses, a quarter of them (``UNROLLED_AHEAD_ARCH``)
+            ahead = 1 if unrolled > 1 and 0 < target.arch < UNROLLED_AHEAD_ARCH else LIVE_SHARE
+            values = unrolled * ahead * sum(n * item / REGISTER_BYTES for n, item in sizes)
         else:
             values = sum(n for n, _ in sizes)
         live = max(live, math.ceil(values))
@@ -652,7 +726,7 @@ def _bind(prof: Profile, axes: tuple, inputs: tuple, outputs: tuple, scratch: tu
                   gathered_once,
                   (math.prod(unrowed.values()),
                    max(math.prod(blk(x) for x in t) for t in prof.reduce_tiles if t & rows))
-                  if rows and arrive is None else None, sum(not d.again for d in prof.dots))
+                  if rows and arrive is None else None, sum(not d.again for d in prof.dots), tuple(computed_a))
 
 
 @functools.lru_cache(maxsize=65536)
