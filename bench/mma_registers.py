@@ -45,19 +45,17 @@ def tiles():
 
 def run(names) -> list[dict]:
     import tilefuse
+    from attention import whole_group
     from tilefuse.codegen.triton.native import compile_native
     from tilefuse.cost.target import A100
     from tilefuse.cost.work import work
     from tilefuse.families import family
     from tilefuse.families.gemm.template import gemm_kernels
-    from tilefuse.families.base import Group
     rows = []
     for name in names:
         fn, args = case(name)
         pg = tilefuse.compile(fn, args, target="a100", backend="reference").primgraph
-        made = {p.name for p in pg.prims}
-        ins = tuple(dict.fromkeys(n for p in pg.prims for n in p.inputs if n not in made))
-        (s, *_) = family("gemm").schedules(Group(pg.prims, ins, tuple(pg.outputs), dict(pg.types)), A100)
+        (s, *_) = family("gemm").schedules(whole_group(pg), A100)
         for t in tiles():
             (kernel,) = gemm_kernels(s.body, t, "g")
             b = compile_native(kernel, 80)

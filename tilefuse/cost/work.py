@@ -466,27 +466,21 @@ def _warp_level(p: _Phase, warps: int, target: Target) -> bool:
 
 def _fragment_registers(p: _Phase, warps: int, target: Target) -> int:
     """Registers of the operand fragments warp-level MMA (``mma.sync``, m16n8k16) reads from
-    registers, which Triton loads from shared memory ``FRAGMENT_STEPS`` K steps of 16 ahead: per
-    step a warp's BM/wm x 16 slice of A (4 registers a 16 x 16 piece a thread) and 16 x BN/wn of B
-    (2 a 16 x 8 piece).  An A operand computed in the loop
-    (a prologue) goes from its loads to its fragments in registers, no shared memory between: its
-    values at ``WARP_COMPUTED`` each, in place of what ``OPERAND_REGISTERS`` counted for it."""
+    registers, which Triton loads from shared memory ``FRAGMENT_STEPS`` K steps of 16 ahead (at
+    BK 16 the next chunk's first step): per step a warp's BM/wm x 16 slice of A (4 registers a
+    16 x 16 piece a thread) and 16 x BN/wn of B (2 a 16 x 8 piece).  An A operand computed in the
+    loop (a prologue) goes from its loads to its fragments in registers, no shared memory
+    between: its values at ``WARP_COMPUTED`` each, in place of what ``OPERAND_REGISTERS``
+    counted for it."""
     if not _warp_level(p, warps, target):
         return 0
-    threads = warps * target.warp_size
-    out = 0.0
-    for (bm, bn, _), bk, a in zip(p.dots, p.dot_ks, p.computed_a or (None,) * len(p.dots)):
-        if a is None and p.computed_a:
-            continue                      # (the split's second loop: the first's fragments)
-        wm = _warps_along_m(bm, bn, warps)
-        wn = max(warps // wm, 1)
-        steps = FRAGMENT_STEPS        # (at BK 16 the next chunk's first step is the one ahead)
-        counted, values = a or (0.0, 0)
-        if values:
-            out += (WARP_COMPUTED * values - counted) / threads + bn / wn / 4 * steps
-        else:
-            out += (bm / wm / 4 + bn / wn / 4) * steps
-    return math.ceil(out)
+    ((bm, bn, _),), (counted, values) = p.dots, p.computed_a[0]
+    wm = _warps_along_m(bm, bn, warps)
+    wn = max(warps // wm, 1)
+    b = bn / wn / 4 * FRAGMENT_STEPS
+    if values:
+        return math.ceil((WARP_COMPUTED * values - counted) / (warps * target.warp_size) + b)
+    return math.ceil(bm / wm / 4 * FRAGMENT_STEPS + b)
 
 
 def _warps_along_m(bm: int, bn: int, warps: int) -> int:
